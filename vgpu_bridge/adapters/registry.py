@@ -1,0 +1,40 @@
+"""Which adapter handles an object: the first specific one that recognises it, else the fallback."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from vgpu_bridge.adapters.base import SchedulerAdapter
+from vgpu_bridge.adapters.plain import PlainAdapter
+
+AUTO = "auto"
+
+
+class AdapterRegistry:
+    def __init__(self, specific: Sequence[SchedulerAdapter], fallback: SchedulerAdapter) -> None:
+        self._specific = tuple(specific)
+        self._fallback = fallback
+        self._by_name = {a.name: a for a in (*self._specific, fallback)}
+
+    def names(self) -> list[str]:
+        """Every adapter name, the fallback first."""
+        return [self._fallback.name, *(a.name for a in self._specific)]
+
+    def get(self, name: str) -> SchedulerAdapter:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            known = ", ".join([AUTO, *self.names()])
+            raise KeyError(f"unknown scheduler adapter {name!r} (known: {known})") from None
+
+    def pick(self, obj: Mapping[str, Any], scheduler: str = AUTO) -> SchedulerAdapter:
+        """The named adapter, or with `auto` the first that recognises `obj`."""
+        if scheduler != AUTO:
+            return self.get(scheduler)
+        return next((a for a in self._specific if a.recognises(obj)), self._fallback)
+
+
+def default_registry() -> AdapterRegistry:
+    """Every adapter we ship. Volcano and KAI join here when they arrive."""
+    return AdapterRegistry(specific=[], fallback=PlainAdapter())

@@ -1,0 +1,32 @@
+"""`vgpu-bridge <command>`: the entry point of every binary we ship."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from vgpu_bridge import __version__, translate_command
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vgpu-bridge", description="HAMi-style GPU sharing on Kubernetes DRA"
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    translate = commands.add_parser(
+        "translate", help="translate manifests' GPU requests into DRA claim templates"
+    )
+    translate_command.add_arguments(translate)
+    translate.set_defaults(run=translate_command.main)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.run(args)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,159 @@
+"""Pod annotations: device choice, sharing mode, placement hints, and KAI's sharing requests."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from vgpu_bridge.core import names
+from vgpu_bridge.core.container import whole_number
+from vgpu_bridge.core.models import DeviceFilter, Problems, RawRequest
+
+# What a product name or a uuid may contain. Anything else (quotes, backslashes, operators) is
+# refused outright: it is a typo at best and a CEL injection attempt at worst.
+_TYPE_ITEM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._+/-]{0,63}$")
+_UUID_ITEM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,63}$")
+_ITEM_RULES = {
+    "type": (_TYPE_ITEM, "letters, digits, spaces and - _ . + /"),
+    "uuid": (_UUID_ITEM, "letters, digits and - _ . /"),
+}
+
+
+def _path(meta_path: str, key: str) -> str:
+    return f"{meta_path}.annotations[{key}]"
+
+
+def _items(
+    annotations: Mapping[str, Any],
+    keys: tuple[str, ...],
+    kind: str,
+    *,
+    meta_path: str,
+    problems: Problems,
+) -> tuple[str, ...]:
+    """The comma list under any of `keys`, trimmed, each item checked; () if absent."""
+    pattern, allowed = _ITEM_RULES[kind]
+    found: list[str] = []
+    for key in keys:
+        if key not in annotations:
+            continue
+        value = annotations[key]
+        path = _path(meta_path, key)
+        if not isinstance(value, str):
+            problems.add(path, f"must be a string, got {value!r}")
+            continue
+        items = [item.strip() for item in value.split(",") if item.strip()]
+        if not items:
+            problems.add(path, f"names no GPU {kind}: give a comma-separated list")
+        for item in items:
+            if pattern.match(item) is None:
+                problems.add(path, f"GPU {kind} {item!r} may only contain {allowed}")
+            else:
+                found.append(item)
+    return tuple(dict.fromkeys(found))
+
+
+def read_filter(
+    annotations: Mapping[str, Any], *, meta_path: str, problems: Problems
+) -> DeviceFilter:
+    """`use-gputype` & co. as a filter; empty when none is set."""
+
+    def items(keys: tuple[str, ...], kind: str) -> tuple[str, ...]:
+        return _items(annotations, keys, kind, meta_path=meta_path, problems=problems)
+
+    return DeviceFilter(
+        use_types=items(names.USE_GPUTYPE, "type"),
+        avoid_types=items(names.NOUSE_GPUTYPE, "type"),
+        use_uuids=items(names.USE_GPUUUID, "uuid"),
+        avoid_uuids=items(names.NOUSE_GPUUUID, "uuid"),
+    )
+
+
+def check_mode(
+    annotations: Mapping[str, Any], *, meta_path: str, problems: Problems, warnings: list[str]
+) -> None:
+    """`vgpu-mode: mig` is refused; other modes other than hami-core are served as a share."""
+    for key in names.VGPU_MODE:
+        value = annotations.get(key)
+        if not isinstance(value, str):
+            continue
+        mode = value.strip().lower()
+        if "mig" in mode:
+            problems.add(
+                _path(meta_path, key),
+                f"{value!r} asks for MIG hardware isolation, which a software share cannot "
+                "give; request a MIG device from the NVIDIA DRA driver instead",
+            )
+        elif mode not in ("", "hami-core"):
+            warnings.append(f"{key}={value!r} is served as a software share (hami-core mode)")
+
+
+def placement_warnings(annotations: Mapping[str, Any]) -> list[str]:
+    """Placement hints are the scheduler's job under DRA: kept on the pod, but not acted on."""
+    return [
+        f"{key}={annotations[key]!r} is not acted on: with DRA, placement is the scheduler's job"
+        for key in names.PLACEMENT_ANNOTATIONS
+        if key in annotations
+    ]
+
+
+def read_kai(
+    annotations: Mapping[str, Any], *, meta_path: str, problems: Problems
+) -> RawRequest | None:
+    """KAI's `gpu-fraction` / `gpu-memory` (+ `gpu-fraction-num-devices`) as a request."""
+    fraction = annotations.get(names.KAI_FRACTION)
+    memory = annotations.get(names.KAI_MEMORY)
+    devices = annotations.get(names.KAI_NUM_DEVICES)
+    if fraction is None and memory is None:
+        if devices is not None:
+            problems.add(
+                _path(meta_path, names.KAI_NUM_DEVICES),
+                f"needs {names.KAI_FRACTION} or {names.KAI_MEMORY} beside it",
+            )
+        return None
+    raw = RawRequest()
+    if fraction is not None and memory is not None:
+        problems.add(
+            _path(meta_path, names.KAI_MEMORY), f"cannot be combined with {names.KAI_FRACTION}"
+        )
+        return None
+    if fraction is not None:
+        raw.memory_percent = _fraction_percent(
+            fraction, path=_path(meta_path, names.KAI_FRACTION), problems=problems
+        )
+        raw.sources["memory_percent"] = _path(meta_path, names.KAI_FRACTION)
+    else:
+        raw.memory_mib = whole_number(
+            memory,
+            path=_path(meta_path, names.KAI_MEMORY),
+            low=1,
+            high=None,
+            unit=" of MiB",
+            problems=problems,
+        )
+        raw.sources["memory_mib"] = _path(meta_path, names.KAI_MEMORY)
+    if devices is not None:
+        raw.count = whole_number(
+            devices,
+            path=_path(meta_path, names.KAI_NUM_DEVICES),
+            low=1,
+            high=None,
+            unit="",
+            problems=problems,
+        )
+        raw.sources["count"] = _path(meta_path, names.KAI_NUM_DEVICES)
+    return raw if raw.asks_for_gpu() else None
+
+
+def _fraction_percent(value: object, *, path: str, problems: Problems) -> Decimal | None:
+    reason = f"must be a decimal greater than 0 and at most 1, got {value!r}"
+    try:
+        fraction = Decimal(str(value).strip()) if isinstance(value, str | int | float) else None
+    except InvalidOperation:
+        fraction = None
+    if fraction is None or not fraction.is_finite() or not 0 < fraction <= 1:
+        problems.add(path, reason)
+        return None
+    return fraction * 100

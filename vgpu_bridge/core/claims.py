@@ -1,0 +1,139 @@
+"""Build `resource.k8s.io/v1` ResourceClaimTemplates for a normalised request (DESIGN §3)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from vgpu_bridge.core.cel import card_memory_selector, filter_selectors
+from vgpu_bridge.core.inventory import Inventory
+from vgpu_bridge.core.models import DeviceFilter, GpuRequest, Problems
+from vgpu_bridge.core.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from vgpu_bridge.core.profiles import DriverProfile
+from vgpu_bridge.core.quantity import MiB, format_bytes
+
+REQUEST_NAME = "gpu"
+MAX_SUBREQUESTS = 8  # firstAvailable limit of resource.k8s.io/v1
+TEMPLATE_PREFIX = "vgpu-"
+
+
+def claim_spec(
+    request: GpuRequest,
+    device_filter: DeviceFilter,
+    *,
+    profile: DriverProfile,
+    inventory: Inventory,
+    percent_path: str,
+    problems: Problems,
+) -> dict[str, Any] | None:
+    """The ResourceClaimSpec for one container, or None after recording why it cannot be built."""
+    selectors = filter_selectors(device_filter, profile)
+    if request.memory_percent is None or request.whole_card_memory:
+        memory = None if request.memory_mib is None else request.memory_mib * MiB
+        exact = _device_request(request, profile, selectors, memory)
+        device_request: dict[str, Any] = {"name": REQUEST_NAME, "exactly": exact}
+    else:
+        alternatives = _per_card_size(
+            request, profile, selectors, inventory, percent_path, problems
+        )
+        if alternatives is None:
+            return None
+        device_request = {"name": REQUEST_NAME, "firstAvailable": alternatives}
+    devices: dict[str, Any] = {"requests": [device_request]}
+    if request.count > 1:  # HAMi puts each of N vGPUs on a different card
+        devices["constraints"] = [
+            {
+                "requests": [REQUEST_NAME],
+                "distinctAttribute": profile.qualified(profile.uuid_attribute),
+            }
+        ]
+    if request.priority is not None and profile.config_api_version is not None:
+        parameters = {
+            "apiVersion": profile.config_api_version,
+            "kind": profile.config_kind,
+            "priority": request.priority,
+        }
+        devices["config"] = [
+            {
+                "requests": [REQUEST_NAME],
+                "opaque": {"driver": profile.driver, "parameters": parameters},
+            }
+        ]
+    return {"devices": devices}
+
+
+def _device_request(
+    request: GpuRequest, profile: DriverProfile, selectors: list[str], memory_bytes: int | None
+) -> dict[str, Any]:
+    """An ExactCount request. A share asks for both capacities: an unrequested one would consume
+    the driver's default, the whole card. A whole-card request leaves memory to that default."""
+    capacity: dict[str, str] = {}
+    if memory_bytes is not None:
+        capacity[profile.memory_capacity] = format_bytes(memory_bytes)
+    capacity[profile.cores_capacity] = str(request.cores)
+    body: dict[str, Any] = {
+        "deviceClassName": profile.device_class,
+        "allocationMode": "ExactCount",
+        "count": request.count,
+    }
+    if selectors:
+        body["selectors"] = [{"cel": {"expression": s}} for s in selectors]
+    body["capacity"] = {"requests": capacity}
+    return body
+
+
+def _per_card_size(
+    request: GpuRequest,
+    profile: DriverProfile,
+    selectors: list[str],
+    inventory: Inventory,
+    percent_path: str,
+    problems: Problems,
+) -> list[dict[str, Any]] | None:
+    """A percentage becomes one `firstAvailable` alternative per card memory size."""
+    sizes = inventory.sizes(profile.driver)
+    if not sizes:
+        problems.add(
+            percent_path,
+            f"a share of {request.memory_percent}% needs the cluster's card sizes, and no "
+            f"ResourceSlice of driver {profile.driver} is known (translate --inventory SLICES)",
+        )
+        return None
+    if len(sizes) > MAX_SUBREQUESTS:
+        problems.add(
+            percent_path,
+            f"the cluster has {len(sizes)} card memory sizes; a claim can list at most "
+            f"{MAX_SUBREQUESTS}: ask for gpumem in MiB instead",
+        )
+        return None
+    assert request.memory_percent is not None
+    alternatives = []
+    for size in sizes:
+        share = max(MiB, int(size * request.memory_percent / 100) // MiB * MiB)
+        sized = [*selectors, card_memory_selector(profile, size)]
+        alternative = _device_request(request, profile, sized, share)
+        name = f"card-{format_bytes(size).lower()}"
+        alternatives.append({"name": name, **alternative})
+    return alternatives
+
+
+def template_name(spec: dict[str, Any]) -> str:
+    """A name that is a function of the spec: pods of the same shape share one template."""
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode())
+    return TEMPLATE_PREFIX + digest.hexdigest()[:16]
+
+
+def claim_template(spec: dict[str, Any], *, name: str, namespace: str | None) -> dict[str, Any]:
+    """The ResourceClaimTemplate object, labelled as ours (and so are the claims made from it)."""
+    labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE}
+    metadata: dict[str, Any] = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    metadata["labels"] = dict(labels)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": metadata,
+        "spec": {"metadata": {"labels": dict(labels)}, "spec": spec},
+    }

@@ -1,0 +1,87 @@
+"""Read one container's HAMi or Volcano extended resources: limits first, then requests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from vgpu_bridge.core.models import Problems, RawRequest
+from vgpu_bridge.core.names import RESOURCE_FAMILIES, ResourceNames
+from vgpu_bridge.core.quantity import QuantityError, parse_quantity
+
+
+def whole_number(
+    value: object, *, path: str, low: int, high: int | None, unit: str, problems: Problems
+) -> int | None:
+    """`value` as an int within [low, high], or None after recording why not."""
+    bounds = f"at least {low}" if high is None else f"between {low} and {high}"
+    reason = f"must be a whole number{unit} {bounds}, got {value!r}"
+    try:
+        number = parse_quantity(value)
+    except QuantityError:
+        problems.add(path, reason)
+        return None
+    if number != number.to_integral_value() or number < low or (high is not None and number > high):
+        problems.add(path, reason)
+        return None
+    return int(number)
+
+
+# (field of RawRequest, attribute of ResourceNames, low, high, unit)
+_FIELDS = (
+    ("count", "count", 0, None, ""),
+    ("memory_mib", "memory", 1, None, " of MiB"),
+    ("memory_percent", "memory_percentage", 1, 100, " (percent)"),
+    ("cores", "cores", 0, 100, " (percent of SMs)"),
+    ("priority", "priority", 0, 1, " (0 high, 1 low)"),
+)
+
+
+def _family(limits: Mapping[str, Any], requests: Mapping[str, Any]) -> list[ResourceNames]:
+    return [f for f in RESOURCE_FAMILIES if any(n in limits or n in requests for n in f.all())]
+
+
+def _as_map(value: object, *, path: str, problems: Problems) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        problems.add(path, "must be a map of resource names to quantities")
+        return {}
+    return value
+
+
+def read_container(
+    container: Mapping[str, Any], *, path: str, problems: Problems
+) -> RawRequest | None:
+    """The container's GPU request, or None when it names none of our resources."""
+    resources = _as_map(container.get("resources"), path=f"{path}.resources", problems=problems)
+    limits = _as_map(resources.get("limits"), path=f"{path}.resources.limits", problems=problems)
+    requests = _as_map(
+        resources.get("requests"), path=f"{path}.resources.requests", problems=problems
+    )
+    families = _family(limits, requests)
+    if not families:
+        return None
+    if len(families) > 1:
+        mixed = " and ".join(f"{f.family} ({f.count}, …)" for f in families)
+        problems.add(f"{path}.resources", f"mixes {mixed}; state a share one way")
+        return None
+    names = families[0]
+    raw = RawRequest(resource_keys=tuple(n for n in names.all() if n in limits or n in requests))
+    for field, attr, low, high, unit in _FIELDS:
+        name = getattr(names, attr)
+        if name is None:
+            continue
+        section, source = ("limits", limits) if name in limits else ("requests", requests)
+        if name not in source:
+            continue
+        field_path = f"{path}.resources.{section}[{name}]"
+        number = whole_number(
+            source[name], path=field_path, low=low, high=high, unit=unit, problems=problems
+        )
+        if number is None:
+            continue
+        setattr(raw, field, Decimal(number) if field == "memory_percent" else number)
+        raw.sources[field] = field_path
+    return raw

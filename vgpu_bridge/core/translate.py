@@ -1,0 +1,207 @@
+"""translate(obj) -> Plan: HAMi, Volcano and KAI GPU requests become DRA claim templates.
+
+Pure: no I/O, no logging. Every problem of the object is collected and raised together as one
+`InvalidRequest`; an object that asks for no GPU comes back with an empty plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from vgpu_bridge.core import annotations as notes
+from vgpu_bridge.core.claims import claim_spec, claim_template, template_name
+from vgpu_bridge.core.container import read_container
+from vgpu_bridge.core.context import TranslationContext
+from vgpu_bridge.core.errors import InvalidRequest
+from vgpu_bridge.core.jsonpatch import PatchOp, escape
+from vgpu_bridge.core.models import Problems, RawRequest
+from vgpu_bridge.core.names import KAI_CONTAINER_NAME, TRANSLATED_ANNOTATIONS, TRANSLATED_LABEL
+from vgpu_bridge.core.normalise import normalise
+from vgpu_bridge.core.plan import Plan
+from vgpu_bridge.core.workloads import PodTemplate, namespace_of, object_ref, pod_templates
+
+CONTAINER_LISTS = ("initContainers", "containers")
+CLAIM_PREFIX = "gpu-"
+
+
+@dataclass(slots=True)
+class _Share:
+    """One container that asks for a GPU share."""
+
+    container: Mapping[str, Any]
+    pointer: str
+    path: str
+    raw: RawRequest
+
+
+@dataclass(slots=True)
+class _Draft:
+    """What the translation of one object has produced so far."""
+
+    problems: Problems = field(default_factory=Problems)
+    ops: list[PatchOp] = field(default_factory=list)
+    templates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def translate(
+    obj: Mapping[str, Any], *, context: TranslationContext, adapter: str = "default"
+) -> Plan:
+    """The plan for `obj`; raises `InvalidRequest` naming every bad field."""
+    ref = object_ref(obj)
+    draft = _Draft()
+    for key in ("apiVersion", "kind"):
+        if not isinstance(obj.get(key), str) or not obj.get(key):
+            draft.problems.add(key, "required")
+    if not draft.problems:
+        for template in pod_templates(obj):
+            _translate_template(template, context=context, namespace=namespace_of(obj), draft=draft)
+    if draft.problems:
+        raise InvalidRequest(ref, draft.problems.errors)
+    return Plan(
+        object_ref=ref,
+        adapter=adapter,
+        patch=tuple(draft.ops),
+        templates=tuple(draft.templates.values()),
+        warnings=tuple(draft.warnings),
+    )
+
+
+def _translate_template(
+    template: PodTemplate, *, context: TranslationContext, namespace: str | None, draft: _Draft
+) -> None:
+    problems = draft.problems
+    shares = _shares(template, problems)
+    if not shares:
+        return
+    annotations, meta_path = template.annotations, template.metadata_path
+    notes.check_mode(annotations, meta_path=meta_path, problems=problems, warnings=draft.warnings)
+    draft.warnings.extend(notes.placement_warnings(annotations))
+    device_filter = notes.read_filter(annotations, meta_path=meta_path, problems=problems)
+    taken = {
+        c.get("name") for c in template.spec.get("resourceClaims") or () if isinstance(c, Mapping)
+    }
+    pod_claims = []
+    for share in shares:
+        request = normalise(
+            share.raw, config=context.config, problems=problems, warnings=draft.warnings
+        )
+        if request is None:
+            continue
+        spec = claim_spec(
+            request,
+            device_filter,
+            profile=context.profile,
+            inventory=context.inventory,
+            percent_path=share.raw.sources.get("memory_percent", share.path),
+            problems=problems,
+        )
+        if spec is None:
+            continue
+        name = template_name(spec)
+        draft.templates.setdefault(name, claim_template(spec, name=name, namespace=namespace))
+        claim = pod_claim_name(str(share.container.get("name", "")))
+        if claim in taken:
+            problems.add(
+                f"{template.spec_path}.resourceClaims", f"already has a claim named {claim}"
+            )
+            continue
+        pod_claims.append({"name": claim, "resourceClaimTemplateName": name})
+        draft.ops.append(_container_op(share, claim))
+    if not problems:
+        draft.ops.extend(_pod_ops(template, pod_claims))
+
+
+def _shares(template: PodTemplate, problems: Problems) -> list[_Share]:
+    """Containers (init first) asking for a GPU, with KAI's annotation request attached."""
+    shares: list[_Share] = []
+    by_name: dict[str, tuple[str, str, Mapping[str, Any]]] = {}
+    for list_name in CONTAINER_LISTS:
+        containers = template.spec.get(list_name) or ()
+        for index, container in enumerate(containers):
+            if not isinstance(container, Mapping):
+                continue
+            pointer = f"{template.spec_pointer}/{list_name}/{index}"
+            path = f"{template.spec_path}.{list_name}[{index}]"
+            by_name[str(container.get("name"))] = (pointer, path, container)
+            raw = read_container(container, path=path, problems=problems)
+            if raw is not None and raw.asks_for_gpu():
+                shares.append(_Share(container, pointer, path, raw))
+    kai = notes.read_kai(template.annotations, meta_path=template.metadata_path, problems=problems)
+    if kai is not None:
+        _attach_kai(kai, template, by_name, shares, problems)
+    return shares
+
+
+def _attach_kai(
+    kai: RawRequest,
+    template: PodTemplate,
+    by_name: dict[str, tuple[str, str, Mapping[str, Any]]],
+    shares: list[_Share],
+    problems: Problems,
+) -> None:
+    """KAI's request belongs to `gpu-fraction-container-name`, or to the first container."""
+    named = template.annotations.get(KAI_CONTAINER_NAME)
+    containers = template.spec.get("containers") or ()
+    target = named if named is not None else (containers[0].get("name") if containers else None)
+    path = f"{template.metadata_path}.annotations[{KAI_CONTAINER_NAME}]"
+    if str(target) not in by_name:
+        problems.add(path, f"names no container of this pod: {target!r}")
+        return
+    pointer, container_path, container = by_name[str(target)]
+    if any(s.container is container for s in shares):
+        problems.add(
+            f"{container_path}.resources",
+            "asks for GPUs through resources and through KAI's annotations; state a share one way",
+        )
+        return
+    shares.append(_Share(container, pointer, container_path, kai))
+
+
+def pod_claim_name(container_name: str) -> str:
+    """`gpu-<container>`, kept within the 63 characters of a DNS label."""
+    name = CLAIM_PREFIX + container_name
+    if len(name) <= 63:
+        return name
+    digest = hashlib.sha256(container_name.encode()).hexdigest()[:8]
+    return f"{CLAIM_PREFIX}{container_name[:50]}-{digest}"
+
+
+def _container_op(share: _Share, claim: str) -> PatchOp:
+    """The container's resources without our extended resources, with the claim added."""
+    resources = dict(share.container.get("resources") or {})
+    for section in ("limits", "requests"):
+        if section in resources:
+            kept = {k: v for k, v in resources[section].items() if k not in share.raw.resource_keys}
+            if kept:
+                resources[section] = kept
+            else:
+                del resources[section]
+    resources["claims"] = [*(resources.get("claims") or ()), {"name": claim}]
+    return {"op": "add", "path": f"{share.pointer}/resources", "value": resources}
+
+
+def _pod_ops(template: PodTemplate, claims: list[dict[str, str]]) -> list[PatchOp]:
+    """Add the pod's claims, drop the annotations we translated, mark the pod as translated."""
+    spec, metadata = template.spec, template.metadata
+    ops: list[PatchOp] = []
+    claims_pointer = f"{template.spec_pointer}/resourceClaims"
+    if isinstance(spec.get("resourceClaims"), list):
+        ops += [{"op": "add", "path": f"{claims_pointer}/-", "value": c} for c in claims]
+    else:
+        ops.append({"op": "add", "path": claims_pointer, "value": claims})
+    meta_pointer = template.metadata_pointer
+    for key in sorted(TRANSLATED_ANNOTATIONS & set(template.annotations)):
+        ops.append({"op": "remove", "path": f"{meta_pointer}/annotations/{escape(key)}"})
+    label = {TRANSLATED_LABEL: "true"}
+    if metadata is None:
+        ops.append({"op": "add", "path": meta_pointer, "value": {"labels": label}})
+    elif not isinstance(metadata.get("labels"), Mapping):
+        ops.append({"op": "add", "path": f"{meta_pointer}/labels", "value": label})
+    else:
+        path = f"{meta_pointer}/labels/{escape(TRANSLATED_LABEL)}"
+        ops.append({"op": "add", "path": path, "value": "true"})
+    return ops
