@@ -1,0 +1,1 @@
+"""End-to-end tier: a real local Kubernetes control plane and the scenarios run against it."""

@@ -1,0 +1,142 @@
+"""Starting and stopping the component processes, tracked by pid so nothing outlives the cluster.
+
+Every component runs in its own session (process group). Its pid goes to a pid file at once, so a
+later ``down`` (or the next run) can stop it even if the process that started it died. Before a
+signal is sent, the pid's command line is checked to still be ours: a recycled pid is left alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+class ComponentExitedError(RuntimeError):
+    """A component process ended while the cluster still needed it."""
+
+
+@dataclass(frozen=True)
+class Running:
+    """A started component: its name, pid, log file and the binary that identifies it."""
+
+    name: str
+    pid: int
+    log: Path
+    binary: Path
+
+    def alive(self) -> bool:
+        return _is_ours(self.pid, self.binary)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def start(name: str, argv: list[str], *, log: Path, die_with_parent: bool) -> Running:
+    """Start ``argv`` detached from our terminal (own session), output to ``log``.
+
+    ``die_with_parent`` asks the kernel to kill it when the starting process dies (used by test
+    sessions; ``python -m e2e.cluster up`` leaves the cluster running on purpose).
+    """
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if die_with_parent else None,
+        )
+    return Running(name=name, pid=process.pid, log=log, binary=Path(argv[0]))
+
+
+def stop(component: Running, *, grace_s: float = 10.0) -> None:
+    """SIGTERM the component's process group, SIGKILL it after ``grace_s``; reap it if ours."""
+    if not component.alive():
+        _reap(component.pid)
+        return
+    _signal_group(component.pid, signal.SIGTERM)
+    if not _wait_gone(component, grace_s):
+        _signal_group(component.pid, signal.SIGKILL)
+        _wait_gone(component, 5.0)
+
+
+def wait_until(
+    ready: Callable[[], bool], *, timeout_s: float, what: str, watch: tuple[Running, ...] = ()
+) -> None:
+    """Poll ``ready`` until true; fail early with the log tail if a watched component exits."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if ready():
+            return
+        for component in watch:
+            if not component.alive():
+                raise ComponentExitedError(
+                    f"{component.name} exited while waiting for {what}; last log lines:\n"
+                    + component.log_tail()
+                )
+        time.sleep(0.2)
+    tails = "\n".join(f"--- {c.name} ---\n{c.log_tail()}" for c in watch)
+    raise TimeoutError(f"{what} not ready after {timeout_s:.0f}s\n{tails}")
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _is_ours(pid: int, binary: Path) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    zombie = stat.rsplit(")", 1)[-1].split()[0] == "Z"
+    return not zombie and cmdline.split(b"\0", 1)[0] == str(binary).encode()
+
+
+def _signal_group(pid: int, signum: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signum)
+
+
+def _wait_gone(component: Running, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        _reap(component.pid)
+        if not component.alive():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
