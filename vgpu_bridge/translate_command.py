@@ -41,6 +41,10 @@ def _read(name: str, stdin: TextIO) -> str:
     return Path(name).read_text(encoding="utf-8")
 
 
+def _source(name: str) -> str:
+    return "<stdin>" if name == "-" else name
+
+
 def _context(args: argparse.Namespace, stdin: TextIO) -> TranslationContext:
     profile = profile_named(args.profile)
     config = TranslatorConfig(
@@ -51,7 +55,7 @@ def _context(args: argparse.Namespace, stdin: TextIO) -> TranslationContext:
     )
     inventory = Inventory()
     if args.inventory:
-        slices = load_objects(_read(args.inventory, stdin), source=args.inventory)
+        slices = load_objects(_read(args.inventory, stdin), source=_source(args.inventory))
         inventory = Inventory.from_slices(
             (s for s in slices if s.get("kind") == "ResourceSlice"),
             memory_capacity=profile.memory_capacity,
@@ -92,7 +96,7 @@ def translate_objects(
 def run(args: argparse.Namespace, *, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     try:
         context = _context(args, stdin)
-        objects = load_objects(_read(args.filename, stdin), source=args.filename)
+        objects = load_objects(_read(args.filename, stdin), source=_source(args.filename))
         out, warnings = translate_objects(objects, context=context, scheduler=args.scheduler)
     except OSError as exc:
         print(f"vgpu-bridge translate: cannot read {exc.filename}: {exc.strerror}", file=stderr)

@@ -16,7 +16,7 @@ def whole_number(
 ) -> int | None:
     """`value` as an int within [low, high], or None after recording why not."""
     bounds = f"at least {low}" if high is None else f"between {low} and {high}"
-    reason = f"must be a whole number{unit} {bounds}, got {value!r}"
+    reason = f"must be a whole number{unit}, {bounds}, got {value!r}"
     try:
         number = parse_quantity(value)
     except QuantityError:

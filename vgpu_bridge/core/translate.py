@@ -91,6 +91,11 @@ def _translate_template(
         )
         if request is None:
             continue
+        if request.priority is not None and context.profile.config_api_version is None:
+            draft.warnings.append(
+                f"{share.raw.sources['priority']} is dropped: the {context.profile.name} "
+                "profile's driver takes no priority"
+            )
         spec = claim_spec(
             request,
             device_filter,
@@ -194,8 +199,14 @@ def _pod_ops(template: PodTemplate, claims: list[dict[str, str]]) -> list[PatchO
     else:
         ops.append({"op": "add", "path": claims_pointer, "value": claims})
     meta_pointer = template.metadata_pointer
-    for key in sorted(TRANSLATED_ANNOTATIONS & set(template.annotations)):
-        ops.append({"op": "remove", "path": f"{meta_pointer}/annotations/{escape(key)}"})
+    translated = sorted(TRANSLATED_ANNOTATIONS & set(template.annotations))
+    if translated and len(translated) == len(template.annotations):
+        ops.append({"op": "remove", "path": f"{meta_pointer}/annotations"})
+    else:
+        ops += [
+            {"op": "remove", "path": f"{meta_pointer}/annotations/{escape(key)}"}
+            for key in translated
+        ]
     label = {TRANSLATED_LABEL: "true"}
     if metadata is None:
         ops.append({"op": "add", "path": meta_pointer, "value": {"labels": label}})
