@@ -38,15 +38,16 @@ unit: venv
 integration: venv
 	$(PY) -m pytest tests/integration -q
 
-# The e2e tier needs the local control plane (issue 3 fills this target and cluster-bin).
-e2e: venv
-	@echo "e2e: the local control plane arrives with issue 3; no e2e scenarios yet"
+# The e2e tier: a private local control plane per pytest session (e2e/conftest.py), torn down
+# after it; failed tests leave their dump in .cache/e2e-artifacts/.
+e2e: venv cluster-bin
+	$(PY) -m pytest e2e -m e2e -q
 
 # The local control plane's one multi-call binary (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler), built from e2e/cluster/gotools into ~/.cache/vgpu-bridge/k8s-<version>/bin
 # (VGPU_BRIDGE_CACHE moves it, K8S_VERSION picks the release); reused while its sources are unchanged.
 cluster-bin: venv
-	$(PY) -m e2e.cluster.build
+	$(PY) -m e2e.cluster build
 
 # native/vgpu: libvgpu.so and its tests over the fake driver (issue 6 fills native/vgpu/Makefile).
 native:

@@ -1,6 +1,6 @@
 """Build (or reuse) the control-plane binary into a version-keyed cache directory.
 
-``python -m e2e.cluster.build`` (also ``make cluster-bin``) prints how long it took. The binary is
+``python -m e2e.cluster build`` (also ``make cluster-bin``) prints how long it took. The binary is
 rebuilt only when the Go sources of the tools module changed (a stamp keyed on their hash).
 """
 
@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,19 +108,12 @@ def _go_build(settings: Settings, source_dir: Path) -> None:
     partial.replace(settings.binary)
 
 
-def main() -> int:
-    settings = Settings.from_env()
-    result = ensure_binary(settings)
+def report(result: BuildResult) -> str:
+    """One line for ``make cluster-bin``: built or reused, size, and the time it took."""
     size_mib = result.binary.stat().st_size / 2**20
     if result.reused:
-        print(
+        return (
             f"cluster-bin: warm, reused {result.binary} ({size_mib:.0f} MiB) in "
             f"{result.seconds:.2f}s (its go build took {result.build_seconds:.0f}s)"
         )
-    else:
-        print(f"cluster-bin: built {result.binary} ({size_mib:.0f} MiB) in {result.seconds:.1f}s")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return f"cluster-bin: built {result.binary} ({size_mib:.0f} MiB) in {result.seconds:.1f}s"

@@ -11,6 +11,7 @@ from pathlib import Path
 #: The Kubernetes release the committed Go tools module (``gotools/go.mod``) is pinned to.
 DEFAULT_K8S_VERSION = "v1.36.3"
 GOTOOLS_DIR = Path(__file__).resolve().parent / "gotools"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 _VERSION = re.compile(r"^v1\.(\d+)\.(\d+)$")
 
 
@@ -26,11 +27,14 @@ class Settings:
     ``VGPU_BRIDGE_CACHE``  cache root (default ``$XDG_CACHE_HOME/vgpu-bridge``, else
                            ``~/.cache/vgpu-bridge``)
     ``VGPU_BRIDGE_STATE``  state directory of the cluster that ``up``/``down``/``status`` manage
+    ``E2E_ARTIFACTS``      where failed e2e tests dump objects and logs (default
+                           ``<repo>/.cache/e2e-artifacts``, ignored by git)
     """
 
     k8s_version: str
     cache_root: Path
     state_dir: Path
+    artifacts_dir: Path
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -44,7 +48,13 @@ class Settings:
         home_cache = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache")
         cache_root = Path(env.get("VGPU_BRIDGE_CACHE") or home_cache / "vgpu-bridge")
         state_dir = Path(env.get("VGPU_BRIDGE_STATE") or cache_root / "state" / "cluster")
-        return cls(k8s_version=version, cache_root=cache_root, state_dir=state_dir)
+        artifacts = Path(env.get("E2E_ARTIFACTS") or REPO_ROOT / ".cache" / "e2e-artifacts")
+        return cls(
+            k8s_version=version,
+            cache_root=cache_root,
+            state_dir=state_dir,
+            artifacts_dir=artifacts,
+        )
 
     @property
     def minor(self) -> str:
