@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 
 from vgpu_bridge import __version__, translate_command
@@ -19,7 +20,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     translate_command.add_arguments(translate)
     translate.set_defaults(run=translate_command.main)
+    webhook = commands.add_parser("webhook", help="serve the mutating admission webhook (HTTPS)")
+    _add_webhook_arguments(webhook)
+    webhook.set_defaults(run=_run_webhook)
     return parser
+
+
+def _add_webhook_arguments(parser: argparse.ArgumentParser) -> None:
+    from vgpu_bridge.webhook.settings import add_arguments
+
+    add_arguments(parser)
+
+
+def _run_webhook(args: argparse.Namespace) -> int:
+    from vgpu_bridge.webhook.app import main  # the I/O shell loads only when asked for
+
+    return main(args, os.environ)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

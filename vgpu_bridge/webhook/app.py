@@ -1,0 +1,110 @@
+"""`vgpu-bridge webhook`: wire the parts together and serve until SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from collections.abc import Mapping
+
+import structlog
+
+from vgpu_bridge.adapters import default_registry
+from vgpu_bridge.core import TranslatorConfig, profile_named
+from vgpu_bridge.webhook.admission import Admitter
+from vgpu_bridge.webhook.inventory import InventoryCache
+from vgpu_bridge.webhook.kube import KubeApi
+from vgpu_bridge.webhook.legacy import legacy_hami_warnings
+from vgpu_bridge.webhook.metrics import WebhookMetrics
+from vgpu_bridge.webhook.server import TLSFiles, WebhookServer, watch_tls
+from vgpu_bridge.webhook.settings import Settings
+from vgpu_bridge.webhook.templates import Sweeper, TemplateStore
+
+log = structlog.get_logger("vgpu_bridge.webhook")
+
+
+def configure_logging() -> None:
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ]
+    )
+
+
+def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, Sweeper]:
+    profile = profile_named(settings.profile)
+    config = TranslatorConfig(
+        default_memory=settings.default_memory,
+        default_cores=settings.default_cores,
+        default_gpu_num=settings.default_gpu_num,
+        memory_factor=settings.memory_factor,
+    )
+    inventory = InventoryCache(api, memory_capacity=profile.memory_capacity)
+    admitter = Admitter(
+        settings=settings,
+        registry=default_registry(),
+        profile=profile,
+        config=config,
+        inventory=inventory.current,
+        store=TemplateStore(api, grace_s=settings.sweep_grace_seconds),
+        api=api,
+        metrics=WebhookMetrics(),
+    )
+    return admitter, inventory, Sweeper(api, grace_s=settings.sweep_grace_seconds)
+
+
+def housekeeping(
+    admitter: Admitter, sweeper: Sweeper, stop: threading.Event, every_s: float
+) -> None:
+    """Sweep unused templates and look for legacy HAMi, every `every_s` seconds."""
+    while True:
+        try:
+            admitter.legacy_warnings = legacy_hami_warnings(admitter.api)
+            deleted = sweeper.sweep_once()
+            if deleted:
+                log.info("swept unused claim templates", templates=deleted)
+        except Exception:
+            log.exception("housekeeping failed; will retry")
+        if stop.wait(every_s):
+            return
+
+
+def serve(settings: Settings) -> int:
+    configure_logging()
+    api = KubeApi.connect(settings.kubeconfig)
+    admitter, inventory, sweeper = build(settings, api)
+    tls = TLSFiles(settings.tls_cert_file, settings.tls_key_file)
+    server = WebhookServer(
+        settings.host_port, admitter=admitter, tls=tls, ready=inventory.synced.is_set
+    )
+    stop = threading.Event()
+    workers = [
+        threading.Thread(target=inventory.run, args=(stop,), name="inventory", daemon=True),
+        threading.Thread(target=watch_tls, args=(tls, stop), name="tls", daemon=True),
+        threading.Thread(
+            target=housekeeping,
+            args=(admitter, sweeper, stop, settings.sweep_interval_seconds),
+            name="housekeeping",
+            daemon=True,
+        ),
+    ]
+    for worker in workers:
+        worker.start()
+
+    def shut_down(signum: int, _frame: object) -> None:
+        stop.set()
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, shut_down)
+    signal.signal(signal.SIGINT, shut_down)
+    log.info("serving", listen=settings.listen, profile=settings.profile)
+    server.serve_forever()
+    server.server_close()
+    return 0
+
+
+def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    return serve(Settings.from_namespace(args, environ))

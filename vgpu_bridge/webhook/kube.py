@@ -1,0 +1,126 @@
+"""A thin JSON client for the Kubernetes API: dicts in, dicts out, transient failures retried.
+
+Built on the official client's configuration and connection pool (kubeconfig, in-cluster token,
+client certificates), without its generated models: the webhook works on the wire format.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
+
+Json = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+class KubeError(RuntimeError):
+    """The API server answered with an error status."""
+
+    def __init__(self, method: str, path: str, status: int, body: str) -> None:
+        super().__init__(f"{method} {path}: HTTP {status}: {body[:300]}")
+        self.status = status
+        self.body = body
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, KubeError):
+        return exc.status in TRANSIENT_STATUS
+    return isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
+
+
+_retrying = retry(
+    retry=retry_if_exception(_transient),
+    stop=stop_after_attempt(4),
+    wait=wait_exponential(multiplier=0.1, max=2),
+    reraise=True,
+)
+
+
+class KubeApi:
+    def __init__(self, api_client: client.ApiClient, *, timeout_s: float = 5.0) -> None:
+        self._client = api_client
+        self._timeout_s = timeout_s
+
+    @classmethod
+    def connect(cls, kubeconfig: str | None, *, timeout_s: float = 5.0) -> KubeApi:
+        """From a kubeconfig file, or the pod's service account when none is given."""
+        configuration = client.Configuration()
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        else:
+            config.load_incluster_config(client_configuration=configuration)
+        return cls(client.ApiClient(configuration), timeout_s=timeout_s)
+
+    def _serialize(
+        self, method: str, path: str, query: Mapping[str, Any] | None, body: Any, content_type: str
+    ) -> tuple[str, str, dict[str, str], Any]:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        serialized = self._client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        return serialized[0], serialized[1], serialized[2], serialized[3]
+
+    @_retrying
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Json:
+        method_, url, headers, payload = self._serialize(method, path, query, body, content_type)
+        response = self._client.rest_client.request(
+            method_, url, headers=headers, body=payload, _request_timeout=self._timeout_s
+        )
+        data = response.read() or b"{}"
+        if response.status >= 400:
+            raise KubeError(method, path, response.status, data.decode(errors="replace"))
+        parsed: Json = json.loads(data)
+        return parsed
+
+    def get(self, path: str) -> Json:
+        return self.request("GET", path)
+
+    def list(self, path: str, **query: Any) -> Json:
+        return self.request("GET", path, query=query)
+
+    def create(self, path: str, body: Json, **query: Any) -> Json:
+        return self.request("POST", path, query=query, body=body)
+
+    def merge_patch(self, path: str, patch: Json) -> Json:
+        return self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
+
+    def delete(self, path: str, *, preconditions: Json | None = None) -> Json:
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": preconditions or {}}
+        return self.request("DELETE", path, body=body)
+
+    def watch(self, path: str, *, resource_version: str, timeout_s: int = 300) -> Iterator[Json]:
+        """The events of one watch request, until the server ends it."""
+        query = {"watch": "true", "resourceVersion": resource_version, "timeoutSeconds": timeout_s}
+        method, url, headers, _ = self._serialize("GET", path, query, None, "application/json")
+        response = self._client.rest_client.pool_manager.request(
+            method, url, headers=headers, preload_content=False, timeout=timeout_s + 10
+        )
+        try:
+            if response.status >= 400:
+                raise KubeError("WATCH", path, response.status, response.read().decode())
+            buffer = b""
+            for chunk in response.stream(64 * 1024):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                yield from (json.loads(line) for line in lines if line.strip())
+        finally:
+            response.release_conn()

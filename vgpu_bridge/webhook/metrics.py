@@ -1,0 +1,22 @@
+"""Prometheus metrics of the webhook, in a registry of its own."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+
+class WebhookMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.admissions = Counter(
+            "vgpu_bridge_admissions",
+            "Admission reviews answered, by decision (translated, unchanged, denied, error)",
+            ["decision"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "vgpu_bridge_admission_duration_seconds",
+            "Time to answer one admission review",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0),
+            registry=self.registry,
+        )
