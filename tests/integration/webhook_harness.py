@@ -1,0 +1,92 @@
+"""A real webhook server on a loopback port over real TLS, and a client that speaks to it."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from tests.tls import write_self_signed
+from vgpu_bridge.core import Inventory
+from vgpu_bridge.webhook.app import build
+from vgpu_bridge.webhook.kube import KubeApi
+from vgpu_bridge.webhook.server import TLSFiles, WebhookServer
+from vgpu_bridge.webhook.settings import Settings
+
+INVENTORY = Inventory({"gpu.vgpu-bridge.io": frozenset({40 * 2**30, 80 * 2**30})})
+
+
+def unreachable_api() -> KubeApi:
+    """An API client that fails fast: these tests admit only what needs no API call."""
+    configuration = client.Configuration()
+    configuration.host = "https://127.0.0.1:1"
+    return KubeApi(client.ApiClient(configuration), timeout_s=0.5)
+
+
+@dataclass
+class RunningWebhook:
+    server: WebhookServer
+    cert_file: Path
+    key_file: Path
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    def connection(self) -> http.client.HTTPSConnection:
+        context = ssl.create_default_context(cafile=str(self.cert_file))
+        return http.client.HTTPSConnection("127.0.0.1", self.port, context=context, timeout=10)
+
+    def post(self, body: bytes, path: str = "/mutate") -> tuple[int, bytes]:
+        conn = self.connection()
+        try:
+            conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            return response.status, response.read()
+        finally:
+            conn.close()
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        conn = self.connection()
+        try:
+            conn.request("GET", path)
+            response = conn.getresponse()
+            return response.status, response.read()
+        finally:
+            conn.close()
+
+    def review(self, request: dict[str, Any]) -> dict[str, Any]:
+        body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+        status, data = self.post(json.dumps(body).encode())
+        assert status == 200, data
+        response: dict[str, Any] = json.loads(data)["response"]
+        return response
+
+
+@contextmanager
+def running_webhook(directory: Path, **settings: Any) -> Iterator[RunningWebhook]:
+    cert_file, key_file = write_self_signed(directory)
+    config = Settings(
+        listen="127.0.0.1:0", tls_cert_file=str(cert_file), tls_key_file=str(key_file), **settings
+    )
+    admitter, _inventory, _sweeper = build(config, unreachable_api())
+    admitter.inventory = lambda: INVENTORY
+    ready = threading.Event()
+    tls = TLSFiles(str(cert_file), str(key_file))
+    server = WebhookServer(config.host_port, admitter=admitter, tls=tls, ready=ready.is_set)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield RunningWebhook(server, cert_file, key_file)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
