@@ -31,7 +31,7 @@ def gpu_pod(limits: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name},
+        "metadata": {"name": "p"},
         "spec": {"containers": [container]},
     }
 
