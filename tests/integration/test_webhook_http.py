@@ -148,8 +148,14 @@ def test_a_body_that_is_not_an_admission_review_is_http_400(
 
 
 def test_a_body_over_the_limit_is_refused_unread(webhook: RunningWebhook) -> None:
-    status, _ = webhook.post(b" " * (64 * 1024 + 1))
-    assert status == 413
+    """Only the headers are sent: the answer must come without the server waiting for the body."""
+    conn = webhook.connection()
+    conn.putrequest("POST", "/mutate")
+    conn.putheader("Content-Length", str(64 * 1024 + 1))
+    conn.endheaders()
+    response = conn.getresponse()
+    assert (response.status, response.read()) == (413, b"request body too large")
+    conn.close()
 
 
 def test_health_readiness_and_metrics(webhook: RunningWebhook) -> None:
