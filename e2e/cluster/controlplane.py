@@ -31,8 +31,12 @@ from e2e.cluster.processes import Running
 #: On by default from 1.36 (beta), set explicitly so the cluster never silently drops the fields.
 FEATURE_GATES = "DRAConsumableCapacity=true"
 #: resourceclaim (claims from templates, deallocation), garbage collection (claims go with
-#: their pod), namespaces (test namespaces get deleted). No node-lifecycle: no kubelets here.
-CONTROLLERS = "resourceclaim-controller,garbage-collector-controller,namespace-controller"
+#: their pod), namespaces (test namespaces get deleted), deployment and replicaset (workloads
+#: admitted by the webhook make pods). No node-lifecycle: no kubelets here.
+CONTROLLERS = (
+    "resourceclaim-controller,garbage-collector-controller,namespace-controller,"
+    "deployment-controller,replicaset-controller"
+)
 STATE_FILE = "cluster.json"
 START_TIMEOUT_S = 120.0
 
