@@ -1,0 +1,119 @@
+"""Our webhook as a real process on 127.0.0.1, registered with the local API server."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from e2e.cluster.client import Json, KubeClient
+from e2e.waiting import wait_for
+from tests.tls import write_self_signed
+
+NAMESPACE_LABEL = "e2e.vgpu-bridge.io/webhook"
+CONFIGS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class WebhookProcess:
+    port: int
+    cert_file: Path
+    log_file: Path
+
+    def ready(self) -> bool:
+        context = ssl.create_default_context(cafile=str(self.cert_file))
+        try:
+            conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=context, timeout=2)
+            conn.request("GET", "/readyz")
+            ok = conn.getresponse().status == 200
+            conn.close()
+        except OSError:
+            return False
+        return ok
+
+    def log(self) -> str:
+        return self.log_file.read_text() if self.log_file.exists() else ""
+
+
+def configuration(name: str, webhook: WebhookProcess) -> Json:
+    ca_bundle = base64.b64encode(webhook.cert_file.read_bytes()).decode()
+    workloads = ["deployments", "statefulsets", "daemonsets", "replicasets"]
+    rules = [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},
+        {
+            "apiGroups": ["apps"],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": workloads,
+        },
+    ]
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [
+            {
+                "name": "translate.vgpu-bridge.io",
+                "clientConfig": {
+                    "url": f"https://127.0.0.1:{webhook.port}/mutate",
+                    "caBundle": ca_bundle,
+                },
+                "rules": rules,
+                "namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: "true"}},
+                "failurePolicy": "Fail",
+                "sideEffects": "NoneOnDryRun",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 10,
+            }
+        ],
+    }
+
+
+@contextmanager
+def running_webhook(
+    kube: KubeClient, kubeconfig: Path, workdir: Path, *, grace_s: int
+) -> Iterator[WebhookProcess]:
+    """Start `vgpu-bridge webhook`, wait for /readyz, register it; undo all of it afterwards."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    cert_file, key_file = write_self_signed(workdir)
+    webhook = WebhookProcess(free_port(), cert_file, workdir / "webhook.log")
+    command = [
+        sys.executable, "-m", "vgpu_bridge.cli", "webhook",
+        "--listen", f"127.0.0.1:{webhook.port}",
+        "--tls-cert-file", str(cert_file), "--tls-key-file", str(key_file),
+        "--kubeconfig", str(kubeconfig),
+        "--sweep-grace-seconds", str(grace_s), "--sweep-interval-seconds", "1",
+    ]  # fmt: skip
+    with webhook.log_file.open("w") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    name = f"vgpu-bridge-e2e-{webhook.port}"
+    try:
+        wait_for(
+            lambda: process.poll() is None and webhook.ready(), timeout_s=30, what="webhook ready"
+        )
+        kube.create(CONFIGS, configuration(name, webhook))
+        time.sleep(1.5)  # the API server picks up new webhook configurations asynchronously
+        yield webhook
+    finally:
+        kube.delete(f"{CONFIGS}/{name}")
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
