@@ -14,6 +14,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Callable
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -68,6 +69,7 @@ class WebhookServer(ThreadingHTTPServer):
 
     def get_request(self) -> tuple[Any, Any]:
         sock, addr = self.socket.accept()
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle delay on replies
         return self.tls.context.wrap_socket(
             sock, server_side=True, do_handshake_on_connect=False
         ), addr
@@ -82,11 +84,15 @@ class _Handler(BaseHTTPRequestHandler):
         """Access logs are replaced by the one structured line per admission."""
 
     def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        """Status line, headers and body leave in one write."""
+        head = [
+            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
+            f"Content-Type: {content_type}",
+            f"Content-Length: {len(body)}",
+        ]
+        if self.close_connection:
+            head.append("Connection: close")
+        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
 
     def do_GET(self) -> None:
         if self.path == "/healthz":
