@@ -4,88 +4,19 @@ devices, dry runs write nothing, and the sweeper removes templates nothing uses 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 
-from e2e.cluster import KubeClient, LocalCluster
+from e2e.cluster import KubeClient
 from e2e.cluster.client import ApiError, Json
 from e2e.dra_objects import quantity
-from e2e.our_driver import Card, publish, withdraw
 from e2e.pods import claim_of, only_result, running_pod
 from e2e.waiting import wait_for
-from e2e.webhook_process import NAMESPACE_LABEL, WebhookProcess, running_webhook
+from e2e.webhook.helpers import create_pod, gpu_pod, templates
+from e2e.webhook.our_driver import Card
 from vgpu_bridge.core import TranslationContext, translate
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("kubelet_standin")]
 RESOURCE = "/apis/resource.k8s.io/v1"
-GRACE_S = 3
-
-
-@pytest.fixture(scope="module")
-def our_cards(kube: KubeClient, fake_nodes: list[str]) -> Iterator[dict[str, list[Card]]]:
-    cards = {
-        fake_nodes[0]: [
-            Card("gpu-0", "GPU-e2e-0000", "NVIDIA H100 80GB HBM3", "80Gi"),
-            Card("gpu-1", "GPU-e2e-0001", "NVIDIA H100 80GB HBM3", "80Gi"),
-        ],
-        fake_nodes[1]: [Card("gpu-0", "GPU-e2e-1000", "NVIDIA A100-PCIE-40GB", "40Gi")],
-    }
-    slices = publish(kube, cards)
-    yield cards
-    withdraw(kube, slices)
-
-
-@pytest.fixture(scope="module")
-def webhook(
-    kube: KubeClient,
-    e2e_cluster: LocalCluster,
-    our_cards: dict[str, list[Card]],
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[WebhookProcess]:
-    workdir = tmp_path_factory.mktemp("webhook")
-    with running_webhook(kube, e2e_cluster.kubeconfig, workdir, grace_s=GRACE_S) as process:
-        yield process
-        print(process.log()[-4000:])  # shown by pytest for failed tests
-
-
-@pytest.fixture
-def ns(kube: KubeClient, namespace: str, webhook: WebhookProcess) -> str:
-    """A test namespace the webhook is registered for."""
-    patch = {"metadata": {"labels": {NAMESPACE_LABEL: "true"}}}
-    kube.patch(f"/api/v1/namespaces/{namespace}", patch)
-    probe = gpu_pod("probe", {"nvidia.com/gpu": 1})
-    wait_for(
-        lambda: "resourceClaims" in create_pod(kube, namespace, probe, dry_run=True)["spec"],
-        timeout_s=20,
-        what="the webhook to be called for the namespace",
-    )
-    return namespace
-
-
-def gpu_pod(name: str, limits: dict[str, Any], **metadata: Any) -> Json:
-    container = {
-        "name": "main",
-        "image": "registry.invalid/e2e/no-image:never-pulled",
-        "resources": {"limits": limits},
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, **metadata},
-        "spec": {"containers": [container], "terminationGracePeriodSeconds": 0},
-    }
-
-
-def create_pod(kube: KubeClient, namespace: str, pod: Json, *, dry_run: bool = False) -> Json:
-    query = {"dryRun": "All"} if dry_run else None
-    return kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", body=pod, query=query)
-
-
-def templates(kube: KubeClient, namespace: str) -> list[str]:
-    items = kube.items(f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates")
-    return sorted(t["metadata"]["name"] for t in items)
 
 
 def test_pod_with_gpumem_is_translated_allocated_a_share_and_runs(

@@ -1,0 +1,57 @@
+"""Fixtures of the webhook e2e tests: our driver's cards, the webhook process, and a namespace the
+webhook is registered for."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from e2e.cluster import KubeClient, LocalCluster
+from e2e.waiting import wait_for
+from e2e.webhook.helpers import create_pod, gpu_pod
+from e2e.webhook.our_driver import Card, publish, withdraw
+from e2e.webhook.process import NAMESPACE_LABEL, WebhookProcess, running_webhook
+
+GRACE_S = 3
+
+
+@pytest.fixture(scope="session")
+def our_cards(kube: KubeClient, fake_nodes: list[str]) -> Iterator[dict[str, list[Card]]]:
+    cards = {
+        fake_nodes[0]: [
+            Card("gpu-0", "GPU-e2e-0000", "NVIDIA H100 80GB HBM3", "80Gi"),
+            Card("gpu-1", "GPU-e2e-0001", "NVIDIA H100 80GB HBM3", "80Gi"),
+        ],
+        fake_nodes[1]: [Card("gpu-0", "GPU-e2e-1000", "NVIDIA A100-PCIE-40GB", "40Gi")],
+    }
+    slices = publish(kube, cards)
+    yield cards
+    withdraw(kube, slices)
+
+
+@pytest.fixture(scope="session")
+def webhook(
+    kube: KubeClient,
+    e2e_cluster: LocalCluster,
+    our_cards: dict[str, list[Card]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[WebhookProcess]:
+    workdir = tmp_path_factory.mktemp("webhook")
+    with running_webhook(kube, e2e_cluster.kubeconfig, workdir, grace_s=GRACE_S) as process:
+        yield process
+        print(process.log()[-4000:])  # shown by pytest for failed tests
+
+
+@pytest.fixture
+def ns(kube: KubeClient, namespace: str, webhook: WebhookProcess) -> str:
+    """A test namespace the webhook is registered for."""
+    patch = {"metadata": {"labels": {NAMESPACE_LABEL: "true"}}}
+    kube.patch(f"/api/v1/namespaces/{namespace}", patch)
+    probe = gpu_pod("probe", {"nvidia.com/gpu": 1})
+    wait_for(
+        lambda: "resourceClaims" in create_pod(kube, namespace, probe, dry_run=True)["spec"],
+        timeout_s=20,
+        what="the webhook to be called for the namespace",
+    )
+    return namespace
