@@ -1,0 +1,92 @@
+/* One device index space: CUDA ordinals and NVML handles both map to region devices by UUID. */
+#include <stdio.h>
+#include <string.h>
+
+#include "region.h"
+#include "vgpu.h"
+
+static int dev_index[VGPU_MAX_DEVICES]; /* region index + 1; 0 = not looked up yet */
+
+void vgpu_format_uuid(const CUuuid *u, char *buf, size_t len)
+{
+	const unsigned char *b = (const unsigned char *)u->bytes;
+
+	snprintf(buf, len,
+		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+		 b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+		 b[14], b[15]);
+}
+
+int vgpu_dev_uuid(CUdevice dev, char *buf, size_t len)
+{
+	CUuuid u;
+
+	if (real_cuDeviceGetUuid(&u, dev) != CUDA_SUCCESS) {
+		snprintf(buf, len, "cuda-ordinal-%d", (int)dev); /* still one key per device */
+		return -1;
+	}
+	vgpu_format_uuid(&u, buf, len);
+	return 0;
+}
+
+uint64_t vgpu_mem_limit(CUdevice dev)
+{
+	return dev >= 0 && dev < VGPU_MAX_DEVICES ? vgpu_cfg.mem_limit[dev] : 0;
+}
+
+unsigned int vgpu_sm_limit(CUdevice dev)
+{
+	return dev >= 0 && dev < VGPU_MAX_DEVICES ? vgpu_cfg.sm_limit[dev] : 0;
+}
+
+int vgpu_dev_index(CUdevice dev)
+{
+	char uuid[64];
+	int idx;
+
+	if (dev < 0 || dev >= VGPU_MAX_DEVICES)
+		return -1;
+	idx = __atomic_load_n(&dev_index[dev], __ATOMIC_ACQUIRE);
+	if (idx > 0)
+		return idx - 1;
+	vgpu_dev_uuid(dev, uuid, sizeof(uuid));
+	idx = vgpu_region_device(uuid, vgpu_mem_limit(dev), vgpu_sm_limit(dev));
+	if (idx >= 0)
+		__atomic_store_n(&dev_index[dev], idx + 1, __ATOMIC_RELEASE);
+	return idx;
+}
+
+int vgpu_current_device(void)
+{
+	CUdevice dev;
+
+	return real_cuCtxGetDevice(&dev) == CUDA_SUCCESS ? dev : -1;
+}
+
+int vgpu_nvml_dev_index(nvmlDevice_t device, uint64_t *limit)
+{
+	struct vgpu_region *r = vgpu_region_get();
+	char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+	unsigned int index;
+	uint32_t n;
+
+	*limit = 0;
+	if (real_nvmlDeviceGetUUID(device, uuid, sizeof(uuid)) != NVML_SUCCESS)
+		return -1;
+	if (r) {
+		n = __atomic_load_n(&r->ndev, __ATOMIC_ACQUIRE);
+		for (uint32_t i = 0; i < n && i < VGPU_MAX_DEVICES; i++) {
+			if (strcmp(r->devices[i].uuid, uuid) == 0) {
+				*limit = r->devices[i].mem_limit;
+				return (int)i;
+			}
+		}
+	}
+	/* No CUDA process has seen this device yet: the container's NVML index is its CUDA
+	 * ordinal when CUDA_VISIBLE_DEVICES does not reorder devices. */
+	if (real_nvmlDeviceGetIndex(device, &index) != NVML_SUCCESS || index >= VGPU_MAX_DEVICES)
+		return -1;
+	*limit = vgpu_cfg.mem_limit[index];
+	return vgpu_region_device(uuid, *limit, vgpu_cfg.sm_limit[index]);
+}
+

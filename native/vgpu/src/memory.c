@@ -1,0 +1,512 @@
+/*
+ * Memory shares: every allocation is reserved in the shared region (under its lock) before the
+ * driver is called, rolled back if the driver fails, and released when freed. Queries report
+ * total = limit and free = limit - container usage.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "region.h"
+#include "vgpu.h"
+
+#define SMALL_ALIGN 512ULL              /* sub-allocations below the granularity */
+#define DEFAULT_GRANULARITY (2ULL << 20) /* when the driver cannot tell */
+
+enum alloc_kind { KIND_PTR = 1, KIND_HANDLE = 2, KIND_ARRAY = 3 };
+
+/* ---- what we charged, by pointer/handle: open addressing, linear probing ---- */
+struct entry {
+	uint64_t key; /* 0 = empty */
+	uint8_t kind; /* 0 with key != 0: deleted */
+	int8_t didx;
+	uint64_t bytes;
+};
+
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct entry *table;
+static size_t table_cap, table_used; /* used counts live + deleted */
+
+static size_t slot_of(uint64_t key, uint8_t kind, size_t cap)
+{
+	uint64_t h = (key ^ ((uint64_t)kind << 61)) * 0x9e3779b97f4a7c15ULL;
+	return (size_t)(h >> 17) & (cap - 1);
+}
+
+static int table_grow(void)
+{
+	size_t cap = table_cap ? table_cap * 2 : 1024;
+	struct entry *t = calloc(cap, sizeof(*t));
+
+	if (t == NULL)
+		return -1;
+	for (size_t i = 0; i < table_cap; i++) {
+		struct entry *e = &table[i];
+		if (e->key == 0 || e->kind == 0)
+			continue;
+		size_t j = slot_of(e->key, e->kind, cap);
+		while (t[j].key != 0)
+			j = (j + 1) & (cap - 1);
+		t[j] = *e;
+	}
+	size_t live = 0;
+	for (size_t i = 0; i < cap; i++)
+		live += t[i].key != 0;
+	free(table);
+	table = t;
+	table_cap = cap;
+	table_used = live;
+	return 0;
+}
+
+static int table_put(uint64_t key, uint8_t kind, int didx, uint64_t bytes)
+{
+	int rc = 0;
+	size_t i;
+
+	pthread_mutex_lock(&table_lock);
+	if ((table_used + 1) * 2 > table_cap && table_grow() < 0) {
+		rc = -1;
+		goto out;
+	}
+	i = slot_of(key, kind, table_cap);
+	while (table[i].key != 0 && !(table[i].key == key && table[i].kind == kind))
+		i = (i + 1) & (table_cap - 1);
+	if (table[i].key == 0)
+		table_used++;
+	table[i] = (struct entry){key, kind, (int8_t)didx, bytes};
+out:
+	pthread_mutex_unlock(&table_lock);
+	return rc;
+}
+
+/* Removes the entry; returns 0 and its charge, or -1 if we never charged it. */
+static int table_take(uint64_t key, uint8_t kind, int *didx, uint64_t *bytes)
+{
+	int rc = -1;
+	size_t i;
+
+	pthread_mutex_lock(&table_lock);
+	if (table_cap == 0)
+		goto out;
+	i = slot_of(key, kind, table_cap);
+	for (; table[i].key != 0; i = (i + 1) & (table_cap - 1)) {
+		if (table[i].key == key && table[i].kind == kind) {
+			*didx = table[i].didx;
+			*bytes = table[i].bytes;
+			table[i].kind = 0; /* tombstone: keeps probe chains intact */
+			rc = 0;
+			break;
+		}
+	}
+out:
+	pthread_mutex_unlock(&table_lock);
+	return rc;
+}
+
+void vgpu_memory_atfork_child(void)
+{
+	/* The parent's allocations are the parent's charges, not ours. */
+	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+
+	table_lock = fresh;
+	free(table);
+	table = NULL;
+	table_cap = table_used = 0;
+}
+
+/* ---- sizes ---- */
+static uint64_t granularity(CUdevice dev)
+{
+	static uint64_t cache[VGPU_MAX_DEVICES];
+	CUmemAllocationProp prop;
+	size_t g = 0;
+
+	if (dev < 0 || dev >= VGPU_MAX_DEVICES)
+		return DEFAULT_GRANULARITY;
+	if (__atomic_load_n(&cache[dev], __ATOMIC_RELAXED))
+		return cache[dev];
+	memset(&prop, 0, sizeof(prop));
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = dev;
+	if (real_cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
+		    CUDA_SUCCESS ||
+	    g == 0 || (g & (g - 1)) != 0)
+		g = DEFAULT_GRANULARITY;
+	__atomic_store_n(&cache[dev], (uint64_t)g, __ATOMIC_RELAXED);
+	return g;
+}
+
+static uint64_t round_up(uint64_t n, uint64_t align)
+{
+	return n > UINT64_MAX - (align - 1) ? UINT64_MAX & ~(align - 1) : (n + align - 1) & ~(align - 1);
+}
+
+/* What an allocation of `bytes` costs on the device: whole pages of the allocation granularity,
+ * small allocations share pages and cost their 512-byte aligned size. */
+static uint64_t charge_size(CUdevice dev, uint64_t bytes)
+{
+	uint64_t g = granularity(dev);
+
+	return bytes >= g ? round_up(bytes, g) : round_up(bytes ? bytes : 1, SMALL_ALIGN);
+}
+
+/* ---- reserve → call → commit or roll back ---- */
+struct charge {
+	int didx; /* -1: nothing charged */
+	uint64_t bytes;
+};
+
+static CUresult charge_begin(struct charge *c, CUdevice dev, uint64_t bytes)
+{
+	uint64_t limit = vgpu_mem_limit(dev);
+
+	c->didx = -1;
+	c->bytes = 0;
+	if (dev < 0)
+		return CUDA_SUCCESS; /* no context: the driver reports the error */
+	c->didx = vgpu_dev_index(dev);
+	if (c->didx < 0)
+		return limit ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+	c->bytes = charge_size(dev, bytes);
+	if (vgpu_region_reserve(c->didx, c->bytes, limit) < 0) {
+		LOG_INFO("device %d: %llu bytes refused, %llu of %llu in use", (int)dev,
+			 (unsigned long long)c->bytes,
+			 (unsigned long long)vgpu_region_used(c->didx), (unsigned long long)limit);
+		c->didx = -1;
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return CUDA_SUCCESS;
+}
+
+static CUresult charge_end(struct charge *c, CUresult r, uint8_t kind, uint64_t key)
+{
+	if (c->didx < 0)
+		return r;
+	if (r != CUDA_SUCCESS || key == 0 || table_put(key, kind, c->didx, c->bytes) < 0)
+		vgpu_region_release(c->didx, c->bytes);
+	return r;
+}
+
+/* Frees go: take our record → driver frees → release the charge (or put the record back if
+ * the driver refused). Taking the record first matters: once the driver has freed an address,
+ * another thread may be handed the same address and record its own charge under it. */
+struct freeing {
+	int had;
+	int didx;
+	uint64_t bytes;
+	uint8_t kind;
+	uint64_t key;
+};
+
+static void free_begin(struct freeing *f, uint8_t kind, uint64_t key)
+{
+	f->kind = kind;
+	f->key = key;
+	f->had = key != 0 && table_take(key, kind, &f->didx, &f->bytes) == 0;
+}
+
+static CUresult free_end(struct freeing *f, CUresult r)
+{
+	if (!f->had)
+		return r; /* not ours (imported, from before us): the driver's business */
+	if (r == CUDA_SUCCESS)
+		vgpu_region_release(f->didx, f->bytes);
+	else if (table_put(f->key, f->kind, f->didx, f->bytes) < 0)
+		vgpu_region_release(f->didx, f->bytes);
+	return r;
+}
+
+/* ---- allocation hooks ---- */
+#define CHARGED_PTR_ALLOC(dev, bytes, call)                                                        \
+	do {                                                                                       \
+		struct charge c;                                                                   \
+		CUresult r;                                                                        \
+		VGPU_ENTER();                                                                           \
+		if (dptr == NULL)                                                                  \
+			return call;                                                               \
+		if ((r = charge_begin(&c, (dev), (bytes))) != CUDA_SUCCESS)                        \
+			return r;                                                                  \
+		r = call;                                                                          \
+		return charge_end(&c, r, KIND_PTR, r == CUDA_SUCCESS ? *dptr : 0);                 \
+	} while (0)
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+	CHARGED_PTR_ALLOC(vgpu_current_device(), bytesize, real_cuMemAlloc_v2(dptr, bytesize));
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+	/* Managed memory may live on the device: charged in full. */
+	CHARGED_PTR_ALLOC(vgpu_current_device(), bytesize,
+			  real_cuMemAllocManaged(dptr, bytesize, flags));
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	CHARGED_PTR_ALLOC(vgpu_current_device(), bytesize,
+			  real_cuMemAllocAsync(dptr, bytesize, hStream));
+}
+
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	CHARGED_PTR_ALLOC(vgpu_current_device(), bytesize,
+			  real_cuMemAllocAsync_ptsz(dptr, bytesize, hStream));
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+				 CUstream hStream)
+{
+	CHARGED_PTR_ALLOC(vgpu_current_device(), bytesize,
+			  real_cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream));
+}
+
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+				      CUstream hStream)
+{
+	CHARGED_PTR_ALLOC(vgpu_current_device(), bytesize,
+			  real_cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream));
+}
+
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+			    unsigned int ElementSizeBytes)
+{
+	CUdevice dev;
+	struct charge c;
+	uint64_t actual;
+	CUresult r;
+
+	VGPU_ENTER();
+	if (dptr == NULL || pPitch == NULL)
+		return real_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+	dev = vgpu_current_device();
+	/* Reserve with the usual 512-byte pitch, then settle on the pitch the driver chose. */
+	if ((r = charge_begin(&c, dev, round_up(WidthInBytes, 512) * (uint64_t)Height)) != CUDA_SUCCESS)
+		return r;
+	r = real_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+	if (r == CUDA_SUCCESS && c.didx >= 0) {
+		actual = charge_size(dev, (uint64_t)*pPitch * Height);
+		if (actual > c.bytes &&
+		    vgpu_region_reserve(c.didx, actual - c.bytes, vgpu_mem_limit(dev)) < 0) {
+			real_cuMemFree_v2(*dptr);
+			vgpu_region_release(c.didx, c.bytes);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		if (actual < c.bytes)
+			vgpu_region_release(c.didx, c.bytes - actual);
+		c.bytes = actual;
+	}
+	return charge_end(&c, r, KIND_PTR, r == CUDA_SUCCESS ? *dptr : 0);
+}
+
+#define FREE_HOOK(kind, key, call)                                                                 \
+	do {                                                                                       \
+		struct freeing fr;                                                                 \
+		vgpu_init();                                                                       \
+		free_begin(&fr, (kind), (key));                                                    \
+		return free_end(&fr, call);                                                        \
+	} while (0)
+
+CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+	FREE_HOOK(KIND_PTR, dptr, real_cuMemFree_v2(dptr));
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+	FREE_HOOK(KIND_PTR, dptr, real_cuMemFreeAsync(dptr, hStream));
+}
+
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+	FREE_HOOK(KIND_PTR, dptr, real_cuMemFreeAsync_ptsz(dptr, hStream));
+}
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+		     const CUmemAllocationProp *prop, unsigned long long flags)
+{
+	struct charge c;
+	CUresult r;
+
+	VGPU_ENTER();
+	/* Only device-resident physical memory counts; host locations are host memory. */
+	if (handle == NULL || prop == NULL || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return real_cuMemCreate(handle, size, prop, flags);
+	if ((r = charge_begin(&c, prop->location.id, size)) != CUDA_SUCCESS)
+		return r;
+	r = real_cuMemCreate(handle, size, prop, flags);
+	return charge_end(&c, r, KIND_HANDLE, r == CUDA_SUCCESS ? *handle : 0);
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	FREE_HOOK(KIND_HANDLE, handle, real_cuMemRelease(handle));
+}
+
+static uint64_t element_size(CUarray_format f, unsigned int channels)
+{
+	uint64_t per;
+
+	switch (f) {
+	case CU_AD_FORMAT_UNSIGNED_INT8:
+	case CU_AD_FORMAT_SIGNED_INT8:
+		per = 1;
+		break;
+	case CU_AD_FORMAT_UNSIGNED_INT16:
+	case CU_AD_FORMAT_SIGNED_INT16:
+	case CU_AD_FORMAT_HALF:
+		per = 2;
+		break;
+	default: /* 32-bit formats and anything newer: 4 bytes a channel, the widest scalar */
+		per = 4;
+		break;
+	}
+	return per * (channels ? channels : 1);
+}
+
+static uint64_t dim(size_t n)
+{
+	return n ? n : 1;
+}
+
+static CUresult charged_array(CUarray *pHandle, uint64_t bytes, CUresult (*create)(CUarray *, const void *),
+			      const void *desc)
+{
+	struct charge c;
+	CUresult r;
+
+	if ((r = charge_begin(&c, vgpu_current_device(), bytes)) != CUDA_SUCCESS)
+		return r;
+	r = create(pHandle, desc);
+	return charge_end(&c, r, KIND_ARRAY, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0);
+}
+
+static CUresult create_2d(CUarray *h, const void *d)
+{
+	return real_cuArrayCreate_v2(h, d);
+}
+
+static CUresult create_3d(CUarray *h, const void *d)
+{
+	return real_cuArray3DCreate_v2(h, d);
+}
+
+CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d)
+{
+	VGPU_ENTER();
+	if (pHandle == NULL || d == NULL)
+		return real_cuArrayCreate_v2(pHandle, d);
+	return charged_array(pHandle, dim(d->Width) * dim(d->Height) * element_size(d->Format, d->NumChannels),
+			     create_2d, d);
+}
+
+CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+	VGPU_ENTER();
+	if (pHandle == NULL || d == NULL)
+		return real_cuArray3DCreate_v2(pHandle, d);
+	return charged_array(pHandle,
+			     dim(d->Width) * dim(d->Height) * dim(d->Depth) *
+				     element_size(d->Format, d->NumChannels),
+			     create_3d, d);
+}
+
+CUresult cuArrayDestroy(CUarray hArray)
+{
+	FREE_HOOK(KIND_ARRAY, (uint64_t)(uintptr_t)hArray, real_cuArrayDestroy(hArray));
+}
+
+/* ---- virtualised queries ---- */
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* Container view of a device with `limit`: total = limit (never above the physical size),
+ * free = total - usage, never negative. */
+static void virtual_info(uint64_t limit, uint64_t used, unsigned long long *total,
+			 unsigned long long *free_)
+{
+	uint64_t t = min_u64(limit, *total);
+
+	*free_ = min_u64(t > used ? t - used : 0, *free_);
+	*total = t;
+}
+
+CUresult cuMemGetInfo_v2(size_t *free_, size_t *total)
+{
+	unsigned long long t, f;
+	uint64_t limit;
+	CUdevice dev;
+	CUresult r;
+	int didx;
+
+	VGPU_ENTER();
+	r = real_cuMemGetInfo_v2(free_, total);
+	if (r != CUDA_SUCCESS || free_ == NULL || total == NULL)
+		return r;
+	dev = vgpu_current_device();
+	if ((limit = vgpu_mem_limit(dev)) == 0 || (didx = vgpu_dev_index(dev)) < 0)
+		return r;
+	t = *total;
+	f = *free_;
+	virtual_info(limit, vgpu_region_used(didx), &t, &f);
+	*total = (size_t)t;
+	*free_ = (size_t)f;
+	return r;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+	uint64_t limit;
+	CUresult r;
+
+	VGPU_ENTER();
+	r = real_cuDeviceTotalMem_v2(bytes, dev);
+	if (r == CUDA_SUCCESS && bytes && (limit = vgpu_mem_limit(dev)) != 0)
+		*bytes = (size_t)min_u64(limit, *bytes);
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+	uint64_t limit, used;
+	nvmlReturn_t r;
+	int didx;
+
+	vgpu_init();
+	if (vgpu_cfg.failed)
+		return NVML_ERROR_NO_PERMISSION;
+	r = real_nvmlDeviceGetMemoryInfo(device, memory);
+	if (r != NVML_SUCCESS || memory == NULL)
+		return r;
+	if ((didx = vgpu_nvml_dev_index(device, &limit)) < 0 || limit == 0)
+		return r;
+	used = vgpu_region_used(didx);
+	virtual_info(limit, used, &memory->total, &memory->free);
+	memory->used = min_u64(used, memory->total);
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+	uint64_t limit, used;
+	nvmlReturn_t r;
+	int didx;
+
+	vgpu_init();
+	if (vgpu_cfg.failed)
+		return NVML_ERROR_NO_PERMISSION;
+	r = real_nvmlDeviceGetMemoryInfo_v2(device, memory);
+	if (r != NVML_SUCCESS || memory == NULL)
+		return r;
+	if ((didx = vgpu_nvml_dev_index(device, &limit)) < 0 || limit == 0)
+		return r;
+	used = vgpu_region_used(didx);
+	virtual_info(limit, used, &memory->total, &memory->free);
+	memory->used = min_u64(used, memory->total);
+	memory->reserved = 0; /* driver reservations are outside the container's share */
+	return r;
+}

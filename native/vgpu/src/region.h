@@ -1,0 +1,103 @@
+/*
+ * The shared region: one file per container (CUDA_DEVICE_MEMORY_SHARED_CACHE) mapped by every
+ * CUDA process in it, so that all of them share one limit. This header is the only definition
+ * of its layout. Any change to the layout bumps VGPU_REGION_VERSION; a file of another version
+ * or size is refused (fail closed) with a message naming the file.
+ *
+ * Layout, version 1 (x86-64 / aarch64 glibc; all integers native-endian):
+ *   offset 0     u32  magic      VGPU_REGION_MAGIC, written last when the file is initialised
+ *   offset 4     u32  version    VGPU_REGION_VERSION
+ *   offset 8     u64  size       sizeof(struct vgpu_region)
+ *   offset 16    pthread_mutex_t lock (40 bytes): process-shared, robust
+ *   offset 56    u32  ndev       devices[0..ndev) are in use
+ *   offset 60    u32  high_water slots[0..high_water) may be in use
+ *   offset 64    devices[16]     struct vgpu_region_device (64 bytes each)
+ *   offset 1088  slots[1024]     struct vgpu_region_slot (224 bytes each)
+ *
+ * Rules that make it robust to kill -9 at any instruction:
+ *  - The lock is a robust mutex: a holder's death hands the next locker EOWNERDEAD, which marks
+ *    it consistent and sweeps (below) before going on.
+ *  - A slot belongs to the process whose pid it holds; only the owner changes its counters,
+ *    with atomic adds and subtracts. Claiming a slot (under the lock) zeroes the counters first
+ *    and writes pid last; freeing writes pid = 0 last. A half-claimed slot of a dead process is
+ *    a dead slot like any other.
+ *  - Slots never move, so a process's slot index stays valid for its whole life (no stale
+ *    pointers after compaction). Compaction = sweeping dead slots (pid gone, or start time
+ *    changed, i.e. pid reuse) to free and lowering high_water past free tail slots. Sweeps run
+ *    on registration, before refusing an allocation, after EOWNERDEAD, and from memory queries.
+ *  - A device entry is written (uuid, limits) before ndev is raised.
+ * Usage per device = the sum of used[d] over live slots, read with atomic loads.
+ */
+#ifndef VGPU_REGION_H
+#define VGPU_REGION_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "vgpu.h"
+
+#define VGPU_REGION_MAGIC 0x55504756u /* "VGPU" */
+#define VGPU_REGION_VERSION 1u
+#define VGPU_REGION_SLOTS 1024
+
+struct vgpu_region_device {
+	char uuid[48];       /* "GPU-xxxxxxxx-...", NUL-terminated */
+	uint64_t mem_limit;  /* bytes, 0 = none; as configured by the first process to see it */
+	uint32_t sm_limit;   /* percent, 0 = none */
+	uint32_t reserved;
+};
+
+struct vgpu_region_slot {
+	int32_t pid;          /* owner's pid in the container's pid namespace; 0 = free */
+	int32_t host_pid;     /* outermost pid from /proc/self/status NStgid; 0 = unknown */
+	uint64_t start_time;  /* owner's start time (clock ticks after boot): guards pid reuse */
+	int32_t priority;     /* CUDA_TASK_PRIORITY */
+	uint32_t sm_util;     /* last container utilisation this process measured, percent */
+	uint64_t used[VGPU_MAX_DEVICES]; /* bytes charged per region device */
+	uint64_t launches;    /* kernel launches seen (all devices), for metrics */
+	uint64_t reserved[8];
+};
+
+struct vgpu_region {
+	uint32_t magic;
+	uint32_t version;
+	uint64_t size;
+	pthread_mutex_t lock;
+	uint32_t ndev;
+	uint32_t high_water;
+	struct vgpu_region_device devices[VGPU_MAX_DEVICES];
+	struct vgpu_region_slot slots[VGPU_REGION_SLOTS];
+};
+
+_Static_assert(sizeof(pthread_mutex_t) == 40, "region layout assumes a 40-byte pthread_mutex_t");
+_Static_assert(sizeof(struct vgpu_region_device) == 64, "device entry size");
+_Static_assert(sizeof(struct vgpu_region_slot) == 224, "slot size");
+_Static_assert(__builtin_offsetof(struct vgpu_region, devices) == 64, "devices offset");
+_Static_assert(__builtin_offsetof(struct vgpu_region, slots) == 1088, "slots offset");
+
+/* Maps (creating if needed) the region at `path` and registers this process. 0 or -1. */
+int vgpu_region_open(const char *path, int priority);
+/* Region device index for `uuid`, adding it with these limits if new; -1 if the table is full. */
+int vgpu_region_device(const char *uuid, uint64_t mem_limit, unsigned int sm_limit);
+/* Charges `bytes` on device `d` to this process unless the container's usage would pass `limit`
+ * (0 = none). 0, or -1 when over the limit. Takes the lock. */
+int vgpu_region_reserve(int d, uint64_t bytes, uint64_t limit);
+void vgpu_region_release(int d, uint64_t bytes);
+/* Container usage of device d (bytes). */
+uint64_t vgpu_region_used(int d);
+/* Frees slots of dead processes. Returns how many were freed, -1 if the region is unavailable. */
+int vgpu_region_sweep(void);
+/* Host pids of live processes of the container; returns the count (at most max). */
+int vgpu_region_host_pids(int32_t *out, int max);
+/* Adds to this process's launch count and records the measured utilisation (metrics). */
+void vgpu_region_publish(uint64_t launches, uint32_t sm_util);
+/* Test hook: the mapped region or NULL. */
+struct vgpu_region *vgpu_region_get(void);
+int vgpu_region_lock(void);
+void vgpu_region_unlock(void);
+void vgpu_region_atfork_child(void);
+/* Pids from /proc: outermost NStgid of this process (0 if unknown) and a process's start time. */
+int32_t vgpu_host_pid(void);
+uint64_t vgpu_proc_start_time(int pid);
+
+#endif

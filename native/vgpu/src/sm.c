@@ -1,0 +1,319 @@
+/*
+ * SM shares. A launch costs blocks × threads-per-block "work units". Per device, launches draw
+ * on a token bucket refilled at `rate` units/s. A watcher thread measures the container's
+ * utilisation U (NVML, summed over the container's host pids) every tick and sets
+ *     rate = consumed_rate × limit / U
+ * i.e. the rate that would have produced exactly the limit, smoothed and bounded to ×½..×2 per
+ * tick. The controller is scale-free: nothing depends on SM count, so a 188-SM card throttles as
+ * accurately as a 16-SM one. Graph launches cost one full wave of the device each.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+
+#include "region.h"
+#include "vgpu.h"
+
+#define TICK_NS 100000000ULL  /* watcher period */
+#define BURST_S 0.02          /* bucket depth, seconds of rate */
+#define MAX_SLEEP_NS 200000000ULL
+#define MAX_SAMPLES 256
+
+struct sm_dev {
+	pthread_mutex_t mu;
+	double rate;     /* units per second; 0 = not throttling yet */
+	double tokens;
+	uint64_t last_ns;
+	uint64_t spent;  /* units launched since the last tick (atomic) */
+	uint64_t launches;
+	unsigned int limit;
+	int watched;     /* the watcher measures this device */
+	uint64_t wave;   /* units of one full wave: SMs × max threads per SM */
+	nvmlDevice_t nvml;
+	unsigned long long last_seen_us;
+};
+
+static struct sm_dev sm[VGPU_MAX_DEVICES];
+static int sm_any = -1; /* -1 unknown, 0 no SM limit configured, 1 some */
+static int watcher_started;
+static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_ns(uint64_t ns)
+{
+	struct timespec ts = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* Container SM utilisation of device d in percent, or -1 if it cannot be measured. */
+static double measure(struct sm_dev *s)
+{
+	nvmlProcessUtilizationSample_t samples[MAX_SAMPLES];
+	int32_t pids[VGPU_REGION_SLOTS];
+	unsigned int n = MAX_SAMPLES;
+	unsigned long long since = s->last_seen_us;
+	nvmlUtilization_t u;
+	nvmlReturn_t r;
+	int npids;
+
+	npids = vgpu_region_host_pids(pids, VGPU_REGION_SLOTS);
+	if (npids > 0) {
+		r = real_nvmlDeviceGetProcessUtilization(s->nvml, samples, &n, since);
+		if (r == NVML_ERROR_NOT_FOUND)
+			return 0; /* no samples since the last tick: idle */
+		if (r == NVML_SUCCESS) {
+			double sum = 0;
+			for (int p = 0; p < npids; p++) {
+				unsigned int cnt = 0, tot = 0;
+				for (unsigned int i = 0; i < n && i < MAX_SAMPLES; i++) {
+					if ((int32_t)samples[i].pid != pids[p] || samples[i].smUtil > 100)
+						continue;
+					tot += samples[i].smUtil;
+					cnt++;
+					if (samples[i].timeStamp > s->last_seen_us)
+						s->last_seen_us = samples[i].timeStamp;
+				}
+				if (cnt)
+					sum += (double)tot / cnt;
+			}
+			return sum > 100 ? 100 : sum;
+		}
+	}
+	/* No per-process numbers: the device's utilisation (neighbours included) is an upper
+	 * bound on ours, so throttling on it errs on the safe side. */
+	if (real_nvmlDeviceGetUtilizationRates(s->nvml, &u) == NVML_SUCCESS && u.gpu <= 100)
+		return u.gpu;
+	return -1;
+}
+
+static void tick(struct sm_dev *s, double dt)
+{
+	double consumed = (double)__atomic_exchange_n(&s->spent, 0, __ATOMIC_ACQ_REL) / dt;
+	uint64_t launches = __atomic_exchange_n(&s->launches, 0, __ATOMIC_ACQ_REL);
+	double u = measure(s), target;
+
+	vgpu_region_publish(launches, u < 0 ? 0 : (uint32_t)lround(u));
+	if (u < 0)
+		return;
+	pthread_mutex_lock(&s->mu);
+	if (s->rate == 0) {
+		if (u > s->limit && consumed > 0) {
+			s->rate = consumed * s->limit / u;
+			s->tokens = 0;
+			s->last_ns = now_ns();
+		}
+	} else {
+		if (u >= 1 && consumed > 0)
+			target = consumed * s->limit / u;
+		else
+			target = s->rate * 2; /* idle or nearly: let it grow */
+		if (target > s->rate * 2)
+			target = s->rate * 2;
+		if (target < s->rate / 2)
+			target = s->rate / 2;
+		s->rate = 0.5 * s->rate + 0.5 * target;
+	}
+	pthread_mutex_unlock(&s->mu);
+	LOG_DEBUG("sm: util %.1f%% limit %u%% consumed %.0f/s rate %.0f/s", u, s->limit, consumed,
+		  s->rate);
+}
+
+static void *watcher(void *arg)
+{
+	uint64_t last = now_ns(), t;
+	sigset_t all;
+
+	(void)arg;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	for (;;) {
+		sleep_ns(TICK_NS);
+		t = now_ns();
+		for (int d = 0; d < VGPU_MAX_DEVICES; d++)
+			if (__atomic_load_n(&sm[d].watched, __ATOMIC_ACQUIRE))
+				tick(&sm[d], (double)(t - last) / 1e9);
+		last = t;
+	}
+	return NULL;
+}
+
+/* First throttled launch on device `dev`: find its NVML handle and start the watcher. */
+static void watch(CUdevice dev)
+{
+	struct sm_dev *s = &sm[dev];
+	char uuid[64];
+	int v = 0, n = 0;
+	pthread_t th;
+	pthread_attr_t attr;
+
+	pthread_mutex_lock(&start_mu);
+	if (s->watched)
+		goto out;
+	s->limit = vgpu_sm_limit(dev);
+	if (real_cuDeviceGetAttribute(&n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) ||
+	    real_cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev))
+		n = v = 0;
+	s->wave = n > 0 && v > 0 ? (uint64_t)n * (uint64_t)v : 1ULL << 18;
+	vgpu_dev_uuid(dev, uuid, sizeof(uuid));
+	if (real_nvmlInit_v2() != NVML_SUCCESS ||
+	    real_nvmlDeviceGetHandleByUUID(uuid, &s->nvml) != NVML_SUCCESS) {
+		LOG_WARN("device %d: NVML cannot measure its utilisation; SM limit %u%% not enforced",
+			 (int)dev, s->limit);
+		s->limit = 0;
+		goto out;
+	}
+	vgpu_dev_index(dev); /* so the device is in the region for metrics */
+	__atomic_store_n(&s->watched, 1, __ATOMIC_RELEASE);
+	if (!watcher_started) {
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		if (pthread_create(&th, &attr, watcher, NULL) == 0)
+			watcher_started = 1;
+		else
+			LOG_ERR("cannot start the SM watcher thread; SM limits not enforced");
+		pthread_attr_destroy(&attr);
+	}
+out:
+	pthread_mutex_unlock(&start_mu);
+}
+
+/* Waits until the device's share allows `units` more work. */
+static void throttle(uint64_t units, int graph)
+{
+	struct sm_dev *s;
+	uint64_t t, wait = 0;
+	int dev;
+	int any = __atomic_load_n(&sm_any, __ATOMIC_RELAXED);
+
+	if (any == 0)
+		return;
+	if (any < 0) {
+		any = 0;
+		for (int i = 0; i < VGPU_MAX_DEVICES; i++)
+			any |= vgpu_cfg.sm_limit[i] != 0;
+		__atomic_store_n(&sm_any, any, __ATOMIC_RELAXED);
+		if (!any)
+			return;
+	}
+	if ((dev = vgpu_current_device()) < 0 || vgpu_sm_limit(dev) == 0)
+		return;
+	s = &sm[dev];
+	if (!__atomic_load_n(&s->watched, __ATOMIC_ACQUIRE)) {
+		watch(dev);
+		if (!__atomic_load_n(&s->watched, __ATOMIC_ACQUIRE))
+			return;
+	}
+	if (graph)
+		units = s->wave;
+	__atomic_add_fetch(&s->spent, units, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&s->launches, 1, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&s->mu);
+	if (s->rate > 0) {
+		t = now_ns();
+		s->tokens += s->rate * (double)(t - s->last_ns) / 1e9;
+		if (s->tokens > s->rate * BURST_S)
+			s->tokens = s->rate * BURST_S;
+		s->last_ns = t;
+		s->tokens -= (double)units;
+		if (s->tokens < 0)
+			wait = (uint64_t)(-s->tokens / s->rate * 1e9);
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (wait)
+		sleep_ns(wait < MAX_SLEEP_NS ? wait : MAX_SLEEP_NS);
+}
+
+void vgpu_sm_atfork_child(void)
+{
+	/* The watcher thread did not survive the fork; start afresh. */
+	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+
+	start_mu = fresh;
+	watcher_started = 0;
+	for (int d = 0; d < VGPU_MAX_DEVICES; d++) {
+		memset(&sm[d], 0, sizeof(sm[d]));
+		sm[d].mu = fresh;
+	}
+}
+
+static uint64_t blocks(unsigned int x, unsigned int y, unsigned int z)
+{
+	return (uint64_t)x * y * z;
+}
+
+CUresult cuLaunchKernel VGPU_LAUNCH_PARAMS
+{
+	VGPU_ENTER();
+	throttle(blocks(gridDimX, gridDimY, gridDimZ) * blocks(blockDimX, blockDimY, blockDimZ), 0);
+	return real_cuLaunchKernel VGPU_LAUNCH_ARGS;
+}
+
+CUresult cuLaunchKernel_ptsz VGPU_LAUNCH_PARAMS
+{
+	VGPU_ENTER();
+	throttle(blocks(gridDimX, gridDimY, gridDimZ) * blocks(blockDimX, blockDimY, blockDimZ), 0);
+	return real_cuLaunchKernel_ptsz VGPU_LAUNCH_ARGS;
+}
+
+CUresult cuLaunchCooperativeKernel VGPU_COOP_PARAMS
+{
+	VGPU_ENTER();
+	throttle(blocks(gridDimX, gridDimY, gridDimZ) * blocks(blockDimX, blockDimY, blockDimZ), 0);
+	return real_cuLaunchCooperativeKernel VGPU_COOP_ARGS;
+}
+
+CUresult cuLaunchCooperativeKernel_ptsz VGPU_COOP_PARAMS
+{
+	VGPU_ENTER();
+	throttle(blocks(gridDimX, gridDimY, gridDimZ) * blocks(blockDimX, blockDimY, blockDimZ), 0);
+	return real_cuLaunchCooperativeKernel_ptsz VGPU_COOP_ARGS;
+}
+
+static uint64_t config_units(const CUlaunchConfig *c)
+{
+	return c ? blocks(c->gridDimX, c->gridDimY, c->gridDimZ) *
+			   blocks(c->blockDimX, c->blockDimY, c->blockDimZ)
+		 : 1;
+}
+
+CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+			  void **extra)
+{
+	VGPU_ENTER();
+	throttle(config_units(config), 0);
+	return real_cuLaunchKernelEx(config, f, kernelParams, extra);
+}
+
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+			       void **extra)
+{
+	VGPU_ENTER();
+	throttle(config_units(config), 0);
+	return real_cuLaunchKernelEx_ptsz(config, f, kernelParams, extra);
+}
+
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+	VGPU_ENTER();
+	throttle(0, 1);
+	return real_cuGraphLaunch(hGraphExec, hStream);
+}
+
+CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+	VGPU_ENTER();
+	throttle(0, 1);
+	return real_cuGraphLaunch_ptsz(hGraphExec, hStream);
+}

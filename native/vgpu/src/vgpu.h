@@ -1,0 +1,105 @@
+/* Internal interfaces of libvgpu. Nothing here is exported (hidden visibility by default). */
+#ifndef VGPU_H
+#define VGPU_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "abi.h"
+
+#define VGPU_EXPORT __attribute__((visibility("default")))
+#define VGPU_MAX_DEVICES 16
+
+/* ---- configuration (config.c): read once from the environment ---- */
+enum vgpu_log_level { VGPU_LOG_ERROR = 0, VGPU_LOG_WARN = 1, VGPU_LOG_INFO = 2, VGPU_LOG_DEBUG = 3 };
+
+struct vgpu_config {
+	uint64_t mem_limit[VGPU_MAX_DEVICES]; /* bytes per CUDA ordinal, 0 = no limit */
+	unsigned int sm_limit[VGPU_MAX_DEVICES]; /* percent per CUDA ordinal, 0 = no limit */
+	char shared_cache[4096];              /* shared-region file */
+	int priority;                          /* CUDA_TASK_PRIORITY, recorded in the region */
+	int log_level;
+	bool failed;       /* an unparseable limit: hooks refuse work (fail closed) */
+	char error[512];   /* first problem found, as printed */
+};
+
+#define VGPU_DEFAULT_SHARED_CACHE "/tmp/vgpu/shared-region"
+
+/* Parses `envp` (a NULL-terminated "KEY=VALUE" array, like environ) into `cfg`. Returns 0, or -1
+ * with cfg->failed set and cfg->error describing the first bad value. */
+int vgpu_config_parse(struct vgpu_config *cfg, char *const *envp);
+/* `<n>[k|m|g|t|Ki|Mi|Gi|Ti][B]` (k/m/g are binary, as HAMi users expect), decimals allowed with a
+ * unit. Returns 0 and the byte count, or -1 with a reason in `why`. */
+int vgpu_parse_bytes(const char *s, uint64_t *out, const char **why);
+int vgpu_parse_percent(const char *s, unsigned int *out, const char **why);
+
+/* ---- logging ---- */
+extern int vgpu_log_level;
+void vgpu_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define LOG_ERR(...) vgpu_log(VGPU_LOG_ERROR, __VA_ARGS__)
+#define LOG_WARN(...) do { if (vgpu_log_level >= VGPU_LOG_WARN) vgpu_log(VGPU_LOG_WARN, __VA_ARGS__); } while (0)
+#define LOG_INFO(...) do { if (vgpu_log_level >= VGPU_LOG_INFO) vgpu_log(VGPU_LOG_INFO, __VA_ARGS__); } while (0)
+#define LOG_DEBUG(...) do { if (vgpu_log_level >= VGPU_LOG_DEBUG) vgpu_log(VGPU_LOG_DEBUG, __VA_ARGS__); } while (0)
+
+/* ---- the real driver (hook.c) ---- */
+#define CU_HOOK(name, base, since, ptds, params, args) CUresult(*name) params;
+#define CU_REAL(name, params, args) CUresult(*name) params;
+#define NVML_HOOK(name, params, args) nvmlReturn_t(*name) params;
+#define NVML_REAL(name, params, args) nvmlReturn_t(*name) params;
+struct vgpu_real {
+#include "symbols.def"
+};
+extern struct vgpu_real vgpu_real;
+
+/* Prototypes of our exported wrappers, checked against the table by the compiler. */
+#define CU_HOOK(name, base, since, ptds, params, args) VGPU_EXPORT CUresult name params;
+#define NVML_HOOK(name, params, args) VGPU_EXPORT nvmlReturn_t name params;
+#include "symbols.def"
+
+/* real_<name>(...): calls the real symbol, or reports it missing; never calls through NULL. */
+#define CU_HOOK(name, base, since, ptds, params, args)                                             \
+	static inline CUresult real_##name params                                                  \
+	{                                                                                          \
+		return vgpu_real.name ? vgpu_real.name args : CUDA_ERROR_NOT_SUPPORTED;            \
+	}
+#define CU_REAL(name, params, args) CU_HOOK(name, name, 0, 0, params, args)
+#define NVML_HOOK(name, params, args)                                                              \
+	static inline nvmlReturn_t real_##name params                                              \
+	{                                                                                          \
+		return vgpu_real.name ? vgpu_real.name args : NVML_ERROR_FUNCTION_NOT_FOUND;       \
+	}
+#define NVML_REAL(name, params, args) NVML_HOOK(name, params, args)
+#include "symbols.def"
+
+/* One-time initialisation: config, real symbols. Cheap after the first call. */
+void vgpu_init(void);
+extern struct vgpu_config vgpu_cfg;
+/* First statement of every CUDA hook that does work: initialise, refuse if configured badly. */
+#define VGPU_ENTER()                                                                               \
+	do {                                                                                       \
+		vgpu_init();                                                                       \
+		if (vgpu_cfg.failed)                                                               \
+			return CUDA_ERROR_NOT_PERMITTED;                                           \
+	} while (0)
+
+/* ---- devices (device.c): one index space keyed by UUID ---- */
+/* Region device index of CUDA ordinal `dev` of this process, -1 if unknown. */
+int vgpu_dev_index(CUdevice dev);
+/* CUDA ordinal of the current context's device, or -1. */
+int vgpu_current_device(void);
+/* Effective limits of CUDA ordinal `dev` (0 = none). */
+uint64_t vgpu_mem_limit(CUdevice dev);
+unsigned int vgpu_sm_limit(CUdevice dev);
+/* Memory limit for an NVML handle: looks its UUID up in the region, then falls back to treating
+ * the NVML index as the CUDA ordinal. Returns the region device index or -1. */
+int vgpu_nvml_dev_index(nvmlDevice_t device, uint64_t *limit);
+void vgpu_format_uuid(const CUuuid *u, char *buf, size_t len);
+int vgpu_dev_uuid(CUdevice dev, char *buf, size_t len);
+
+/* ---- memory (memory.c) ---- */
+void vgpu_memory_atfork_child(void);
+
+/* ---- SM throttling (sm.c) ---- */
+void vgpu_sm_atfork_child(void);
+
+#endif

@@ -1,0 +1,57 @@
+/*
+ * The fake driver: libcuda.so.1 and libnvidia-ml.so.1 over host memory, for tests without a GPU.
+ * Configured by environment variables (read once per process):
+ *   FAKE_CUDA_DEVICES        device count (default 1)
+ *   FAKE_CUDA_MEMORY         bytes per device, suffixes K/M/G (default 16G)
+ *   FAKE_CUDA_SM_COUNT       multiprocessors per device (default 132)
+ *   FAKE_CUDA_KERNEL_US      simulated busy time of one kernel launch, µs (default 0)
+ *   FAKE_CUDA_GRAPH_KERNELS  kernels in one graph launch (default 4)
+ *   FAKE_CUDA_QUEUE          launch queue depth before launches block (default 64)
+ *   FAKE_CUDA_GRANULARITY    allocation granularity (default 2M)
+ *   FAKE_CUDA_PROC_INTERNAL  1: cuGetProcAddress hands out internal entry points, not exports
+ *   FAKE_NVML_UTIL           force nvmlDeviceGetUtilizationRates/ProcessUtilization to this %
+ *   FAKE_NVML_NO_PROCESS_UTIL 1: nvmlDeviceGetProcessUtilization is not supported
+ *   FAKE_NVML_WINDOW_MS      utilisation sampling window (default 100)
+ * Device memory is reserved address space (mmap, MAP_NORESERVE): usable, cheap until touched.
+ * The device's busy time is per process (a kernel queue per device), which is what one
+ * process's NVML samples show.
+ */
+#ifndef FAKE_H
+#define FAKE_H
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "abi.h"
+
+#define FAKE_MAX_DEVICES 16
+
+static inline uint64_t fake_env_bytes(const char *name, uint64_t dflt)
+{
+	const char *v = getenv(name);
+	char *end;
+	uint64_t n;
+
+	if (v == NULL || *v == '\0')
+		return dflt;
+	n = strtoull(v, &end, 10);
+	switch (*end) {
+	case 'K': case 'k': n <<= 10; break;
+	case 'M': case 'm': n <<= 20; break;
+	case 'G': case 'g': n <<= 30; break;
+	default: break;
+	}
+	return n;
+}
+
+/* Exported by the fake libcuda for the fake NVML and for tests. */
+uint64_t fake_cuda_memory_used(int dev);
+uint64_t fake_cuda_memory_total(void);
+int fake_cuda_device_count(void);
+/* Busy nanoseconds of device `dev` within the last `window_ns`, and the total since start. */
+uint64_t fake_cuda_busy_ns(int dev, uint64_t window_ns);
+uint64_t fake_cuda_busy_total_ns(int dev);
+uint64_t fake_cuda_launches(int dev);
+uint64_t fake_now_ns(void);
+
+#endif

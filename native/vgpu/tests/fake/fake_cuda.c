@@ -1,0 +1,711 @@
+/* Fake libcuda.so.1 (see fake.h). Implements the driver API libvgpu and its tests use. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "fake.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+struct mem {
+	uint64_t addr, size;
+	int dev, kind; /* kind: 1 device, 2 managed, 3 VMM handle, 4 array, 5 host VMM */
+	struct mem *next;
+};
+
+struct busy_seg {
+	uint64_t start, end;
+};
+
+#define NSEG 8192
+struct device {
+	uint64_t used;
+	uint64_t busy_until;
+	uint64_t busy_total;
+	uint64_t launches;
+	struct busy_seg seg[NSEG]; /* ring of merged busy intervals */
+	unsigned int nseg, head;
+};
+
+static struct {
+	int initialised;
+	int ndev;
+	uint64_t memory, granularity;
+	int sm_count, graph_kernels, queue, proc_internal;
+	uint64_t kernel_ns;
+} cfg;
+static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct device devs[FAKE_MAX_DEVICES];
+static struct mem *mems;
+static __thread int current = -1; /* device of the thread's current context */
+
+static void read_cfg(void)
+{
+	cfg.ndev = (int)fake_env_bytes("FAKE_CUDA_DEVICES", 1);
+	if (cfg.ndev > FAKE_MAX_DEVICES)
+		cfg.ndev = FAKE_MAX_DEVICES;
+	cfg.memory = fake_env_bytes("FAKE_CUDA_MEMORY", 16ULL << 30);
+	cfg.sm_count = (int)fake_env_bytes("FAKE_CUDA_SM_COUNT", 132);
+	cfg.kernel_ns = fake_env_bytes("FAKE_CUDA_KERNEL_US", 0) * 1000;
+	cfg.graph_kernels = (int)fake_env_bytes("FAKE_CUDA_GRAPH_KERNELS", 4);
+	cfg.queue = (int)fake_env_bytes("FAKE_CUDA_QUEUE", 64);
+	cfg.granularity = fake_env_bytes("FAKE_CUDA_GRANULARITY", 2ULL << 20);
+	cfg.proc_internal = (int)fake_env_bytes("FAKE_CUDA_PROC_INTERNAL", 0);
+}
+
+static void config(void)
+{
+	pthread_once(&cfg_once, read_cfg);
+}
+
+EXPORT uint64_t fake_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_until(uint64_t t)
+{
+	uint64_t now = fake_now_ns();
+	struct timespec ts;
+
+	if (t <= now)
+		return;
+	ts.tv_sec = (time_t)((t - now) / 1000000000ULL);
+	ts.tv_nsec = (long)((t - now) % 1000000000ULL);
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+#define CHECK_INIT()                                                                               \
+	do {                                                                                       \
+		if (!cfg.initialised)                                                              \
+			return CUDA_ERROR_NOT_INITIALIZED;                                         \
+	} while (0)
+#define CHECK_CTX()                                                                                \
+	do {                                                                                       \
+		CHECK_INIT();                                                                      \
+		if (current < 0)                                                                   \
+			return CUDA_ERROR_INVALID_CONTEXT;                                         \
+	} while (0)
+
+/* ---- init, devices, contexts ---- */
+EXPORT CUresult cuInit(unsigned int flags)
+{
+	config();
+	if (flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	cfg.initialised = 1;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDriverGetVersion(int *v)
+{
+	if (v == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*v = 12040;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetCount(int *count)
+{
+	CHECK_INIT();
+	if (count == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*count = cfg.ndev;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
+{
+	CHECK_INIT();
+	if (device == NULL || ordinal < 0 || ordinal >= cfg.ndev)
+		return device == NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_DEVICE;
+	*device = ordinal;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+	CHECK_INIT();
+	if (pi == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dev < 0 || dev >= cfg.ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	switch (attrib) {
+	case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+		*pi = cfg.sm_count;
+		return CUDA_SUCCESS;
+	case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR:
+		*pi = 2048;
+		return CUDA_SUCCESS;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+}
+
+/* UUID bytes: a fixed pattern with the ordinal in the last byte (fake NVML formats the same). */
+EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+	CHECK_INIT();
+	if (uuid == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dev < 0 || dev >= cfg.ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	for (int i = 0; i < 16; i++)
+		uuid->bytes[i] = (char)(0xa0 + i);
+	uuid->bytes[15] = (char)dev;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+	CHECK_INIT();
+	if (bytes == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dev < 0 || dev >= cfg.ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*bytes = cfg.memory;
+	return CUDA_SUCCESS;
+}
+
+/* A context is its device ordinal + 1. */
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	CHECK_INIT();
+	if (pctx == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dev < 0 || dev >= cfg.ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*pctx = (CUcontext)(uintptr_t)(dev + 1);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+	CHECK_INIT();
+	int dev = (int)(uintptr_t)ctx - 1;
+	if (ctx != NULL && (dev < 0 || dev >= cfg.ndev))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	current = ctx ? dev : -1;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	CUresult r = cuDevicePrimaryCtxRetain(pctx, dev);
+	return r ? r : cuCtxSetCurrent(*pctx);
+}
+
+EXPORT CUresult cuCtxGetDevice(CUdevice *device)
+{
+	CHECK_CTX();
+	if (device == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*device = current;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxSynchronize(void)
+{
+	uint64_t until;
+
+	CHECK_CTX();
+	pthread_mutex_lock(&mu);
+	until = devs[current].busy_until;
+	pthread_mutex_unlock(&mu);
+	sleep_until(until);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamSynchronize(CUstream s)
+{
+	return cuCtxSynchronize();
+}
+
+/* ---- memory ---- */
+static CUresult mem_add(int dev, uint64_t size, int kind, uint64_t *addr)
+{
+	void *p;
+	int on_device = kind != 5;
+
+	pthread_mutex_lock(&mu);
+	if (on_device && devs[dev].used + size > cfg.memory) {
+		pthread_mutex_unlock(&mu);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	p = mmap(NULL, size ? size : 1, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED) {
+		pthread_mutex_unlock(&mu);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	struct mem *m = calloc(1, sizeof(*m));
+	m->addr = (uint64_t)(uintptr_t)p;
+	m->size = size;
+	m->dev = dev;
+	m->kind = kind;
+	m->next = mems;
+	mems = m;
+	if (on_device)
+		devs[dev].used += size;
+	pthread_mutex_unlock(&mu);
+	*addr = m->addr;
+	return CUDA_SUCCESS;
+}
+
+static CUresult mem_del(uint64_t addr, int kind_a, int kind_b)
+{
+	pthread_mutex_lock(&mu);
+	for (struct mem **pp = &mems; *pp; pp = &(*pp)->next) {
+		struct mem *m = *pp;
+		if (m->addr != addr || (m->kind != kind_a && m->kind != kind_b))
+			continue;
+		*pp = m->next;
+		if (m->kind != 5)
+			devs[m->dev].used -= m->size;
+		pthread_mutex_unlock(&mu);
+		munmap((void *)(uintptr_t)m->addr, m->size ? m->size : 1);
+		free(m);
+		return CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&mu);
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult alloc_kind(CUdeviceptr *dptr, size_t bytesize, int kind)
+{
+	uint64_t a;
+	CUresult r;
+
+	CHECK_CTX();
+	if (dptr == NULL || bytesize == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if ((r = mem_add(current, bytesize, kind, &a)) == CUDA_SUCCESS)
+		*dptr = a;
+	return r;
+}
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+	return alloc_kind(dptr, bytesize, 1);
+}
+
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+	return alloc_kind(dptr, bytesize, 2);
+}
+
+EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t w, size_t h,
+				   unsigned int elem)
+{
+	if (pPitch == NULL || (elem != 4 && elem != 8 && elem != 16))
+		return CUDA_ERROR_INVALID_VALUE;
+	*pPitch = (w + 511) & ~(size_t)511;
+	return alloc_kind(dptr, *pPitch * h, 1);
+}
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+	CHECK_INIT();
+	if (dptr == 0)
+		return CUDA_SUCCESS;
+	return mem_del(dptr, 1, 2);
+}
+
+#ifndef FAKE_OLD_DRIVER
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream s)
+{
+	return alloc_kind(dptr, bytesize, 1);
+}
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream s)
+{
+	return alloc_kind(dptr, bytesize, 1);
+}
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool p,
+					CUstream s)
+{
+	return alloc_kind(dptr, bytesize, 1);
+}
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool p,
+					     CUstream s)
+{
+	return alloc_kind(dptr, bytesize, 1);
+}
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
+{
+	return cuMemFree_v2(dptr);
+}
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
+{
+	return cuMemFree_v2(dptr);
+}
+#endif
+
+EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop,
+					      CUmemAllocationGranularity_flags option)
+{
+	CHECK_INIT();
+	if (g == NULL || prop == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*g = cfg.granularity;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+			    const CUmemAllocationProp *prop, unsigned long long flags)
+{
+	uint64_t a;
+	CUresult r;
+	int host;
+
+	CHECK_INIT();
+	if (handle == NULL || prop == NULL || size == 0 || size % cfg.granularity)
+		return CUDA_ERROR_INVALID_VALUE;
+	host = prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE;
+	if (!host && (prop->location.id < 0 || prop->location.id >= cfg.ndev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	if ((r = mem_add(host ? 0 : prop->location.id, size, host ? 5 : 3, &a)) == CUDA_SUCCESS)
+		*handle = a;
+	return r;
+}
+
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	CHECK_INIT();
+	return mem_del(handle, 3, 5);
+}
+
+static CUresult array_create(CUarray *h, uint64_t bytes)
+{
+	uint64_t a;
+	CUresult r;
+
+	CHECK_CTX();
+	if (h == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if ((r = mem_add(current, bytes, 4, &a)) == CUDA_SUCCESS)
+		*h = (CUarray)(uintptr_t)a;
+	return r;
+}
+
+static uint64_t fmt_size(CUarray_format f)
+{
+	return f == CU_AD_FORMAT_FLOAT || f == CU_AD_FORMAT_UNSIGNED_INT32 ||
+			       f == CU_AD_FORMAT_SIGNED_INT32
+		       ? 4
+	       : f == CU_AD_FORMAT_HALF || f == CU_AD_FORMAT_UNSIGNED_INT16 ||
+			       f == CU_AD_FORMAT_SIGNED_INT16
+		       ? 2
+		       : 1;
+}
+
+EXPORT CUresult cuArrayCreate_v2(CUarray *h, const CUDA_ARRAY_DESCRIPTOR *d)
+{
+	if (d == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	return array_create(h, d->Width * (d->Height ? d->Height : 1) * fmt_size(d->Format) *
+				       d->NumChannels);
+}
+
+EXPORT CUresult cuArray3DCreate_v2(CUarray *h, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+	if (d == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	return array_create(h, d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) *
+				       fmt_size(d->Format) * d->NumChannels);
+}
+
+EXPORT CUresult cuArrayDestroy(CUarray h)
+{
+	CHECK_INIT();
+	return mem_del((uint64_t)(uintptr_t)h, 4, 4);
+}
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *free_, size_t *total)
+{
+	CHECK_CTX();
+	if (free_ == NULL || total == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	*total = cfg.memory;
+	*free_ = cfg.memory - devs[current].used;
+	pthread_mutex_unlock(&mu);
+	return CUDA_SUCCESS;
+}
+
+/* ---- launches: each kernel keeps the device busy for FAKE_CUDA_KERNEL_US ---- */
+static CUresult launch(unsigned int kernels)
+{
+	struct device *d;
+	uint64_t now, start, wait_until = 0;
+
+	CHECK_CTX();
+	pthread_mutex_lock(&mu);
+	d = &devs[current];
+	for (unsigned int k = 0; k < kernels; k++) {
+		now = fake_now_ns();
+		start = d->busy_until > now ? d->busy_until : now;
+		d->busy_until = start + cfg.kernel_ns;
+		d->busy_total += cfg.kernel_ns;
+		d->launches++;
+		if (cfg.kernel_ns == 0)
+			continue;
+		struct busy_seg *last = d->nseg ? &d->seg[(d->head + NSEG - 1) % NSEG] : NULL;
+		if (last && last->end == start) {
+			last->end = d->busy_until;
+		} else {
+			d->seg[d->head] = (struct busy_seg){start, d->busy_until};
+			d->head = (d->head + 1) % NSEG;
+			if (d->nseg < NSEG)
+				d->nseg++;
+		}
+	}
+	/* A full launch queue blocks the launching thread, as on a real device. */
+	if (cfg.kernel_ns && d->busy_until > fake_now_ns() + (uint64_t)cfg.queue * cfg.kernel_ns)
+		wait_until = d->busy_until - (uint64_t)cfg.queue * cfg.kernel_ns;
+	pthread_mutex_unlock(&mu);
+	sleep_until(wait_until);
+	return CUDA_SUCCESS;
+}
+
+#define LAUNCH_PARAMS                                                                              \
+	(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,         \
+	 unsigned int by, unsigned int bz, unsigned int shmem, CUstream s, void **params, void **extra)
+#define COOP_PARAMS                                                                                \
+	(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,         \
+	 unsigned int by, unsigned int bz, unsigned int shmem, CUstream s, void **params)
+
+static CUresult check_dims(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+			   unsigned int bx, unsigned int by, unsigned int bz)
+{
+	if (f == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!gx || !gy || !gz || !bx || !by || !bz || (uint64_t)bx * by * bz > 1024)
+		return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuLaunchKernel LAUNCH_PARAMS
+{
+	CUresult r = check_dims(f, gx, gy, gz, bx, by, bz);
+	return r ? r : launch(1);
+}
+EXPORT CUresult cuLaunchKernel_ptsz LAUNCH_PARAMS
+{
+	CUresult r = check_dims(f, gx, gy, gz, bx, by, bz);
+	return r ? r : launch(1);
+}
+EXPORT CUresult cuLaunchCooperativeKernel COOP_PARAMS
+{
+	CUresult r = check_dims(f, gx, gy, gz, bx, by, bz);
+	return r ? r : launch(1);
+}
+EXPORT CUresult cuLaunchCooperativeKernel_ptsz COOP_PARAMS
+{
+	CUresult r = check_dims(f, gx, gy, gz, bx, by, bz);
+	return r ? r : launch(1);
+}
+#ifndef FAKE_OLD_DRIVER
+EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **e)
+{
+	if (c == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = check_dims(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
+				c->blockDimZ);
+	return r ? r : launch(1);
+}
+EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **p, void **e)
+{
+	return cuLaunchKernelEx(c, f, p, e);
+}
+#endif
+EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
+{
+	return g == NULL ? CUDA_ERROR_INVALID_VALUE : launch((unsigned int)cfg.graph_kernels);
+}
+EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s)
+{
+	return cuGraphLaunch(g, s);
+}
+
+/* ---- helpers for the fake NVML and tests ---- */
+EXPORT uint64_t fake_cuda_memory_used(int dev)
+{
+	uint64_t u;
+	pthread_mutex_lock(&mu);
+	u = dev >= 0 && dev < FAKE_MAX_DEVICES ? devs[dev].used : 0;
+	pthread_mutex_unlock(&mu);
+	return u;
+}
+
+EXPORT uint64_t fake_cuda_memory_total(void)
+{
+	config();
+	return cfg.memory;
+}
+
+EXPORT int fake_cuda_device_count(void)
+{
+	config();
+	return cfg.ndev;
+}
+
+EXPORT uint64_t fake_cuda_busy_ns(int dev, uint64_t window)
+{
+	uint64_t now = fake_now_ns(), from = now > window ? now - window : 0, busy = 0;
+	struct device *d;
+
+	if (dev < 0 || dev >= FAKE_MAX_DEVICES)
+		return 0;
+	pthread_mutex_lock(&mu);
+	d = &devs[dev];
+	for (unsigned int i = 0; i < d->nseg; i++) {
+		struct busy_seg *s = &d->seg[(d->head + NSEG - 1 - i) % NSEG];
+		uint64_t a = s->start > from ? s->start : from, b = s->end < now ? s->end : now;
+		if (b > a)
+			busy += b - a;
+		if (s->end < from)
+			break;
+	}
+	pthread_mutex_unlock(&mu);
+	return busy;
+}
+
+EXPORT uint64_t fake_cuda_busy_total_ns(int dev)
+{
+	uint64_t b, now = fake_now_ns();
+	pthread_mutex_lock(&mu);
+	/* only the part that has already run */
+	b = devs[dev].busy_total - (devs[dev].busy_until > now ? devs[dev].busy_until - now : 0);
+	pthread_mutex_unlock(&mu);
+	return b;
+}
+
+EXPORT uint64_t fake_cuda_launches(int dev)
+{
+	uint64_t n;
+	pthread_mutex_lock(&mu);
+	n = devs[dev].launches;
+	pthread_mutex_unlock(&mu);
+	return n;
+}
+
+/* ---- cuGetProcAddress: versioned, stream-flavoured, like the real driver ---- */
+/* Internal entry points, handed out instead of the exports when FAKE_CUDA_PROC_INTERNAL=1. */
+static CUresult internal_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+	return alloc_kind(dptr, bytesize, 1);
+}
+static CUresult internal_cuLaunchKernel LAUNCH_PARAMS
+{
+	CUresult r = check_dims(f, gx, gy, gz, bx, by, bz);
+	return r ? r : launch(1);
+}
+
+EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+				 cuuint64_t flags);
+#ifndef FAKE_OLD_DRIVER
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+				    cuuint64_t flags, CUdriverProcAddressQueryResult *status);
+#endif
+
+struct proc {
+	const char *base;
+	int since, ptds;
+	void *fn, *internal;
+};
+
+static const struct proc procs[] = {
+	{"cuInit", 2000, 0, (void *)cuInit, NULL},
+	{"cuDriverGetVersion", 2020, 0, (void *)cuDriverGetVersion, NULL},
+	{"cuGetProcAddress", 11030, 0, (void *)cuGetProcAddress, NULL},
+#ifndef FAKE_OLD_DRIVER
+	{"cuGetProcAddress", 12000, 0, (void *)cuGetProcAddress_v2, NULL},
+#endif
+	{"cuDeviceGet", 2000, 0, (void *)cuDeviceGet, NULL},
+	{"cuDeviceGetCount", 2000, 0, (void *)cuDeviceGetCount, NULL},
+	{"cuDeviceGetAttribute", 2000, 0, (void *)cuDeviceGetAttribute, NULL},
+	{"cuDeviceGetUuid", 9020, 0, (void *)cuDeviceGetUuid, NULL},
+	{"cuDeviceTotalMem", 3020, 0, (void *)cuDeviceTotalMem_v2, NULL},
+	{"cuDevicePrimaryCtxRetain", 7000, 0, (void *)cuDevicePrimaryCtxRetain, NULL},
+	{"cuCtxSetCurrent", 4000, 0, (void *)cuCtxSetCurrent, NULL},
+	{"cuCtxGetDevice", 2000, 0, (void *)cuCtxGetDevice, NULL},
+	{"cuCtxSynchronize", 2000, 0, (void *)cuCtxSynchronize, NULL},
+	{"cuMemAlloc", 3020, 0, (void *)cuMemAlloc_v2, (void *)internal_cuMemAlloc_v2},
+	{"cuMemAllocManaged", 6000, 0, (void *)cuMemAllocManaged, NULL},
+	{"cuMemAllocPitch", 3020, 0, (void *)cuMemAllocPitch_v2, NULL},
+	{"cuMemFree", 3020, 0, (void *)cuMemFree_v2, NULL},
+	{"cuMemGetInfo", 3020, 0, (void *)cuMemGetInfo_v2, NULL},
+	{"cuMemCreate", 10020, 0, (void *)cuMemCreate, NULL},
+	{"cuMemRelease", 10020, 0, (void *)cuMemRelease, NULL},
+	{"cuMemGetAllocationGranularity", 10020, 0, (void *)cuMemGetAllocationGranularity, NULL},
+#ifndef FAKE_OLD_DRIVER
+	{"cuMemAllocAsync", 11020, 0, (void *)cuMemAllocAsync, NULL},
+	{"cuMemAllocAsync", 11020, 1, (void *)cuMemAllocAsync_ptsz, NULL},
+	{"cuMemAllocFromPoolAsync", 11020, 0, (void *)cuMemAllocFromPoolAsync, NULL},
+	{"cuMemAllocFromPoolAsync", 11020, 1, (void *)cuMemAllocFromPoolAsync_ptsz, NULL},
+	{"cuMemFreeAsync", 11020, 0, (void *)cuMemFreeAsync, NULL},
+	{"cuMemFreeAsync", 11020, 1, (void *)cuMemFreeAsync_ptsz, NULL},
+	{"cuLaunchKernelEx", 11060, 0, (void *)cuLaunchKernelEx, NULL},
+	{"cuLaunchKernelEx", 11060, 1, (void *)cuLaunchKernelEx_ptsz, NULL},
+#endif
+	{"cuArrayCreate", 3020, 0, (void *)cuArrayCreate_v2, NULL},
+	{"cuArray3DCreate", 3020, 0, (void *)cuArray3DCreate_v2, NULL},
+	{"cuArrayDestroy", 2000, 0, (void *)cuArrayDestroy, NULL},
+	{"cuLaunchKernel", 4000, 0, (void *)cuLaunchKernel, (void *)internal_cuLaunchKernel},
+	{"cuLaunchKernel", 7000, 1, (void *)cuLaunchKernel_ptsz, NULL},
+	{"cuLaunchCooperativeKernel", 9000, 0, (void *)cuLaunchCooperativeKernel, NULL},
+	{"cuLaunchCooperativeKernel", 9000, 1, (void *)cuLaunchCooperativeKernel_ptsz, NULL},
+	{"cuGraphLaunch", 10000, 0, (void *)cuGraphLaunch, NULL},
+	{"cuGraphLaunch", 10000, 1, (void *)cuGraphLaunch_ptsz, NULL},
+};
+
+static CUresult lookup(const char *symbol, void **pfn, int version, cuuint64_t flags,
+		       CUdriverProcAddressQueryResult *status)
+{
+	const struct proc *best = NULL;
+	int want_ptds = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0, known = 0;
+
+	config();
+	if (symbol == NULL || pfn == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pfn = NULL;
+	for (size_t i = 0; i < sizeof(procs) / sizeof(procs[0]); i++) {
+		const struct proc *p = &procs[i];
+		if (strcmp(p->base, symbol) != 0)
+			continue;
+		known = 1;
+		if (p->since > version || (p->ptds && !want_ptds))
+			continue;
+		if (best == NULL || p->ptds > best->ptds ||
+		    (p->ptds == best->ptds && p->since > best->since))
+			best = p;
+	}
+	if (status)
+		*status = best ? CU_GET_PROC_ADDRESS_SUCCESS
+			  : known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+				  : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+	if (best == NULL)
+		return CUDA_ERROR_NOT_FOUND;
+	*pfn = cfg.proc_internal && best->internal ? best->internal : best->fn;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+	return lookup(symbol, pfn, cudaVersion, flags, NULL);
+}
+
+#ifndef FAKE_OLD_DRIVER
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+				    cuuint64_t flags, CUdriverProcAddressQueryResult *status)
+{
+	return lookup(symbol, pfn, cudaVersion, flags, status);
+}
+#endif

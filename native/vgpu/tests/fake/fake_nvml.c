@@ -1,0 +1,222 @@
+/* Fake libnvidia-ml.so.1 (see fake.h): devices, memory and utilisation from the fake libcuda. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fake.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+struct nvmlDevice_st {
+	unsigned int index;
+};
+static struct nvmlDevice_st handles[FAKE_MAX_DEVICES];
+static int initialised;
+
+/* The fake libcuda's state, if this process loaded it. */
+static void *cuda_fn(const char *name)
+{
+	return dlsym(RTLD_DEFAULT, name);
+}
+
+static int ndev(void)
+{
+	int (*count)(void) = (int (*)(void))cuda_fn("fake_cuda_device_count");
+	return count ? count() : (int)fake_env_bytes("FAKE_CUDA_DEVICES", 1);
+}
+
+static int valid(nvmlDevice_t d)
+{
+	return initialised && d >= handles && d < handles + ndev();
+}
+
+EXPORT nvmlReturn_t nvmlInit_v2(void)
+{
+	for (unsigned int i = 0; i < FAKE_MAX_DEVICES; i++)
+		handles[i].index = i;
+	initialised = 1;
+	return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlInit(void)
+{
+	return nvmlInit_v2();
+}
+
+EXPORT nvmlReturn_t nvmlShutdown(void)
+{
+	return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count)
+{
+	if (!initialised)
+		return NVML_ERROR_UNINITIALIZED;
+	if (count == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*count = (unsigned int)ndev();
+	return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+{
+	if (!initialised)
+		return NVML_ERROR_UNINITIALIZED;
+	if (device == NULL || index >= (unsigned int)ndev())
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*device = &handles[index];
+	return NVML_SUCCESS;
+}
+
+static void format_uuid(unsigned int index, char *buf, size_t len)
+{
+	unsigned char b[16];
+	for (int i = 0; i < 16; i++)
+		b[i] = (unsigned char)(0xa0 + i);
+	b[15] = (unsigned char)index;
+	snprintf(buf, len,
+		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+		 b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+		 b[14], b[15]);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
+{
+	char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+
+	if (!valid(device) || uuid == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	format_uuid(device->index, buf, sizeof(buf));
+	if (strlen(buf) + 1 > length)
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	memcpy(uuid, buf, strlen(buf) + 1);
+	return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+	char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+
+	if (!initialised)
+		return NVML_ERROR_UNINITIALIZED;
+	if (uuid == NULL || device == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	for (int i = 0; i < ndev(); i++) {
+		format_uuid((unsigned int)i, buf, sizeof(buf));
+		if (strcmp(buf, uuid) == 0) {
+			*device = &handles[i];
+			return NVML_SUCCESS;
+		}
+	}
+	return NVML_ERROR_NOT_FOUND;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
+{
+	if (!valid(device) || index == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*index = device->index;
+	return NVML_SUCCESS;
+}
+
+static uint64_t used_of(unsigned int index)
+{
+	uint64_t (*used)(int) = (uint64_t(*)(int))cuda_fn("fake_cuda_memory_used");
+	return used ? used((int)index) : 0;
+}
+
+static uint64_t total_mem(void)
+{
+	return fake_env_bytes("FAKE_CUDA_MEMORY", 16ULL << 30);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+	if (!valid(device) || memory == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	memory->total = total_mem();
+	memory->used = used_of(device->index);
+	memory->free = memory->total - memory->used;
+	return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+	if (!valid(device) || memory == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (memory->version != nvmlMemory_v2)
+		return NVML_ERROR_INVALID_ARGUMENT; /* NVML_ERROR_ARGUMENT_VERSION_MISMATCH really */
+	memory->total = total_mem();
+	memory->reserved = 64ULL << 20;
+	memory->used = used_of(device->index);
+	memory->free = memory->total - memory->reserved - memory->used;
+	return NVML_SUCCESS;
+}
+
+static unsigned int util_of(unsigned int index)
+{
+	uint64_t (*busy)(int, uint64_t) = (uint64_t(*)(int, uint64_t))cuda_fn("fake_cuda_busy_ns");
+	uint64_t window = fake_env_bytes("FAKE_NVML_WINDOW_MS", 100) * 1000000ULL;
+	const char *forced = getenv("FAKE_NVML_UTIL");
+
+	if (forced && *forced)
+		return (unsigned int)atoi(forced);
+	if (busy == NULL || window == 0)
+		return 0;
+	return (unsigned int)((busy((int)index, window) * 100 + window / 2) / window);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *u)
+{
+	if (!valid(device) || u == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	u->gpu = util_of(device->index);
+	u->memory = 0;
+	return NVML_SUCCESS;
+}
+
+/* NVML reports host pids: the outermost pid of NStgid. */
+static unsigned int host_pid(void)
+{
+	char line[256];
+	unsigned int pid = (unsigned int)getpid();
+	FILE *f = fopen("/proc/self/status", "r");
+
+	while (f && fgets(line, sizeof(line), f))
+		if (strncmp(line, "NStgid:", 7) == 0)
+			pid = (unsigned int)strtoul(line + 7, NULL, 10);
+	if (f)
+		fclose(f);
+	return pid;
+}
+
+/* One sample, for this process (the only one this fake device knows), under its host pid. */
+EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+						    nvmlProcessUtilizationSample_t *samples,
+						    unsigned int *count, unsigned long long last_seen)
+{
+	struct timespec ts;
+	unsigned int util;
+
+	if (fake_env_bytes("FAKE_NVML_NO_PROCESS_UTIL", 0))
+		return NVML_ERROR_NOT_SUPPORTED;
+	if (!valid(device) || count == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	util = util_of(device->index);
+	if (util == 0)
+		return NVML_ERROR_NOT_FOUND;
+	if (samples == NULL || *count < 1) {
+		*count = 1;
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	}
+	clock_gettime(CLOCK_REALTIME, &ts);
+	memset(samples, 0, sizeof(*samples));
+	samples[0].pid = host_pid();
+	samples[0].timeStamp = (unsigned long long)ts.tv_sec * 1000000ULL +
+			       (unsigned long long)ts.tv_nsec / 1000;
+	samples[0].smUtil = util;
+	*count = 1;
+	return NVML_SUCCESS;
+}

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Runs every libvgpu test over the fake driver, plain and under ASan/UBSan.
+# usage: tests/run.sh BUILD_DIR      (make test calls it)
+# Prints one "ok"/"FAIL" line per case and, last, "N passed, N failed". Exit status 1 on failure.
+set -u
+B=$(cd "$1" && pwd)
+HERE=$(cd "$(dirname "$0")" && pwd)
+TMP=$(mktemp -d /tmp/libvgpu-test.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+n=0
+
+# run LABEL VAR=VALUE... -- BINARY [CASE...]: a binary's ok/FAIL lines count; a crash, a hang or
+# a non-zero exit without a FAIL line counts as one failure of LABEL.
+run() {
+	local label=$1 out err rc p f
+	shift
+	n=$((n + 1))
+	out="$TMP/out.$n"
+	err="$TMP/err.$n"
+	env "$@" >"$out" 2>"$err"
+	rc=$?
+	cat "$out"
+	p=$(grep -c '^ok ' "$out")
+	f=$(grep -c '^FAIL ' "$out")
+	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+		echo "FAIL $label: exit status $rc"
+		f=1
+	fi
+	if [ "$f" -ne 0 ]; then
+		sed 's/^/    /' "$err" | tail -n 40
+	fi
+	passed=$((passed + p))
+	failed=$((failed + f))
+}
+
+check() { # check LABEL COMMAND...: a shell-level check
+	local label=$1
+	shift
+	if "$@" >"$TMP/check.out" 2>&1; then
+		echo "ok $label"
+		passed=$((passed + 1))
+	else
+		echo "FAIL $label"
+		sed 's/^/    /' "$TMP/check.out" | tail -n 20
+		failed=$((failed + 1))
+	fi
+}
+
+exports_match_table() { # the library exports exactly the names the version script lists
+	local lib=$1
+	diff <(nm -D --defined-only "$lib" | awk '{print $3}' | sort) \
+		<(sed -n 's/^[[:space:]]*\([A-Za-z_][A-Za-z0-9_]*\);$/\1/p' "$B/libvgpu.map" | sort)
+}
+
+region() { # a fresh shared-region path
+	n=$((n + 1))
+	echo "$TMP/region.$n/shared-region"
+}
+
+for variant in plain san; do
+	if [ $variant = plain ]; then
+		T=$B/tests
+		PRE=$B/libvgpu.so
+		check "exports_match_symbol_table" exports_match_table "$B/libvgpu.so"
+	else
+		T=$B/tests-san
+		PRE="$(gcc -print-file-name=libasan.so) $B/asan/libvgpu.so"
+		check "exports_match_symbol_table[san]" exports_match_table "$B/asan/libvgpu.so"
+	fi
+	SANENV=(ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
+	FAKE=(LD_LIBRARY_PATH=$B/fake "LD_PRELOAD=$PRE" "${SANENV[@]}")
+	LIM=(CUDA_DEVICE_MEMORY_LIMIT=1Gi)
+
+	run unit_config "${SANENV[@]}" "$T/unit_config"
+	run test_hooks "${FAKE[@]}" "${LIM[@]}" CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
+		timeout 60 "$T/test_hooks" direct_calls_are_interposed \
+		dlsym_on_driver_handle_gives_our_wrappers get_proc_address_honours_version_and_flags \
+		allocation_through_get_proc_address_is_accounted threads_allocate_concurrently
+	run test_hooks "${FAKE[@]}" "${LIM[@]}" CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
+		FAKE_CUDA_PROC_INTERNAL=1 timeout 60 "$T/test_hooks" internal_entry_points_are_still_wrapped
+	run test_hooks LD_LIBRARY_PATH="$B/fake-old" "LD_PRELOAD=$PRE" "${SANENV[@]}" "${LIM[@]}" \
+		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
+		timeout 60 "$T/test_hooks" missing_real_symbols_report_not_supported
+done
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
