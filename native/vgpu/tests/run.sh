@@ -83,6 +83,24 @@ for variant in plain san; do
 	run test_hooks LD_LIBRARY_PATH="$B/fake-old" "LD_PRELOAD=$PRE" "${SANENV[@]}" "${LIM[@]}" \
 		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
 		timeout 60 "$T/test_hooks" missing_real_symbols_report_not_supported
+	run test_memory "${FAKE[@]}" "${LIM[@]}" CUDA_DEVICE_MEMORY_LIMIT_1=256m FAKE_CUDA_DEVICES=2 \
+		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_memory"
+	run test_fail_closed "${FAKE[@]}" CUDA_DEVICE_MEMORY_LIMIT=4GX \
+		'TEST_EXPECT_MSG=CUDA_DEVICE_MEMORY_LIMIT="4GX": unknown unit' \
+		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
+		timeout 60 "$T/test_fail_closed" gpu_work_is_refused_with_a_message
+	run test_fail_closed "${FAKE[@]}" CUDA_DEVICE_SM_LIMIT_0=150 \
+		'TEST_EXPECT_MSG=CUDA_DEVICE_SM_LIMIT_0="150": percentage above 100' \
+		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
+		timeout 60 "$T/test_fail_closed" gpu_work_is_refused_with_a_message
+	head -c 100 /dev/zero >"$TMP/old-region"
+	run test_fail_closed "${FAKE[@]}" "${LIM[@]}" CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/old-region" \
+		"TEST_EXPECT_MSG=shared region $TMP/old-region has 100 bytes" \
+		timeout 60 "$T/test_fail_closed" gpu_work_is_refused_with_a_message
+	run test_fail_closed "${FAKE[@]}" CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/old-region" \
+		timeout 60 "$T/test_fail_closed" without_limits_an_unusable_region_is_not_fatal
+	run test_dlsym "${FAKE[@]}" TEST_LIB_DIR="$B/testlib" \
+		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_dlsym"
 done
 
 echo "$passed passed, $failed failed"

@@ -1,0 +1,248 @@
+/* Memory shares over the fake driver. Run with FAKE_CUDA_DEVICES=2,
+ * CUDA_DEVICE_MEMORY_LIMIT=1Gi and CUDA_DEVICE_MEMORY_LIMIT_1=256m; each case leaves usage 0. */
+#include "common.h"
+
+static size_t used_now(void)
+{
+	return GiB - free_mem();
+}
+
+static void memory_info_shows_the_limit(void)
+{
+	size_t f = 0, t = 0, total = 0;
+
+	CHECK(ctx_on(0) == 0);
+	CHECK_EQ(cuMemGetInfo_v2(&f, &t), CUDA_SUCCESS);
+	CHECK_EQ(t, GiB);
+	CHECK_EQ(f, GiB);
+	CHECK_EQ(cuDeviceTotalMem_v2(&total, 0), CUDA_SUCCESS);
+	CHECK_EQ(total, GiB);
+	CHECK_EQ(cuDeviceTotalMem_v2(&total, 1), CUDA_SUCCESS);
+	CHECK_EQ(total, 256 * MiB);
+	/* a NULL output is the driver's error, not a crash */
+	CHECK_EQ(cuMemGetInfo_v2(NULL, &t), CUDA_ERROR_INVALID_VALUE);
+	CHECK_EQ(cuMemGetInfo_v2(&f, NULL), CUDA_ERROR_INVALID_VALUE);
+}
+
+static void the_whole_limit_is_usable_and_not_a_byte_more(void)
+{
+	CUdeviceptr a = 0, b = 0;
+
+	CHECK(ctx_on(0) == 0);
+	CHECK_EQ(cuMemAlloc_v2(&a, GiB), CUDA_SUCCESS);
+	CHECK_EQ(free_mem(), 0);
+	CHECK_EQ(cuMemAlloc_v2(&b, 1), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(cuMemFree_v2(a), CUDA_SUCCESS);
+	CHECK_EQ(free_mem(), GiB);
+	CHECK_EQ(cuMemAlloc_v2(&a, GiB + 1), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(free_mem(), GiB);
+}
+
+static void allocations_are_rounded_to_the_granularity(void)
+{
+	CUdeviceptr a = 0, b = 0;
+
+	CHECK(ctx_on(0) == 0);
+	CHECK_EQ(cuMemAlloc_v2(&a, 3 * MiB + 1), CUDA_SUCCESS); /* 2 MiB pages */
+	CHECK_EQ(used_now(), 4 * MiB);
+	CHECK_EQ(cuMemAlloc_v2(&b, 1000), CUDA_SUCCESS); /* small: 512-byte sub-allocation */
+	CHECK_EQ(used_now(), 4 * MiB + 1024);
+	cuMemFree_v2(a);
+	cuMemFree_v2(b);
+	CHECK_EQ(used_now(), 0);
+}
+
+static void a_failed_driver_call_leaves_no_charge(void)
+{
+	CUdeviceptr p = 0;
+	size_t pitch = 0;
+
+	CHECK(ctx_on(0) == 0);
+	/* element size 3 is invalid: the fake driver refuses after we reserved */
+	CHECK_EQ(cuMemAllocPitch_v2(&p, &pitch, 1000, 1000, 3), CUDA_ERROR_INVALID_VALUE);
+	CHECK_EQ(used_now(), 0);
+	CHECK_EQ(cuMemAlloc_v2(&p, 0), CUDA_ERROR_INVALID_VALUE);
+	CHECK_EQ(used_now(), 0);
+}
+
+static void no_context_is_the_driver_error(void)
+{
+	CUdeviceptr p = 0;
+
+	CHECK_EQ(cuInit(0), CUDA_SUCCESS);
+	cuCtxSetCurrent(NULL);
+	CHECK_EQ(cuMemAlloc_v2(&p, MiB), CUDA_ERROR_INVALID_CONTEXT);
+	CHECK(ctx_on(0) == 0);
+	CHECK_EQ(used_now(), 0);
+}
+
+static void pitch_is_charged_as_the_driver_laid_it_out(void)
+{
+	CUdeviceptr p = 0;
+	size_t pitch = 0;
+
+	CHECK(ctx_on(0) == 0);
+	CHECK_EQ(cuMemAllocPitch_v2(&p, &pitch, 1000, 3000, 4), CUDA_SUCCESS);
+	CHECK_EQ(pitch, 1024);
+	CHECK_EQ(used_now(), 4 * MiB); /* 1024 × 3000 = 2.93 MiB → two 2 MiB pages */
+	CHECK_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 0);
+}
+
+static void managed_async_and_pool_allocations_count(void)
+{
+	CUdeviceptr m = 0, a = 0, pl = 0, x = 0;
+
+	CHECK(ctx_on(0) == 0);
+	CHECK_EQ(cuMemAllocManaged(&m, 256 * MiB, 1), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAllocAsync(&a, 256 * MiB, NULL), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAllocFromPoolAsync(&pl, 256 * MiB, NULL, NULL), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 768 * MiB);
+	CHECK_EQ(cuMemAllocAsync(&x, 257 * MiB, NULL), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(cuMemFreeAsync(a, NULL), CUDA_SUCCESS);
+	CHECK_EQ(cuMemFreeAsync(pl, NULL), CUDA_SUCCESS);
+	CHECK_EQ(cuMemFree_v2(m), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 0);
+}
+
+static void ptsz_variants_count_too(void)
+{
+	CUresult (*alloc)(CUdeviceptr *, size_t, CUstream) = NULL;
+	CUresult (*release)(CUdeviceptr, CUstream) = NULL;
+	CUdeviceptr a = 0;
+
+	CHECK(ctx_on(0) == 0);
+	cuGetProcAddress("cuMemAllocAsync", (void **)&alloc, 12000,
+			 CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+	cuGetProcAddress("cuMemFreeAsync", (void **)&release, 12000,
+			 CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+	CHECK(alloc == dlsym(RTLD_DEFAULT, "cuMemAllocAsync_ptsz"));
+	CHECK(alloc && release);
+	if (!alloc || !release)
+		return;
+	CHECK_EQ(alloc(&a, 100 * MiB, NULL), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 100 * MiB);
+	CHECK_EQ(alloc(&a, GiB, NULL), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(release(a, NULL), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 0);
+}
+
+static void vmm_device_memory_counts_host_memory_does_not(void)
+{
+	CUmemAllocationProp dev = {0}, host = {0};
+	CUmemGenericAllocationHandle h1 = 0, h2 = 0, h3 = 0;
+
+	CHECK(ctx_on(0) == 0);
+	dev.type = host.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	dev.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	dev.location.id = 0;
+	host.location.type = CU_MEM_LOCATION_TYPE_HOST;
+	CHECK_EQ(cuMemCreate(&h1, 512 * MiB, &dev, 0), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 512 * MiB);
+	CHECK_EQ(cuMemCreate(&h2, 2 * GiB, &host, 0), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 512 * MiB);
+	CHECK_EQ(cuMemCreate(&h3, 600 * MiB, &dev, 0), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(cuMemRelease(h1), CUDA_SUCCESS);
+	CHECK_EQ(cuMemRelease(h2), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 0);
+	/* the allocation's own device decides, not the current context */
+	dev.location.id = 1;
+	CHECK_EQ(cuMemCreate(&h1, 300 * MiB, &dev, 0), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(cuMemCreate(&h1, 256 * MiB, &dev, 0), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 0);
+	CHECK_EQ(cuMemRelease(h1), CUDA_SUCCESS);
+}
+
+static void arrays_count(void)
+{
+	CUDA_ARRAY_DESCRIPTOR d2 = {4096, 4096, CU_AD_FORMAT_FLOAT, 4};          /* 256 MiB */
+	CUDA_ARRAY3D_DESCRIPTOR d3 = {1024, 1024, 256, CU_AD_FORMAT_HALF, 2, 0}; /* 1 GiB */
+	CUarray a = NULL, b = NULL;
+
+	CHECK(ctx_on(0) == 0);
+	CHECK_EQ(cuArrayCreate_v2(&a, &d2), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 256 * MiB);
+	CHECK_EQ(cuArray3DCreate_v2(&b, &d3), CUDA_ERROR_OUT_OF_MEMORY);
+	d3.Depth = 128; /* 512 MiB */
+	CHECK_EQ(cuArray3DCreate_v2(&b, &d3), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 768 * MiB);
+	CHECK_EQ(cuArrayDestroy(a), CUDA_SUCCESS);
+	CHECK_EQ(cuArrayDestroy(b), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 0);
+}
+
+static void unknown_pointers_are_forwarded_to_the_driver(void)
+{
+	CHECK(ctx_on(0) == 0);
+	CHECK_EQ(cuMemFree_v2(0xdead000), CUDA_ERROR_INVALID_VALUE); /* the fake's answer */
+	CHECK_EQ(cuMemFree_v2(0), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 0);
+}
+
+static void each_device_has_its_own_limit(void)
+{
+	CUdeviceptr a = 0, b = 0;
+	size_t f = 0, t = 0;
+
+	CHECK(ctx_on(1) == 0);
+	CHECK_EQ(cuMemGetInfo_v2(&f, &t), CUDA_SUCCESS);
+	CHECK_EQ(t, 256 * MiB);
+	CHECK_EQ(cuMemAlloc_v2(&a, 200 * MiB), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAlloc_v2(&b, 100 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK(ctx_on(0) == 0);
+	CHECK_EQ(cuMemAlloc_v2(&b, 900 * MiB), CUDA_SUCCESS); /* device 0 is untouched */
+	CHECK_EQ(cuMemFree_v2(b), CUDA_SUCCESS);
+	CHECK_EQ(cuMemFree_v2(a), CUDA_SUCCESS); /* freed from another context: still uncharged */
+	CHECK(ctx_on(1) == 0);
+	CHECK_EQ(cuMemGetInfo_v2(&f, &t), CUDA_SUCCESS);
+	CHECK_EQ(f, 256 * MiB);
+}
+
+static void nvml_reports_the_container_view(void)
+{
+	nvmlDevice_t d0, d1;
+	nvmlMemory_t m;
+	nvmlMemory_v2_t m2 = {0};
+	CUdeviceptr p = 0;
+
+	CHECK(ctx_on(0) == 0);
+	CHECK_EQ(nvmlInit_v2(), NVML_SUCCESS);
+	CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(0, &d0), NVML_SUCCESS);
+	CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(1, &d1), NVML_SUCCESS);
+	CHECK_EQ(cuMemAlloc_v2(&p, 300 * MiB), CUDA_SUCCESS);
+	CHECK_EQ(nvmlDeviceGetMemoryInfo(d0, &m), NVML_SUCCESS);
+	CHECK_EQ(m.total, GiB);
+	CHECK_EQ(m.used, 300 * MiB);
+	CHECK_EQ(m.free, GiB - 300 * MiB);
+	m2.version = nvmlMemory_v2;
+	CHECK_EQ(nvmlDeviceGetMemoryInfo_v2(d0, &m2), NVML_SUCCESS);
+	CHECK_EQ(m2.total, GiB);
+	CHECK_EQ(m2.used, 300 * MiB);
+	CHECK_EQ(m2.free, GiB - 300 * MiB);
+	CHECK_EQ(m2.reserved, 0);
+	CHECK_EQ(nvmlDeviceGetMemoryInfo(d1, &m), NVML_SUCCESS);
+	CHECK_EQ(m.total, 256 * MiB);
+	CHECK_EQ(m.free, 256 * MiB);
+	CHECK_EQ(nvmlDeviceGetMemoryInfo(d0, NULL), NVML_ERROR_INVALID_ARGUMENT);
+	CHECK_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct check_case cases[] = {
+		CASE(memory_info_shows_the_limit),
+		CASE(the_whole_limit_is_usable_and_not_a_byte_more),
+		CASE(allocations_are_rounded_to_the_granularity),
+		CASE(a_failed_driver_call_leaves_no_charge),
+		CASE(no_context_is_the_driver_error),
+		CASE(pitch_is_charged_as_the_driver_laid_it_out),
+		CASE(managed_async_and_pool_allocations_count),
+		CASE(ptsz_variants_count_too),
+		CASE(vmm_device_memory_counts_host_memory_does_not),
+		CASE(arrays_count),
+		CASE(unknown_pointers_are_forwarded_to_the_driver),
+		CASE(each_device_has_its_own_limit),
+		CASE(nvml_reports_the_container_view),
+	};
+	return check_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]));
+}
