@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from vgpu_bridge.adapters import default_registry
+from vgpu_bridge.adapters import AdapterRegistry, default_registry
 from vgpu_bridge.core import (
     PROFILES,
     InvalidRequest,
@@ -23,7 +23,7 @@ EXIT_USAGE = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    registry = default_registry()
+    registry = default_registry()  # for the adapter names only
     parser.add_argument("-f", "--filename", required=True, help="manifest file, or - for stdin")
     parser.add_argument("--scheduler", default="auto", choices=["auto", *registry.names()])
     parser.add_argument("--profile", default="default", choices=sorted(PROFILES))
@@ -33,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--default-cores", type=int, default=0, help="percent of SMs; 0 = none")
     parser.add_argument("--default-gpu-num", type=int, default=1)
     parser.add_argument("--memory-factor", type=int, default=1, help="gpumem unit in MiB")
+    parser.add_argument("--volcano-version", help="Volcano release in the cluster, e.g. v1.15.1")
 
 
 def _read(name: str, stdin: TextIO) -> str:
@@ -64,13 +65,16 @@ def _context(args: argparse.Namespace, stdin: TextIO) -> TranslationContext:
 
 
 def translate_objects(
-    objects: list[dict[str, Any]], *, context: TranslationContext, scheduler: str
+    objects: list[dict[str, Any]],
+    *,
+    context: TranslationContext,
+    registry: AdapterRegistry,
+    scheduler: str,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Each object (translated), then each template it needs; and the warnings.
 
     Raises `ManifestError` carrying every refusal when any object is refused.
     """
-    registry = default_registry()
     out: list[dict[str, Any]] = []
     warnings: list[str] = []
     refusals: list[str] = []
@@ -97,7 +101,10 @@ def run(args: argparse.Namespace, *, stdin: TextIO, stdout: TextIO, stderr: Text
     try:
         context = _context(args, stdin)
         objects = load_objects(_read(args.filename, stdin), source=_source(args.filename))
-        out, warnings = translate_objects(objects, context=context, scheduler=args.scheduler)
+        registry = default_registry(volcano_version=args.volcano_version)
+        out, warnings = translate_objects(
+            objects, context=context, registry=registry, scheduler=args.scheduler
+        )
     except OSError as exc:
         print(f"vgpu-bridge translate: cannot read {exc.filename}: {exc.strerror}", file=stderr)
         return EXIT_USAGE

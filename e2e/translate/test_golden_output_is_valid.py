@@ -33,8 +33,14 @@ PLURALS = {
 VOLCANO_JOB = ("batch.volcano.sh/v1alpha1", "Job")  # served only where Volcano is installed
 
 
+VOLCANO_PODGROUP = ("scheduling.volcano.sh/v1beta1", "PodGroup")  # only with Volcano's CRDs
+
+
 def as_served_here(obj: Json) -> list[Json]:
-    """A Volcano Job's task templates become core PodTemplates, which this API server checks."""
+    """A Volcano Job's task templates become core PodTemplates, which this API server checks;
+    PodGroups carry no pod template and are checked where Volcano's CRDs are installed."""
+    if (obj["apiVersion"], obj["kind"]) == VOLCANO_PODGROUP:
+        return []
     if (obj["apiVersion"], obj["kind"]) != VOLCANO_JOB:
         return [obj]
     return [

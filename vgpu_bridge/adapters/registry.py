@@ -7,6 +7,7 @@ from typing import Any
 
 from vgpu_bridge.adapters.base import SchedulerAdapter
 from vgpu_bridge.adapters.plain import PlainAdapter
+from vgpu_bridge.adapters.volcano import VolcanoAdapter
 
 AUTO = "auto"
 
@@ -35,6 +36,11 @@ class AdapterRegistry:
         return next((a for a in self._specific if a.recognises(obj)), self._fallback)
 
 
-def default_registry() -> AdapterRegistry:
-    """Every adapter we ship. Volcano and KAI join here when they arrive."""
-    return AdapterRegistry(specific=[], fallback=PlainAdapter())
+def default_registry(
+    *, volcano_scheduler_names: Sequence[str] = ("volcano",), volcano_version: str | None = None
+) -> AdapterRegistry:
+    """Every adapter we ship, the plain one as the fallback. KAI joins here when it arrives."""
+    volcano = VolcanoAdapter(
+        scheduler_names=tuple(volcano_scheduler_names), version=volcano_version
+    )
+    return AdapterRegistry(specific=[volcano], fallback=PlainAdapter())

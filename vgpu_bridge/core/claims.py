@@ -118,10 +118,10 @@ def _per_card_size(
     return alternatives
 
 
-def template_name(spec: dict[str, Any]) -> str:
+def template_name(spec: dict[str, Any], *, prefix: str = TEMPLATE_PREFIX) -> str:
     """A name that is a function of the spec: pods of the same shape share one template."""
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode())
-    return TEMPLATE_PREFIX + digest.hexdigest()[:16]
+    return prefix + digest.hexdigest()[:16]
 
 
 def claim_template(spec: dict[str, Any], *, name: str, namespace: str | None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpu_bridge.core import annotations as notes
-from vgpu_bridge.core.claims import claim_spec, claim_template, template_name
+from vgpu_bridge.core.claims import TEMPLATE_PREFIX, claim_spec, claim_template, template_name
 from vgpu_bridge.core.container import read_container
 from vgpu_bridge.core.context import TranslationContext
 from vgpu_bridge.core.errors import InvalidRequest
@@ -48,9 +48,17 @@ class _Draft:
 
 
 def translate(
-    obj: Mapping[str, Any], *, context: TranslationContext, adapter: str = "default"
+    obj: Mapping[str, Any],
+    *,
+    context: TranslationContext,
+    adapter: str = "default",
+    template_prefix: str = TEMPLATE_PREFIX,
 ) -> Plan:
-    """The plan for `obj`; raises `InvalidRequest` naming every bad field."""
+    """The plan for `obj`; raises `InvalidRequest` naming every bad field.
+
+    Template names are `template_prefix` + a hash of the spec; an adapter may scope them (Volcano
+    puts the job's name in, so a job's templates are its own).
+    """
     ref = object_ref(obj)
     draft = _Draft()
     for key in ("apiVersion", "kind"):
@@ -58,7 +66,13 @@ def translate(
             draft.problems.add(key, "required")
     if not draft.problems:
         for template in pod_templates(obj):
-            _translate_template(template, context=context, namespace=namespace_of(obj), draft=draft)
+            _translate_template(
+                template,
+                context=context,
+                namespace=namespace_of(obj),
+                template_prefix=template_prefix,
+                draft=draft,
+            )
     if draft.problems:
         raise InvalidRequest(ref, draft.problems.errors)
     return Plan(
@@ -71,7 +85,12 @@ def translate(
 
 
 def _translate_template(
-    template: PodTemplate, *, context: TranslationContext, namespace: str | None, draft: _Draft
+    template: PodTemplate,
+    *,
+    context: TranslationContext,
+    namespace: str | None,
+    template_prefix: str,
+    draft: _Draft,
 ) -> None:
     problems = draft.problems
     shares = _shares(template, problems)
@@ -106,7 +125,7 @@ def _translate_template(
         )
         if spec is None:
             continue
-        name = template_name(spec)
+        name = template_name(spec, prefix=template_prefix)
         draft.templates.setdefault(name, claim_template(spec, name=name, namespace=namespace))
         claim = pod_claim_name(str(share.container.get("name", "")))
         if claim in taken:

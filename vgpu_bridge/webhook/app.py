@@ -45,7 +45,10 @@ def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, S
     inventory = InventoryCache(api, memory_capacity=profile.memory_capacity)
     admitter = Admitter(
         settings=settings,
-        registry=default_registry(),
+        registry=default_registry(
+            volcano_scheduler_names=settings.volcano_names(),
+            volcano_version=settings.volcano_version,
+        ),
         profile=profile,
         config=config,
         inventory=inventory.current,

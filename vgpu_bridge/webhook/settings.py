@@ -32,11 +32,18 @@ class Settings(BaseModel):
     default_cores: int = Field(default=0, ge=0, le=100, description="SM percent of a share")
     default_gpu_num: int = Field(default=1, ge=1, description="GPUs when no count is given")
     memory_factor: int = Field(default=1, ge=1, description="gpumem unit in MiB")
+    volcano_scheduler_names: str = Field(
+        default="volcano", description="vc-scheduler names, comma list"
+    )
+    volcano_version: str | None = Field(default=None, description="Volcano release, e.g. v1.15.1")
 
     @property
     def host_port(self) -> tuple[str, int]:
         host, _, port = self.listen.rpartition(":")
         return host.strip("[]") or "0.0.0.0", int(port)
+
+    def volcano_names(self) -> tuple[str, ...]:
+        return tuple(n.strip() for n in self.volcano_scheduler_names.split(",") if n.strip())
 
     def excluded(self) -> frozenset[str]:
         names = {n.strip() for n in self.excluded_namespaces.split(",") if n.strip()}
