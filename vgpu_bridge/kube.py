@@ -1,7 +1,8 @@
 """A thin JSON client for the Kubernetes API: dicts in, dicts out, transient failures retried.
 
 Built on the official client's configuration and connection pool (kubeconfig, in-cluster token,
-client certificates), without its generated models: the webhook works on the wire format.
+client certificates), without its generated models: the webhook and the node agent work on the
+wire format. Shared by both binaries; nothing else of ours talks to the API.
 """
 
 from __future__ import annotations
@@ -99,6 +100,9 @@ class KubeApi:
 
     def create(self, path: str, body: Json, **query: Any) -> Json:
         return self.request("POST", path, query=query, body=body)
+
+    def replace(self, path: str, body: Json) -> Json:
+        return self.request("PUT", path, body=body)
 
     def merge_patch(self, path: str, patch: Json) -> Json:
         return self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)

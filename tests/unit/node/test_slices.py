@@ -1,0 +1,90 @@
+"""ResourceSlice building rules beyond the goldens: chunking, names, versions, the share shape."""
+
+from __future__ import annotations
+
+import pytest
+
+from vgpu_bridge.core import DEFAULT, HAMI
+from vgpu_bridge.node.inventory import Gpu
+from vgpu_bridge.node.slices import build_slices, device, semver, slice_name
+
+
+def _gpus(count: int) -> list[Gpu]:
+    return [Gpu(index=i, uuid=f"GPU-{i}", product_name="X", memory=2**30) for i in range(count)]
+
+
+def test_a_share_asks_memory_in_mebibytes_and_cores_in_percent_defaulting_to_the_whole_card() -> (
+    None
+):
+    published = device(Gpu(0, "GPU-a", "NVIDIA H100", 80 * 2**30), DEFAULT)
+    assert published["allowMultipleAllocations"] is True
+    assert published["capacity"] == {
+        "memory": {
+            "value": "80Gi",
+            "requestPolicy": {
+                "default": "80Gi",
+                "validRange": {"min": "1Mi", "step": "1Mi", "max": "80Gi"},
+            },
+        },
+        "cores": {
+            "value": "100",
+            "requestPolicy": {
+                "default": "100",
+                "validRange": {"min": "0", "step": "1", "max": "100"},
+            },
+        },
+    }
+
+
+def test_memory_is_published_as_whole_mebibytes_so_the_default_is_on_a_step() -> None:
+    published = device(Gpu(0, "GPU-a", "X", 2**30 + 12345), DEFAULT)
+    assert published["capacity"]["memory"]["value"] == "1Gi"
+
+
+def test_the_profile_names_the_attributes_and_capacities() -> None:
+    published = device(Gpu(0, "GPU-a", "X", 2**30), HAMI)
+    assert set(published["capacity"]) == {HAMI.memory_capacity, HAMI.cores_capacity}
+    assert HAMI.uuid_attribute in published["attributes"]
+
+
+@pytest.mark.parametrize(
+    ("count", "sizes"), [(0, [0]), (1, [1]), (128, [128]), (300, [128, 128, 44])]
+)
+def test_a_pool_is_cut_into_slices_of_at_most_128_devices(count: int, sizes: list[int]) -> None:
+    slices = build_slices(_gpus(count), node="n", profile=DEFAULT, generation=7)
+    assert [len(s["spec"]["devices"]) for s in slices] == sizes
+    assert {s["spec"]["pool"]["resourceSliceCount"] for s in slices} == {len(sizes)}
+    assert {s["spec"]["pool"]["generation"] for s in slices} == {7}
+    names = [d["name"] for s in slices for d in s["spec"]["devices"]]
+    assert names == [f"gpu-{i}" for i in range(count)]
+    assert len({s["metadata"]["name"] for s in slices}) == len(sizes)
+
+
+def test_without_a_node_uid_the_slices_have_no_owner() -> None:
+    [published] = build_slices(_gpus(1), node="n", profile=DEFAULT, generation=1)
+    assert "ownerReferences" not in published["metadata"]
+
+
+def test_long_slice_names_are_shortened_with_a_hash_and_stay_distinct() -> None:
+    node = "n" * 250
+    first, second = slice_name(node, DEFAULT.driver, 0), slice_name(node, DEFAULT.driver, 1)
+    assert len(first) == len(second) == 253
+    assert first != second
+
+
+@pytest.mark.parametrize(
+    ("text", "version"),
+    [
+        ("9.0", "9.0.0"),
+        ("570.124.06", "570.124.6"),
+        ("12", "12.0.0"),
+        ("1.2.3.4", None),
+        ("v1.2", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_versions_are_normalised_to_semver_or_left_out(
+    text: str | None, version: str | None
+) -> None:
+    assert semver(text) == version
