@@ -65,28 +65,22 @@ int vgpu_current_device(void)
 
 int vgpu_nvml_dev_index(nvmlDevice_t device, uint64_t *limit)
 {
-	struct vgpu_region *r = vgpu_region_get();
 	char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
 	unsigned int index;
-	uint32_t n;
+	int idx;
 
 	*limit = 0;
-	if (real_nvmlDeviceGetUUID(device, uuid, sizeof(uuid)) != NVML_SUCCESS)
+	if (real_nvmlDeviceGetUUID(device, uuid, sizeof(uuid)) != NVML_SUCCESS ||
+	    real_nvmlDeviceGetIndex(device, &index) != NVML_SUCCESS)
 		return -1;
-	if (r) {
-		n = __atomic_load_n(&r->ndev, __ATOMIC_ACQUIRE);
-		for (uint32_t i = 0; i < n && i < VGPU_MAX_DEVICES; i++) {
-			if (strcmp(r->devices[i].uuid, uuid) == 0) {
-				*limit = r->devices[i].mem_limit;
-				return (int)i;
-			}
-		}
-	}
-	/* No CUDA process has seen this device yet: the container's NVML index is its CUDA
-	 * ordinal when CUDA_VISIBLE_DEVICES does not reorder devices. */
-	if (real_nvmlDeviceGetIndex(device, &index) != NVML_SUCCESS || index >= VGPU_MAX_DEVICES)
-		return -1;
-	*limit = vgpu_cfg.mem_limit[index];
-	return vgpu_region_device(uuid, *limit, vgpu_cfg.sm_limit[index]);
+	/* The limit is this process's own, for the CUDA ordinal it knows this device by; before
+	 * CUDA has seen the device, the container's NVML index is its CUDA ordinal (no reordering
+	 * by CUDA_VISIBLE_DEVICES). Usage is the region's, keyed by UUID either way. */
+	if (index < VGPU_MAX_DEVICES)
+		*limit = vgpu_cfg.mem_limit[index];
+	idx = vgpu_region_device(uuid, *limit, index < VGPU_MAX_DEVICES ? vgpu_cfg.sm_limit[index] : 0);
+	for (int d = 0; idx >= 0 && d < VGPU_MAX_DEVICES; d++)
+		if (__atomic_load_n(&dev_index[d], __ATOMIC_ACQUIRE) == idx + 1)
+			*limit = vgpu_cfg.mem_limit[d];
+	return idx;
 }
-

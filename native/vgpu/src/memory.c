@@ -419,6 +419,14 @@ CUresult cuArrayDestroy(CUarray hArray)
 }
 
 /* ---- virtualised queries ---- */
+/* Usage as a query should report it: first free the slots of processes that died (kill -9
+ * leaves their charge behind until someone sweeps). */
+static uint64_t current_usage(int didx)
+{
+	vgpu_region_sweep();
+	return vgpu_region_used(didx);
+}
+
 static uint64_t min_u64(uint64_t a, uint64_t b)
 {
 	return a < b ? a : b;
@@ -452,7 +460,7 @@ CUresult cuMemGetInfo_v2(size_t *free_, size_t *total)
 		return r;
 	t = *total;
 	f = *free_;
-	virtual_info(limit, vgpu_region_used(didx), &t, &f);
+	virtual_info(limit, current_usage(didx), &t, &f);
 	*total = (size_t)t;
 	*free_ = (size_t)f;
 	return r;
@@ -484,7 +492,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 		return r;
 	if ((didx = vgpu_nvml_dev_index(device, &limit)) < 0 || limit == 0)
 		return r;
-	used = vgpu_region_used(didx);
+	used = current_usage(didx);
 	virtual_info(limit, used, &memory->total, &memory->free);
 	memory->used = min_u64(used, memory->total);
 	return r;
@@ -504,7 +512,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
 		return r;
 	if ((didx = vgpu_nvml_dev_index(device, &limit)) < 0 || limit == 0)
 		return r;
-	used = vgpu_region_used(didx);
+	used = current_usage(didx);
 	virtual_info(limit, used, &memory->total, &memory->free);
 	memory->used = min_u64(used, memory->total);
 	memory->reserved = 0; /* driver reservations are outside the container's share */

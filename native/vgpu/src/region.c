@@ -43,7 +43,7 @@ uint64_t vgpu_proc_start_time(int pid)
 	if ((p = strrchr(buf, ')')) == NULL)
 		return 0;
 	/* after ')' come fields 3 (state) .. 22 (starttime) */
-	for (int field = 3; field < 22 && p; field++)
+	for (int field = 3; field <= 22 && p; field++)
 		p = strchr(p + 1, ' ');
 	if (p == NULL || sscanf(p + 1, "%llu", &start) != 1)
 		return 0;

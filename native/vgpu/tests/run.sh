@@ -99,6 +99,12 @@ for variant in plain san; do
 		timeout 60 "$T/test_fail_closed" gpu_work_is_refused_with_a_message
 	run test_fail_closed "${FAKE[@]}" CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/old-region" \
 		timeout 60 "$T/test_fail_closed" without_limits_an_unusable_region_is_not_fatal
+	run unit_region_lock "${SANENV[@]}" TEST_TMP="$TMP" timeout 120 "$T/unit_region_lock"
+	run test_region "${FAKE[@]}" "${LIM[@]}" CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
+		timeout 120 "$T/test_region" processes_share_one_limit kill9_does_not_leak_a_share \
+		kill9_at_any_instruction_neither_deadlocks_nor_leaks \
+		many_short_lived_processes_leave_nothing_behind \
+		usage_above_a_smaller_limit_never_underflows
 	run test_dlsym "${FAKE[@]}" TEST_LIB_DIR="$B/testlib" \
 		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_dlsym"
 done

@@ -1,0 +1,213 @@
+/* The shared region itself (src/region.c linked in): the robust lock after its holder is
+ * killed, compaction without moving slots, pid reuse, half-initialised and foreign files. */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "region.h"
+
+static char path[256];
+
+static void fresh_region(const char *name)
+{
+	snprintf(path, sizeof(path), "%s/%s", getenv("TEST_TMP") ? getenv("TEST_TMP") : "/tmp", name);
+	unlink(path);
+}
+
+static int wait_status(pid_t pid)
+{
+	int st = 0;
+	while (waitpid(pid, &st, 0) < 0)
+		;
+	return st;
+}
+
+static void a_lock_holder_killed_by_sigkill_does_not_deadlock(void)
+{
+	int fds[2];
+	char c;
+	pid_t pid;
+
+	fresh_region("lock");
+	CHECK(vgpu_region_open(path, 1) == 0);
+	CHECK(pipe(fds) == 0);
+	if ((pid = fork()) == 0) {
+		vgpu_region_atfork_child();
+		vgpu_region_lock();
+		CHECK(write(fds[1], "x", 1) == 1);
+		pause();
+		_exit(0);
+	}
+	CHECK(read(fds[0], &c, 1) == 1);
+	kill(pid, SIGKILL);
+	wait_status(pid);
+	alarm(5); /* a deadlock ends the test here */
+	CHECK(vgpu_region_lock() == 0);
+	vgpu_region_unlock();
+	CHECK(vgpu_region_reserve(0, 100, 1000) == 0);
+	vgpu_region_release(0, 100);
+	alarm(0);
+}
+
+static void dead_slots_are_compacted_and_live_slots_never_move(void)
+{
+	struct vgpu_region *r;
+	uint32_t mine = 0;
+
+	fresh_region("compact");
+	CHECK(vgpu_region_open(path, 1) == 0);
+	r = vgpu_region_get();
+	CHECK(r != NULL);
+	if (r == NULL)
+		return;
+	CHECK(vgpu_region_reserve(0, 7, 0) == 0);
+	for (uint32_t i = 0; i < r->high_water; i++)
+		if (r->slots[i].pid == getpid())
+			mine = i;
+	int ready[2], go[2];
+	pid_t pids[40];
+	char c;
+	CHECK(pipe(ready) == 0 && pipe(go) == 0);
+	for (int i = 0; i < 40; i++) {
+		if ((pids[i] = fork()) == 0) {
+			vgpu_region_atfork_child();
+			vgpu_region_reserve(0, 1000, 0);
+			close(go[1]);
+			CHECK(write(ready[1], "x", 1) == 1);
+			CHECK(read(go[0], &c, 1) == 0); /* until the parent closes it */
+			if (i % 2)
+				exit(0); /* hands its slot back at exit */
+			_exit(0);        /* dies like kill -9: the slot stays until swept */
+		}
+	}
+	for (int i = 0; i < 40; i++)
+		CHECK(read(ready[0], &c, 1) == 1);
+	CHECK(r->high_water >= mine + 41);
+	close(go[1]);
+	for (int i = 0; i < 40; i++)
+		wait_status(pids[i]);
+	CHECK_EQ(vgpu_region_used(0), 7 + 20 * 1000); /* the dead still hold theirs */
+	CHECK_EQ(vgpu_region_sweep(), 20);
+	CHECK_EQ(r->high_water, mine + 1);
+	for (uint32_t i = 0; i < VGPU_REGION_SLOTS; i++)
+		if (i != mine)
+			CHECK_EQ(r->slots[i].pid, 0);
+	CHECK_EQ(r->slots[mine].pid, getpid());
+	CHECK_EQ(vgpu_region_used(0), 7);
+	vgpu_region_release(0, 7);
+}
+
+static void a_reused_pid_is_not_mistaken_for_the_dead_owner(void)
+{
+	struct vgpu_region *r;
+	struct vgpu_region_slot *s;
+
+	fresh_region("reuse");
+	CHECK(vgpu_region_open(path, 1) == 0);
+	r = vgpu_region_get();
+	vgpu_region_lock();
+	s = &r->slots[r->high_water];
+	s->used[0] = 5;
+	s->start_time = 1; /* pid 1 is alive, but it did not start at tick 1 */
+	s->pid = 1;
+	r->high_water++;
+	vgpu_region_unlock();
+	CHECK_EQ(vgpu_region_used(0), 5);
+	CHECK_EQ(vgpu_region_sweep(), 1);
+	CHECK_EQ(vgpu_region_used(0), 0);
+}
+
+static void a_creator_killed_mid_initialisation_is_recovered(void)
+{
+	int fd;
+
+	fresh_region("halfinit");
+	fd = open(path, O_RDWR | O_CREAT, 0666);
+	CHECK(ftruncate(fd, sizeof(struct vgpu_region)) == 0); /* sized, magic never written */
+	close(fd);
+	CHECK(vgpu_region_open(path, 1) == 0);
+	CHECK(vgpu_region_get() && vgpu_region_get()->magic == VGPU_REGION_MAGIC);
+	CHECK(vgpu_region_reserve(0, 10, 100) == 0);
+	CHECK(vgpu_region_reserve(0, 91, 100) == -1);
+	vgpu_region_release(0, 10);
+}
+
+static void a_region_of_another_version_is_refused(void)
+{
+	struct vgpu_region *r = calloc(1, sizeof(*r));
+	int fd;
+
+	fresh_region("version");
+	r->magic = VGPU_REGION_MAGIC;
+	r->version = VGPU_REGION_VERSION + 1;
+	r->size = sizeof(*r);
+	fd = open(path, O_RDWR | O_CREAT, 0666);
+	CHECK(write(fd, r, sizeof(*r)) == (ssize_t)sizeof(*r));
+	close(fd);
+	free(r);
+	CHECK(vgpu_region_open(path, 1) == -1);
+}
+
+static void host_pid_comes_from_nstgid(void)
+{
+	char buf[4096] = "", *p;
+	FILE *f = fopen("/proc/self/status", "r");
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+
+	fclose(f);
+	buf[n] = '\0';
+	p = strstr(buf, "NStgid:");
+	CHECK(p != NULL);
+	if (p)
+		CHECK_EQ(vgpu_host_pid(), strtol(p + 7, NULL, 10));
+	CHECK(vgpu_host_pid() > 0);
+	CHECK(vgpu_proc_start_time(getpid()) > 0);
+	CHECK_EQ(vgpu_proc_start_time(getpid()), vgpu_proc_start_time(getpid()));
+}
+
+static void reservations_never_pass_the_limit_under_contention(void)
+{
+	pid_t pids[8];
+
+	fresh_region("contend");
+	CHECK(vgpu_region_open(path, 1) == 0);
+	for (int i = 0; i < 8; i++) {
+		if ((pids[i] = fork()) == 0) {
+			vgpu_region_atfork_child();
+			int got = 0;
+			for (int k = 0; k < 2000; k++) {
+				if (vgpu_region_reserve(0, 10, 1000) == 0)
+					got++;
+				if (vgpu_region_used(0) > 1000)
+					_exit(3);
+				if (got > 5) {
+					vgpu_region_release(0, 10);
+					got--;
+				}
+			}
+			exit(0);
+		}
+	}
+	for (int i = 0; i < 8; i++) {
+		int st = wait_status(pids[i]);
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+	CHECK_EQ(vgpu_region_used(0), 0);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct check_case cases[] = {
+		CASE(a_lock_holder_killed_by_sigkill_does_not_deadlock),
+		CASE(dead_slots_are_compacted_and_live_slots_never_move),
+		CASE(a_reused_pid_is_not_mistaken_for_the_dead_owner),
+		CASE(a_creator_killed_mid_initialisation_is_recovered),
+		CASE(a_region_of_another_version_is_refused),
+		CASE(host_pid_comes_from_nstgid),
+		CASE(reservations_never_pass_the_limit_under_contention),
+	};
+	return check_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]));
+}
