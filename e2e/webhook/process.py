@@ -61,6 +61,18 @@ def configuration(name: str, webhook: WebhookProcess) -> Json:
             "operations": ["CREATE", "UPDATE"],
             "resources": workloads,
         },
+        {
+            "apiGroups": ["batch.volcano.sh"],
+            "apiVersions": ["v1alpha1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["jobs"],
+        },
+        {
+            "apiGroups": ["scheduling.volcano.sh"],
+            "apiVersions": ["v1beta1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["podgroups"],
+        },
     ]
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
