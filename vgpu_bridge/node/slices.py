@@ -121,7 +121,7 @@ def build_slices(
                     "generation": generation,
                     "resourceSliceCount": len(chunks),
                 },
-                "devices": chunk,
+                **({"devices": chunk} if chunk else {}),  # the API server drops an empty list
             },
         }
         for index, chunk in enumerate(chunks)

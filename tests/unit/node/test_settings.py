@@ -1,0 +1,46 @@
+"""`vgpu-bridge node` settings: flags, `VGPU_BRIDGE_*` env vars, and the kubelet's default paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from vgpu_bridge.node.settings import Settings
+
+
+def test_defaults_are_the_kubelets_paths_for_our_driver() -> None:
+    settings = Settings.from_args(["--node-name", "n1"], {})
+    assert settings.dra_socket == Path("/var/lib/kubelet/plugins/gpu.vgpu-bridge.io/dra.sock")
+    assert settings.registration_socket == Path(
+        "/var/lib/kubelet/plugins_registry/gpu.vgpu-bridge.io-reg.sock"
+    )
+    assert settings.cdi_dir == Path("/var/run/cdi")
+    assert settings.checkpoint_file == Path(
+        "/var/lib/kubelet/plugins/gpu.vgpu-bridge.io/checkpoint.json"
+    )
+    assert settings.mock_gpus is None
+
+
+def test_every_flag_is_also_an_env_var_and_flags_win() -> None:
+    environ = {
+        "VGPU_BRIDGE_NODE_NAME": "from-env",
+        "VGPU_BRIDGE_DRIVER_NAME": "gpu.example.com",
+        "VGPU_BRIDGE_PLUGIN_DIR": "/p",
+        "VGPU_BRIDGE_REGISTRY_DIR": "/r",
+        "VGPU_BRIDGE_MOCK_GPUS": "/gpus.yaml",
+        "VGPU_BRIDGE_METRICS_LISTEN": "",
+    }
+    settings = Settings.from_args(["--node-name", "from-flag"], environ)
+    assert settings.node_name == "from-flag"
+    assert settings.dra_socket == Path("/p/dra.sock")
+    assert settings.registration_socket == Path("/r/gpu.example.com-reg.sock")
+    assert settings.mock_gpus == Path("/gpus.yaml")
+    assert settings.metrics_host_port is None
+    assert Settings.from_env(environ).node_name == "from-env"
+
+
+def test_a_node_name_is_required() -> None:
+    with pytest.raises(ValidationError, match="node_name"):
+        Settings.from_env({})

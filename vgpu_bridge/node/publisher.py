@@ -1,0 +1,148 @@
+"""Keeps the node's ResourceSlices equal to what its GPUs should publish.
+
+`sync()` reads the Node (its uid owns the slices) and the slices of our driver on this node, and
+changes nothing when they already match. Otherwise it bumps the pool's generation and rewrites
+the pool: obsolete slices are deleted first (uid + resourceVersion preconditions), the rest
+updated or created. A conflict (someone else wrote meanwhile) starts the sync over. The agent
+calls `sync()` at start (republish on every start: the kubelet wipes a node's slices when it
+starts) and every resync period after that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from vgpu_bridge.core.profiles import DriverProfile
+from vgpu_bridge.kube import KubeApi, KubeError
+from vgpu_bridge.node.inventory import Gpu
+from vgpu_bridge.node.slices import build_slices
+
+Json = dict[str, Any]
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+CONFLICT_ATTEMPTS = 5
+log = structlog.get_logger("vgpu_bridge.node.publisher")
+
+
+class PublishError(RuntimeError):
+    """The slices could not be published (the next resync tries again)."""
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    generation: int
+    changed: bool
+    created: int = 0
+    updated: int = 0
+    deleted: int = 0
+
+
+class SlicePublisher:
+    def __init__(
+        self, api: KubeApi, *, node: str, profile: DriverProfile, gpus: Sequence[Gpu]
+    ) -> None:
+        self._api = api
+        self._node = node
+        self._profile = profile
+        self._gpus = tuple(gpus)
+
+    def set_gpus(self, gpus: Sequence[Gpu]) -> None:
+        """A new inventory; published by the next `sync()`."""
+        self._gpus = tuple(gpus)
+
+    def sync(self) -> SyncResult:
+        for _ in range(CONFLICT_ATTEMPTS):
+            try:
+                return self._sync_once()
+            except KubeError as error:
+                if error.status not in (404, 409):  # 404/409: a precondition lost a race
+                    raise PublishError(f"publishing ResourceSlices failed: {error}") from None
+                log.info("slices changed while publishing; starting over", error=str(error))
+        raise PublishError(f"slices kept changing under us ({CONFLICT_ATTEMPTS} attempts)")
+
+    def existing(self) -> list[Json]:
+        """Our driver's slices on this node, as the API server has them."""
+        selector = f"spec.nodeName={self._node},spec.driver={self._profile.driver}"
+        items: list[Json] = self._api.list(SLICES, fieldSelector=selector).get("items") or []
+        return items
+
+    def _sync_once(self) -> SyncResult:
+        node_uid = self._node_uid()
+        existing = {s["metadata"]["name"]: s for s in self.existing()}
+        ours = [s for s in existing.values() if s["spec"]["pool"]["name"] == self._node]
+        generation = max((s["spec"]["pool"]["generation"] for s in ours), default=0)
+        desired = self._desired(max(generation, 1), node_uid)
+        if generation and _same(existing, desired):
+            return SyncResult(generation=generation, changed=False)
+        desired = self._desired(generation + 1, node_uid)
+        wanted = {s["metadata"]["name"] for s in desired}
+        deleted = 0
+        for name, obsolete in existing.items():
+            if name not in wanted:
+                meta = obsolete["metadata"]
+                preconditions = {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}
+                self._api.delete(f"{SLICES}/{name}", preconditions=preconditions)
+                deleted += 1
+        created = updated = 0
+        for body in desired:
+            name = body["metadata"]["name"]
+            if name in existing:
+                body["metadata"]["resourceVersion"] = existing[name]["metadata"]["resourceVersion"]
+                written = self._api.replace(f"{SLICES}/{name}", body)
+                updated += 1
+            else:
+                written = self._api.create(SLICES, body)
+                created += 1
+            _check_kept(body, written)
+        log.info(
+            "published slices",
+            node=self._node,
+            generation=generation + 1,
+            devices=len(self._gpus),
+            created=created,
+            updated=updated,
+            deleted=deleted,
+        )
+        return SyncResult(generation + 1, True, created, updated, deleted)
+
+    def _node_uid(self) -> str:
+        try:
+            uid: str = self._api.get(f"/api/v1/nodes/{self._node}")["metadata"]["uid"]
+        except KubeError as error:
+            if error.status == 404:
+                raise PublishError(f"node {self._node} does not exist (yet)") from None
+            raise
+        return uid
+
+    def _desired(self, generation: int, node_uid: str) -> list[Json]:
+        return build_slices(
+            self._gpus,
+            node=self._node,
+            profile=self._profile,
+            generation=generation,
+            node_uid=node_uid,
+        )
+
+
+def _same(existing: dict[str, Json], desired: list[Json]) -> bool:
+    """Existing slices are exactly the desired ones (same names, specs and owners)."""
+    if set(existing) != {s["metadata"]["name"] for s in desired}:
+        return False
+    return all(
+        existing[s["metadata"]["name"]]["spec"] == s["spec"]
+        and existing[s["metadata"]["name"]]["metadata"].get("ownerReferences")
+        == s["metadata"].get("ownerReferences")
+        for s in desired
+    )
+
+
+def _check_kept(sent: Json, written: Json) -> None:
+    """The API server silently drops fields of disabled features: refuse to go on as if not."""
+    if written.get("spec") != sent["spec"]:
+        raise PublishError(
+            f"the API server changed ResourceSlice {sent['metadata']['name']} as it stored it "
+            "(is the DRAConsumableCapacity feature gate on?)"
+        )
