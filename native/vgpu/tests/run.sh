@@ -14,14 +14,15 @@ n=0
 # run LABEL VAR=VALUE... -- BINARY [CASE...]: a binary's ok/FAIL lines count; a crash, a hang or
 # a non-zero exit without a FAIL line counts as one failure of LABEL.
 run() {
-	local label=$1 out err rc p f
+	local label=$1$SUFFIX out err rc p f
 	shift
 	n=$((n + 1))
 	out="$TMP/out.$n"
 	err="$TMP/err.$n"
 	env "$@" >"$out" 2>"$err"
 	rc=$?
-	cat "$out"
+	# name each case after the run (binary[variant]) so repeated binaries stay apart
+	sed -E "s/^(ok|FAIL) [^:]*:/\1 $label:/" "$out"
 	p=$(grep -c '^ok ' "$out")
 	f=$(grep -c '^FAIL ' "$out")
 	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
@@ -62,12 +63,14 @@ region() { # a fresh shared-region path
 for variant in plain san; do
 	if [ $variant = plain ]; then
 		T=$B/tests
+		SUFFIX=
 		PRE=$B/libvgpu.so
 		check "exports_match_symbol_table" exports_match_table "$B/libvgpu.so"
 	else
 		T=$B/tests-san
+		SUFFIX=[san]
 		PRE="$(gcc -print-file-name=libasan.so) $B/asan/libvgpu.so"
-		check "exports_match_symbol_table[san]" exports_match_table "$B/asan/libvgpu.so"
+		check "exports_match_symbol_table[asan library]" exports_match_table "$B/asan/libvgpu.so"
 	fi
 	SANENV=(ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
 	FAKE=(LD_LIBRARY_PATH=$B/fake "LD_PRELOAD=$PRE" "${SANENV[@]}")
@@ -105,6 +108,34 @@ for variant in plain san; do
 		kill9_at_any_instruction_neither_deadlocks_nor_leaks \
 		many_short_lived_processes_leave_nothing_behind \
 		usage_above_a_smaller_limit_never_underflows
+	# SM shares: the fake device's measured busy time must follow the limit (±5 points)
+	SM=("${FAKE[@]}" FAKE_CUDA_KERNEL_US=500)
+	if [ $variant = plain ]; then
+		for sms in 16 188; do
+			for lim in 25 50 75; do
+				run "test_sm[$lim%,$sms SMs]" "${SM[@]}" FAKE_CUDA_SM_COUNT=$sms \
+					CUDA_DEVICE_SM_LIMIT=$lim TEST_EXPECT_UTIL=$lim \
+					CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_sm"
+			done
+		done
+		for kind in ptsz ex coop graph; do
+			run "test_sm[$kind]" "${SM[@]}" CUDA_DEVICE_SM_LIMIT_0=50 TEST_EXPECT_UTIL=50 \
+				TEST_LAUNCH=$kind CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
+				timeout 60 "$T/test_sm"
+		done
+		run "test_sm[device utilisation fallback]" "${SM[@]}" FAKE_NVML_NO_PROCESS_UTIL=1 \
+			CUDA_DEVICE_SM_LIMIT=40 TEST_EXPECT_UTIL=40 \
+			CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_sm"
+		for lim in unset 0 100; do
+			run "test_sm[limit $lim: no throttling]" "${SM[@]}" \
+				$([ $lim = unset ] || echo CUDA_DEVICE_SM_LIMIT=$lim) TEST_EXPECT_UTIL=100 \
+				TEST_TOLERANCE=3 CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
+				timeout 60 "$T/test_sm"
+		done
+	else
+		run "test_sm[50%]" "${SM[@]}" CUDA_DEVICE_SM_LIMIT=50 TEST_EXPECT_UTIL=50 \
+			CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_sm"
+	fi
 	run test_dlsym "${FAKE[@]}" TEST_LIB_DIR="$B/testlib" \
 		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_dlsym"
 done
