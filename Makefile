@@ -39,9 +39,9 @@ integration: venv
 	$(PY) -m pytest tests/integration -q
 
 # The e2e tier: a private local control plane per pytest session (e2e/conftest.py), torn down
-# after it; failed tests leave their dump in .cache/e2e-artifacts/.
+# after it; failed tests leave their dump in .cache/e2e-artifacts/. Also the harness's own tests.
 e2e: venv cluster-bin
-	$(PY) -m pytest e2e -m e2e -q
+	$(PY) -m pytest e2e -q
 
 # The local control plane's one multi-call binary (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler), built from e2e/cluster/gotools into ~/.cache/vgpu-bridge/k8s-<version>/bin
@@ -64,6 +64,7 @@ test: lint
 
 bench: venv
 	$(PY) bench/translate.py
+	$(PY) bench/webhook.py
 
 demo:
 	@echo "make demo arrives with issue 9 (needs the webhook and the node agent)"; exit 1

@@ -3,7 +3,9 @@
 Session: ``e2e_cluster`` (a private control plane, stopped and removed at the end), ``kube`` (admin
 client), ``fake_nodes`` (two Ready node names), ``kubelet_standin`` (plays the kubelet for pods on
 those nodes; assign ``kubelet_standin.preparer`` to plug in a ``NodePreparer``; it is reset to
-``MarkRunningOnly`` after each test). Per test: ``namespace`` (created, dumped on failure, deleted).
+``MarkRunningOnly`` after each test). Per test: ``namespace`` (created, dumped on failure, deleted),
+``fake_gpu_driver`` (a DeviceClass and slices of shareable 40Gi GPUs: gpu-0 and gpu-1 on the first
+fake node, gpu-0 on the second; removed after the test).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from e2e.cluster import (
     running_cluster,
 )
 from e2e.cluster.diagnostics import dump
+from e2e.fake_driver import FakeGpuDriver, install_fake_gpu_driver, remove_fake_gpu_driver
 
 FAKE_NODE_COUNT = 2
 _REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
@@ -90,3 +93,11 @@ def namespace(
     for pod in kube.items(f"/api/v1/namespaces/{name}/pods"):
         kube.delete(f"/api/v1/namespaces/{name}/pods/{pod['metadata']['name']}", grace_period_s=0)
     kube.delete(f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+def fake_gpu_driver(kube: KubeClient, fake_nodes: list[str]) -> Iterator[FakeGpuDriver]:
+    devices = {fake_nodes[0]: ["gpu-0", "gpu-1"], fake_nodes[1]: ["gpu-0"]}
+    driver = install_fake_gpu_driver(kube, devices)
+    yield driver
+    remove_fake_gpu_driver(kube, driver)

@@ -4,8 +4,8 @@ For each pod bound to one of its nodes it waits until every ResourceClaim of the
 allocated and reserved for the pod (the kubelet refuses to start a pod otherwise), hands the pod to
 a ``NodePreparer`` (the kubelet's DRA manager calling the node agent's ``NodePrepareResources``),
 then marks the pod Running. When a pod is being deleted it calls ``unprepare`` and finishes the
-deletion, as a kubelet confirms termination. A preparer that raises leaves the pod Pending; the
-error is kept in ``failures`` and retried.
+deletion, as a kubelet confirms termination. A preparer that raises leaves the pod Pending (or,
+in ``unprepare``, undeleted); the error is kept in ``failures`` by pod uid and the call retried.
 
 The default preparer, ``MarkRunningOnly``, prepares nothing. The node-agent tests plug in a preparer
 that dials the agent's gRPC socket.
@@ -125,8 +125,8 @@ class KubeletStandIn:
         while not self._stopping.wait(self._interval_s):
             try:
                 self.sync_once()
-            except (ApiError, OSError) as error:
-                self.errors.append(str(error))
+            except Exception as error:  # the loop must outlive any one bad pass; kept for tests
+                self.errors.append(f"{type(error).__name__}: {error}")
 
     def _start(self, pod: Json) -> None:
         bound = self._bound(pod)
@@ -144,11 +144,18 @@ class KubeletStandIn:
         self._client.patch(path, {"status": _running_status(pod)})
 
     def _terminate(self, pod: Json) -> None:
-        with self._lock:
-            bound = self._prepared.pop(pod["metadata"]["uid"], None)
-        if bound is not None:
-            self.preparer.unprepare(bound)
         meta = pod["metadata"]
+        with self._lock:
+            bound = self._prepared.get(meta["uid"])
+        if bound is not None:
+            try:
+                self.preparer.unprepare(bound)
+            except Exception as error:  # like a kubelet: keep the pod until unprepare succeeds
+                self.failures[bound.uid] = f"{type(error).__name__}: {error}"
+                return
+            with self._lock:
+                self._prepared.pop(bound.uid, None)
+            self.failures.pop(bound.uid, None)
         self._client.delete(
             f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", grace_period_s=0
         )

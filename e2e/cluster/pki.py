@@ -72,6 +72,14 @@ def create_ca(directory: Path, *, name: str = "vgpu-bridge-e2e-ca") -> Certifica
     return CertificateAuthority(cert.public_bytes(serialization.Encoding.PEM), key, files)
 
 
+def load_ca(files: KeyPair) -> CertificateAuthority:
+    """The CA written by ``create_ca`` (e.g. a running cluster's ``LocalCluster.ca``)."""
+    key = serialization.load_pem_private_key(files.key.read_bytes(), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{files.key}: not an EC private key")
+    return CertificateAuthority(files.cert.read_bytes(), key, files)
+
+
 def issue_serving_cert(
     ca: CertificateAuthority, directory: Path, name: str, *, hosts: tuple[str, ...]
 ) -> KeyPair:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
+#: Components started by this process, so their exit status can be reported.
+_children: dict[int, subprocess.Popen[bytes]] = {}
 
 
 class ComponentExitedError(RuntimeError):
@@ -58,6 +60,28 @@ def port_in_use(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def listeners(port: int) -> set[int]:
+    """Pids of the processes listening on TCP ``port`` (IPv4 or IPv6), from /proc."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{fields[9]}]")
+    pids = set()
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        with contextlib.suppress(OSError):
+            if any(os.readlink(fd) in inodes for fd in fd_dir.iterdir()):
+                pids.add(int(fd_dir.parent.name))
+    return pids
+
+
+def runs_binary(pid: int, binary: Path) -> bool:
+    """Whether ``pid`` is a live process started from ``binary``."""
+    return _is_ours(pid, binary)
+
+
 def start(name: str, argv: list[str], *, log: Path, die_with_parent: bool) -> Running:
     """Start ``argv`` detached from our terminal (own session), output to ``log``.
 
@@ -74,7 +98,17 @@ def start(name: str, argv: list[str], *, log: Path, die_with_parent: bool) -> Ru
             start_new_session=True,
             preexec_fn=_die_with_parent if die_with_parent else None,
         )
+    _children[process.pid] = process
     return Running(name=name, pid=process.pid, log=log, binary=Path(argv[0]))
+
+
+def exit_status(component: Running) -> str:
+    """How a component started by this process ended ("exit code 1", "signal 9"), if known."""
+    process = _children.get(component.pid)
+    code = None if process is None else process.poll()
+    if code is None:
+        return "exit status unknown"
+    return f"signal {-code}" if code < 0 else f"exit code {code}"
 
 
 def stop(component: Running, *, grace_s: float = 10.0) -> None:
@@ -99,8 +133,8 @@ def wait_until(
         for component in watch:
             if not component.alive():
                 raise ComponentExitedError(
-                    f"{component.name} exited while waiting for {what}; last log lines:\n"
-                    + component.log_tail()
+                    f"{component.name} exited ({exit_status(component)}) while waiting for "
+                    f"{what}; last log lines:\n{component.log_tail()}"
                 )
         time.sleep(0.2)
     tails = "\n".join(f"--- {c.name} ---\n{c.log_tail()}" for c in watch)
@@ -138,5 +172,7 @@ def _wait_gone(component: Running, timeout_s: float) -> bool:
 
 
 def _reap(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
+    """Collect the exit status of a component we started (others are not our children)."""
+    process = _children.get(pid)
+    if process is not None and process.poll() is not None:
+        del _children[pid]
