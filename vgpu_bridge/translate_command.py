@@ -34,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--default-gpu-num", type=int, default=1)
     parser.add_argument("--memory-factor", type=int, default=1, help="gpumem unit in MiB")
     parser.add_argument("--volcano-version", help="Volcano release in the cluster, e.g. v1.15.1")
+    parser.add_argument("--kai-version", help="KAI Scheduler build in the cluster, e.g. v0.18.0")
 
 
 def _read(name: str, stdin: TextIO) -> str:
@@ -101,7 +102,9 @@ def run(args: argparse.Namespace, *, stdin: TextIO, stdout: TextIO, stderr: Text
     try:
         context = _context(args, stdin)
         objects = load_objects(_read(args.filename, stdin), source=_source(args.filename))
-        registry = default_registry(volcano_version=args.volcano_version)
+        registry = default_registry(
+            volcano_version=args.volcano_version, kai_version=args.kai_version
+        )
         out, warnings = translate_objects(
             objects, context=context, registry=registry, scheduler=args.scheduler
         )

@@ -56,4 +56,4 @@ def test_adapter_refuses_bad_input_with_field_paths(adapter: SchedulerAdapter) -
 def test_adapter_names_are_unique_and_known_to_the_registry() -> None:
     names = [a.name for a in ADAPTERS]
     assert len(set(names)) == len(names)
-    assert {"default", "volcano"} <= set(names)
+    assert {"default", "volcano", "kai"} <= set(names)

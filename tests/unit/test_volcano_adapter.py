@@ -10,7 +10,7 @@ import pytest
 
 from vgpu_bridge.adapters import default_registry
 from vgpu_bridge.adapters.volcano import VolcanoAdapter
-from vgpu_bridge.core import TranslationContext
+from vgpu_bridge.core import Inventory, TranslationContext
 from vgpu_bridge.core.names import TRANSLATED_RESOURCES
 from vgpu_bridge.core.quantity import parse_quantity
 
@@ -144,9 +144,9 @@ def test_percentage_in_a_vcjob_uses_first_available_like_any_pod() -> None:
     limits.pop("nvidia.com/gpumem")
     limits["nvidia.com/gpumem-percentage"] = 50
     job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"].pop("requests")
-    context = TranslationContext(
-        inventory=CONTEXT.inventory.__class__({"gpu.vgpu-bridge.io": frozenset({2**34})})
-    )
+    sizes = frozenset({2**34, 2**35})
+    context = TranslationContext(inventory=Inventory({"gpu.vgpu-bridge.io": sizes}))
     [template] = ADAPTER.translate(job, context=context).templates
-    [alternative] = template["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"]
-    assert parse_quantity(alternative["capacity"]["requests"]["memory"]) == Decimal(2**33)
+    alternatives = template["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"]
+    shares = [parse_quantity(a["capacity"]["requests"]["memory"]) for a in alternatives]
+    assert shares == [Decimal(2**33), Decimal(2**34)]

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vgpu_bridge.adapters.base import SchedulerAdapter
+from vgpu_bridge.adapters.kai import KaiAdapter
 from vgpu_bridge.adapters.plain import PlainAdapter
 from vgpu_bridge.adapters.volcano import VolcanoAdapter
 
@@ -37,10 +38,20 @@ class AdapterRegistry:
 
 
 def default_registry(
-    *, volcano_scheduler_names: Sequence[str] = ("volcano",), volcano_version: str | None = None
+    *,
+    volcano_scheduler_names: Sequence[str] = ("volcano",),
+    volcano_version: str | None = None,
+    kai_scheduler_names: Sequence[str] = ("kai-scheduler",),
+    kai_version: str | None = None,
+    kai_refuse_without_capacity: bool = False,
 ) -> AdapterRegistry:
-    """Every adapter we ship, the plain one as the fallback. KAI joins here when it arrives."""
+    """Every adapter we ship, the plain one as the fallback."""
     volcano = VolcanoAdapter(
         scheduler_names=tuple(volcano_scheduler_names), version=volcano_version
     )
-    return AdapterRegistry(specific=[volcano], fallback=PlainAdapter())
+    kai = KaiAdapter(
+        scheduler_names=tuple(kai_scheduler_names),
+        version=kai_version,
+        refuse_without_capacity=kai_refuse_without_capacity,
+    )
+    return AdapterRegistry(specific=[volcano, kai], fallback=PlainAdapter())

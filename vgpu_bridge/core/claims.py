@@ -26,8 +26,13 @@ def claim_spec(
     inventory: Inventory,
     percent_path: str,
     problems: Problems,
+    first_available: bool = True,
 ) -> dict[str, Any] | None:
-    """The ResourceClaimSpec for one container, or None after recording why it cannot be built."""
+    """The ResourceClaimSpec for one container, or None after recording why it cannot be built.
+
+    `first_available=False` is for schedulers that cannot take `firstAvailable` (KAI): a
+    percentage then needs a cluster with a single card size.
+    """
     selectors = filter_selectors(device_filter, profile)
     if request.memory_percent is None or request.whole_card_memory:
         memory = None if request.memory_mib is None else request.memory_mib * MiB
@@ -39,7 +44,19 @@ def claim_spec(
         )
         if alternatives is None:
             return None
-        device_request = {"name": REQUEST_NAME, "firstAvailable": alternatives}
+        if len(alternatives) == 1:  # one card size: no alternatives to choose from
+            exact = {k: v for k, v in alternatives[0].items() if k != "name"}
+            device_request = {"name": REQUEST_NAME, "exactly": exact}
+        elif first_available:
+            device_request = {"name": REQUEST_NAME, "firstAvailable": alternatives}
+        else:
+            problems.add(
+                percent_path,
+                f"the cluster has {len(alternatives)} card memory sizes, and this scheduler "
+                "cannot choose among alternatives (firstAvailable): a share in percent needs "
+                "one card size; ask for memory in MiB instead",
+            )
+            return None
     devices: dict[str, Any] = {"requests": [device_request]}
     if request.count > 1:  # HAMi puts each of N vGPUs on a different card
         devices["constraints"] = [

@@ -62,7 +62,8 @@ KAI_FRACTION = "gpu-fraction"
 KAI_MEMORY = "gpu-memory"
 KAI_NUM_DEVICES = "gpu-fraction-num-devices"
 KAI_CONTAINER_NAME = "gpu-fraction-container-name"
-KAI_ANNOTATIONS = (KAI_FRACTION, KAI_MEMORY, KAI_NUM_DEVICES, KAI_CONTAINER_NAME)
+KAI_MPS = "mps"  # KAI accepts it only beside a fraction, which translation removes
+KAI_ANNOTATIONS = (KAI_FRACTION, KAI_MEMORY, KAI_NUM_DEVICES, KAI_CONTAINER_NAME, KAI_MPS)
 
 TRANSLATED_ANNOTATIONS = frozenset(DEVICE_CHOICE_ANNOTATIONS + KAI_ANNOTATIONS)
 

@@ -53,11 +53,13 @@ def translate(
     context: TranslationContext,
     adapter: str = "default",
     template_prefix: str = TEMPLATE_PREFIX,
+    first_available: bool = True,
 ) -> Plan:
     """The plan for `obj`; raises `InvalidRequest` naming every bad field.
 
     Template names are `template_prefix` + a hash of the spec; an adapter may scope them (Volcano
-    puts the job's name in, so a job's templates are its own).
+    puts the job's name in, so a job's templates are its own). `first_available=False` is for
+    schedulers that cannot choose among alternatives (KAI).
     """
     ref = object_ref(obj)
     draft = _Draft()
@@ -71,6 +73,7 @@ def translate(
                 context=context,
                 namespace=namespace_of(obj),
                 template_prefix=template_prefix,
+                first_available=first_available,
                 draft=draft,
             )
     if draft.problems:
@@ -90,6 +93,7 @@ def _translate_template(
     context: TranslationContext,
     namespace: str | None,
     template_prefix: str,
+    first_available: bool,
     draft: _Draft,
 ) -> None:
     problems = draft.problems
@@ -122,6 +126,7 @@ def _translate_template(
             inventory=context.inventory,
             percent_path=share.raw.sources.get("memory_percent", share.path),
             problems=problems,
+            first_available=first_available,
         )
         if spec is None:
             continue

@@ -48,6 +48,9 @@ def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, S
         registry=default_registry(
             volcano_scheduler_names=settings.volcano_names(),
             volcano_version=settings.volcano_version,
+            kai_scheduler_names=settings.kai_names(),
+            kai_version=settings.kai_version,
+            kai_refuse_without_capacity=settings.kai_without_capacity == "refuse",
         ),
         profile=profile,
         config=config,

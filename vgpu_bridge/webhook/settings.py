@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,6 +37,11 @@ class Settings(BaseModel):
         default="volcano", description="vc-scheduler names, comma list"
     )
     volcano_version: str | None = Field(default=None, description="Volcano release, e.g. v1.15.1")
+    kai_scheduler_names: str = Field(default="kai-scheduler", description="KAI scheduler names")
+    kai_version: str | None = Field(default=None, description="KAI build, e.g. v0.18.0")
+    kai_without_capacity: Literal["warn", "refuse"] = Field(
+        default="warn", description="what to do when the KAI build has no consumable capacity"
+    )
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -43,7 +49,10 @@ class Settings(BaseModel):
         return host.strip("[]") or "0.0.0.0", int(port)
 
     def volcano_names(self) -> tuple[str, ...]:
-        return tuple(n.strip() for n in self.volcano_scheduler_names.split(",") if n.strip())
+        return _names(self.volcano_scheduler_names)
+
+    def kai_names(self) -> tuple[str, ...]:
+        return _names(self.kai_scheduler_names)
 
     def excluded(self) -> frozenset[str]:
         names = {n.strip() for n in self.excluded_namespaces.split(",") if n.strip()}
@@ -70,6 +79,10 @@ class Settings(BaseModel):
             if value is not None:
                 values[name] = value
         return cls.model_validate(values)
+
+
+def _names(comma_list: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in comma_list.split(",") if n.strip())
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
