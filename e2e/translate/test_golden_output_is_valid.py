@@ -47,10 +47,10 @@ def as_served_here(obj: Json) -> list[Json]:
         {
             "apiVersion": "v1",
             "kind": "PodTemplate",
-            "metadata": {"name": f"{obj['metadata']['name']}-{task['name']}"},
+            "metadata": {"name": f"{obj['metadata']['name']}-task-{index}"},
             "template": task["template"],
         }
-        for task in obj["spec"]["tasks"]
+        for index, task in enumerate(obj["spec"]["tasks"])
     ]
 
 
