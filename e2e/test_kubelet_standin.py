@@ -116,3 +116,19 @@ def test_pod_stays_pending_while_the_preparer_fails_and_runs_once_it_succeeds(
 
     running_pod(kube, namespace, "waiting")
     assert uid not in kubelet_standin.failures
+
+
+def test_a_force_deleted_pod_is_still_unprepared(
+    kube: KubeClient,
+    namespace: str,
+    fake_gpu_driver: FakeGpuDriver,
+    kubelet_standin: KubeletStandIn,
+) -> None:
+    preparer = RecordingPreparer()
+    kubelet_standin.preparer = preparer
+    create_pod(kube, namespace, "forced", template=half_template(kube, namespace, fake_gpu_driver))
+    uid = running_pod(kube, namespace, "forced")["metadata"]["uid"]
+
+    kube.delete(f"/api/v1/namespaces/{namespace}/pods/forced", grace_period_s=0)
+
+    wait_for(lambda: [p.uid for p in preparer.unprepared] == [uid], what="unprepare called")

@@ -4,7 +4,8 @@ For each pod bound to one of its nodes it waits until every ResourceClaim of the
 allocated and reserved for the pod (the kubelet refuses to start a pod otherwise), hands the pod to
 a ``NodePreparer`` (the kubelet's DRA manager calling the node agent's ``NodePrepareResources``),
 then marks the pod Running. When a pod is being deleted it calls ``unprepare`` and finishes the
-deletion, as a kubelet confirms termination. A preparer that raises leaves the pod Pending (or,
+deletion, as a kubelet confirms termination; a pod that vanished (force-deleted) is unprepared
+too. A preparer that raises leaves the pod Pending (or,
 in ``unprepare``, undeleted); the error is kept in ``failures`` by pod uid and the call retried.
 
 The default preparer, ``MarkRunningOnly``, prepares nothing. The node-agent tests plug in a preparer
@@ -113,13 +114,19 @@ class KubeletStandIn:
 
     def sync_once(self) -> None:
         """One pass over all pods on our nodes (the loop calls this; tests may too)."""
+        seen = set()
         for pod in self._client.items("/api/v1/pods"):
             if pod["spec"].get("nodeName") not in self._nodes:
                 continue
+            seen.add(pod["metadata"]["uid"])
             if pod["metadata"].get("deletionTimestamp"):
                 self._terminate(pod)
             elif pod.get("status", {}).get("phase", "Pending") == "Pending":
                 self._start(pod)
+        with self._lock:
+            vanished = [bound for uid, bound in self._prepared.items() if uid not in seen]
+        for bound in vanished:  # force-deleted: a kubelet still cleans up after them
+            self._unprepare(bound)
 
     def _loop(self) -> None:
         while not self._stopping.wait(self._interval_s):
@@ -147,18 +154,22 @@ class KubeletStandIn:
         meta = pod["metadata"]
         with self._lock:
             bound = self._prepared.get(meta["uid"])
-        if bound is not None:
-            try:
-                self.preparer.unprepare(bound)
-            except Exception as error:  # like a kubelet: keep the pod until unprepare succeeds
-                self.failures[bound.uid] = f"{type(error).__name__}: {error}"
-                return
-            with self._lock:
-                self._prepared.pop(bound.uid, None)
-            self.failures.pop(bound.uid, None)
+        if bound is not None and not self._unprepare(bound):
+            return  # like a kubelet: the pod stays until unprepare succeeds
         self._client.delete(
             f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", grace_period_s=0
         )
+
+    def _unprepare(self, bound: BoundPod) -> bool:
+        try:
+            self.preparer.unprepare(bound)
+        except Exception as error:  # recorded and retried on the next pass
+            self.failures[bound.uid] = f"{type(error).__name__}: {error}"
+            return False
+        with self._lock:
+            self._prepared.pop(bound.uid, None)
+        self.failures.pop(bound.uid, None)
+        return True
 
     def _bound(self, pod: Json) -> BoundPod | None:
         """The pod with its claims, or None while any claim is missing or not reserved for it."""
