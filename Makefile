@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: help venv fmt lint unit integration e2e test bench demo cluster-bin native native-test clean
+.PHONY: help venv fmt lint unit integration e2e test bench demo cluster-bin scheduler-bin native native-test clean
 
 help:
 	@echo "make test    lint + unit + integration + e2e (installs what it needs)"
@@ -40,7 +40,7 @@ integration: venv
 
 # The e2e tier: a private local control plane per pytest session (e2e/conftest.py), torn down
 # after it; failed tests leave their dump in .cache/e2e-artifacts/. Also the harness's own tests.
-e2e: venv cluster-bin
+e2e: venv cluster-bin scheduler-bin
 	$(PY) -m pytest e2e -q
 
 # The local control plane's one multi-call binary (etcd, kube-apiserver, kube-controller-manager,
@@ -48,6 +48,12 @@ e2e: venv cluster-bin
 # (VGPU_BRIDGE_CACHE moves it, K8S_VERSION picks the release); reused while its sources are unchanged.
 cluster-bin: venv
 	$(PY) -m e2e.cluster build
+
+# The real Volcano and KAI schedulers (issues 7 and 8), built from their Go modules into the same
+# cache; each package appears here once its tools module exists.
+scheduler-bin: venv
+	@if [ -f e2e/volcano/__main__.py ]; then $(PY) -m e2e.volcano build; fi
+	@if [ -f e2e/kai/__main__.py ]; then $(PY) -m e2e.kai build; fi
 
 # native/vgpu: libvgpu.so and its tests over the fake driver (issue 6 fills native/vgpu/Makefile).
 native:
