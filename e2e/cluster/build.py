@@ -6,6 +6,7 @@ rebuilt only when the Go sources of the tools module changed (a stamp keyed on t
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -35,7 +36,17 @@ class BuildResult:
 
 
 def ensure_binary(settings: Settings) -> BuildResult:
-    """The multi-call binary for ``settings.k8s_version``, built if missing or stale."""
+    """The multi-call binary for ``settings.k8s_version``, built if missing or stale.
+
+    Concurrent callers (two test sessions, ``make`` in two shells) take turns on a file lock.
+    """
+    settings.bin_dir.mkdir(parents=True, exist_ok=True)
+    with (settings.bin_dir / "build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure_binary_locked(settings)
+
+
+def _ensure_binary_locked(settings: Settings) -> BuildResult:
     started = time.monotonic()
     source_dir = _source_dir(settings)
     stamp = settings.bin_dir / "vgpu-k8s.stamp"
