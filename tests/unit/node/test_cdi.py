@@ -1,0 +1,83 @@
+"""CDI specs: exactly the shares, in order, with libvgpu's env and mounts; written atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.unit.node.claims import BY_NAME, NODE, allocated_claim, result
+from vgpu_bridge.core import DEFAULT
+from vgpu_bridge.node.allocation import ClaimShares, claim_shares
+from vgpu_bridge.node.cdi import CdiLayout, build_spec, remove_spec, spec_is_current, write_spec
+from vgpu_bridge.node.inventory import Gpu
+
+GOLDEN = Path(__file__).resolve().parents[2] / "data" / "node" / "cdi"
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+LAYOUT = CdiLayout(
+    cdi_dir=Path("/var/run/cdi"), vgpu_dir=Path("/usr/local/vgpu"), driver=DEFAULT.driver
+)
+
+
+def _two_shares(gpus: Mapping[str, Gpu] = BY_NAME) -> ClaimShares:
+    claim = allocated_claim(
+        result("gpu-1", memory="3000Mi", cores="30"),
+        result("gpu-0", memory="1Gi", cores="0", share_id="7c6c2d7e-0000-4000-8000-000000000002"),
+        uid="8f1d-uid",
+        priority=0,
+    )
+    return claim_shares(claim, uid="8f1d-uid", node=NODE, profile=DEFAULT, gpus=gpus)
+
+
+@pytest.mark.parametrize("real", [False, True], ids=["mock-gpus", "real-gpus"])
+def test_spec_golden(real: bool) -> None:
+    gpus = {n: replace(g, minor=g.index + 2) for n, g in BY_NAME.items()} if real else BY_NAME
+    spec = build_spec(_two_shares(gpus), LAYOUT)
+    actual = json.dumps(spec, indent=2, sort_keys=True) + "\n"
+    golden = GOLDEN / f"two-shares-{'real' if real else 'mock'}.json"
+    if UPDATE:
+        golden.write_text(actual)
+    assert actual == golden.read_text()
+
+
+def test_share_i_carries_its_own_limits_and_the_first_share_sets_the_legacy_sm_limit() -> None:
+    spec = build_spec(_two_shares(), LAYOUT)
+    assert [d["containerEdits"]["env"] for d in spec["devices"]] == [
+        ["CUDA_DEVICE_MEMORY_LIMIT_0=3000m", "CUDA_DEVICE_SM_LIMIT_0=30"],
+        ["CUDA_DEVICE_MEMORY_LIMIT_1=1024m", "CUDA_DEVICE_SM_LIMIT_1=0"],
+    ]
+    env = spec["containerEdits"]["env"]
+    assert "NVIDIA_VISIBLE_DEVICES=GPU-bbbb,GPU-aaaa" in env
+    assert "CUDA_DEVICE_SM_LIMIT=30" in env
+    assert "CUDA_TASK_PRIORITY=0" in env
+    assert LAYOUT.device_id("8f1d-uid", 1) == "k8s.gpu.vgpu-bridge.io/claim=8f1d-uid-1"
+
+
+def test_write_is_atomic_and_remove_takes_spec_and_shared_dir(tmp_path: Path) -> None:
+    layout = CdiLayout(cdi_dir=tmp_path / "cdi", vgpu_dir=tmp_path / "vgpu", driver=DEFAULT.driver)
+    layout.cdi_dir.mkdir()
+    spec = build_spec(_two_shares(), layout)
+    write_spec(spec, "8f1d-uid", layout)
+    assert [p.name for p in layout.cdi_dir.iterdir()] == [
+        "k8s.gpu.vgpu-bridge.io-claim_8f1d-uid.json"
+    ]
+    assert spec_is_current(spec, "8f1d-uid", layout)
+    assert layout.shared_dir("8f1d-uid").is_dir()
+    remove_spec("8f1d-uid", layout)
+    remove_spec("8f1d-uid", layout)  # again: nothing left to remove is fine
+    assert not any(layout.cdi_dir.iterdir())
+    assert not layout.shared_dir("8f1d-uid").exists()
+
+
+def test_a_failed_write_leaves_neither_spec_nor_temp_file_nor_shared_dir(tmp_path: Path) -> None:
+    layout = CdiLayout(cdi_dir=tmp_path / "cdi", vgpu_dir=tmp_path / "vgpu", driver=DEFAULT.driver)
+    layout.cdi_dir.write_text("not a directory")  # writes into it fail like a read-only dir
+    spec = build_spec(_two_shares(), layout)
+    with pytest.raises(OSError):  # noqa: PT011 - the errno depends on the failure
+        write_spec(spec, "8f1d-uid", layout)
+    assert not layout.shared_dir("8f1d-uid").exists()
+    assert layout.cdi_dir.read_text() == "not a directory"

@@ -1,0 +1,70 @@
+"""The checkpoint: round trip, and every way a file can be untrustworthy is `CheckpointCorrupt`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vgpu_bridge.node import checkpoint
+from vgpu_bridge.node.checkpoint import CheckpointCorrupt, PreparedClaim, PreparedDevice
+
+CLAIM = PreparedClaim(
+    uid="uid-1",
+    namespace="team-a",
+    name="c",
+    devices=(
+        PreparedDevice(
+            request_names=("gpu",),
+            pool_name="node-a",
+            device_name="gpu-0",
+            share_id="s-1",
+            cdi_device_ids=("k8s.gpu.vgpu-bridge.io/claim=uid-1-0",),
+            uuid="GPU-aaaa",
+            memory=3000 * 2**20,
+            cores=30,
+        ),
+    ),
+    priority=None,
+    cdi_spec={"cdiVersion": "0.6.0"},
+)
+
+
+def test_no_file_is_nothing_prepared(tmp_path: Path) -> None:
+    assert checkpoint.load(tmp_path / "checkpoint.json") == {}
+
+
+def test_round_trip_keeps_every_field_and_leaves_no_temp_file(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.json"
+    checkpoint.save(path, {"uid-1": CLAIM})
+    assert checkpoint.load(path) == {"uid-1": CLAIM}
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.json"]
+    assert json.loads(path.read_text())["version"] == "v1"
+
+
+def _tamper(path: Path, how: str) -> None:
+    data = json.loads(path.read_text())
+    if how == "truncated":
+        path.write_text(path.read_text()[:40])
+    elif how == "other version":
+        path.write_text(json.dumps({**data, "version": "v9"}))
+    elif how == "edited":
+        data["claims"]["uid-1"]["devices"][0]["cores"] = 100
+        path.write_text(json.dumps(data))
+    elif how == "wrong shape":
+        data["claims"]["uid-1"]["devices"] = "all of them"
+        path.write_text(json.dumps(data))
+    elif how == "not an object":
+        path.write_text("[]")
+
+
+@pytest.mark.parametrize(
+    "how", ["truncated", "other version", "edited", "wrong shape", "not an object"]
+)
+def test_an_untrustworthy_file_is_corrupt(tmp_path: Path, how: str) -> None:
+    path = tmp_path / "checkpoint.json"
+    checkpoint.save(path, {"uid-1": CLAIM})
+    _tamper(path, how)
+    with pytest.raises(CheckpointCorrupt, match=r"checkpoint\.json"):
+        checkpoint.load(path)

@@ -1,0 +1,152 @@
+"""A ResourceClaim's shares of this node's GPUs, read from its allocation (pure: no I/O).
+
+Everything is checked and nothing is guessed: the claim must be the one the kubelet named (uid),
+allocated, on this node's pool, for devices we publish, and every share must carry the
+`consumedCapacity` the scheduler tracked. A missing share size is an error, never a default
+(HAMi's driver falls back to 60% SM and the whole card).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from vgpu_bridge.core.profiles import DriverProfile
+from vgpu_bridge.core.quantity import MiB, QuantityError, parse_quantity
+from vgpu_bridge.node.inventory import Gpu
+
+Json = dict[str, Any]
+
+
+class ClaimError(ValueError):
+    """This claim cannot be prepared here; the message says why (returned to the kubelet)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """One allocated share of one GPU."""
+
+    request: str  # the base request name (containers reference requests by it)
+    pool: str
+    device: str
+    share_id: str | None
+    gpu: Gpu
+    memory: int  # bytes
+    cores: int  # SM percent
+
+    @property
+    def memory_mib(self) -> int:
+        return self.memory // MiB
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimShares:
+    uid: str
+    namespace: str
+    name: str
+    shares: tuple[Share, ...]
+    priority: int | None
+
+
+def claim_shares(
+    claim: Json,
+    *,
+    uid: str,
+    node: str,
+    profile: DriverProfile,
+    gpus: Mapping[str, Gpu],
+) -> ClaimShares:
+    """The shares of our driver in `claim`, in allocation order; ClaimError when unusable."""
+    meta = claim.get("metadata") or {}
+    ref = f"ResourceClaim {meta.get('namespace')}/{meta.get('name')}"
+    if meta.get("uid") != uid:
+        raise ClaimError(f"{ref} has uid {meta.get('uid')}, not {uid}: it was replaced")
+    allocation = (claim.get("status") or {}).get("allocation")
+    if not allocation:
+        raise ClaimError(f"{ref} is not allocated")
+    _check_node(allocation, node, ref)
+    devices = allocation.get("devices") or {}
+    shares = tuple(
+        _share(result, index, node=node, profile=profile, gpus=gpus, ref=ref)
+        for index, result in enumerate(devices.get("results") or [])
+        if result.get("driver") == profile.driver
+    )
+    priority = _priority(devices.get("config") or [], profile, ref)
+    return ClaimShares(uid, meta.get("namespace", ""), meta.get("name", ""), shares, priority)
+
+
+def _check_node(allocation: Json, node: str, ref: str) -> None:
+    """A node-local allocation names its node in a `metadata.name` field selector."""
+    for term in (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == "metadata.name" and node not in (field.get("values") or []):
+                raise ClaimError(f"{ref} is allocated to node {field.get('values')}, not {node}")
+
+
+def _share(
+    result: Json,
+    index: int,
+    *,
+    node: str,
+    profile: DriverProfile,
+    gpus: Mapping[str, Gpu],
+    ref: str,
+) -> Share:
+    where = f"{ref}: status.allocation.devices.results[{index}]"
+    pool, device = result.get("pool"), result.get("device")
+    if pool != node:
+        raise ClaimError(f"{where}: pool {pool!r} is not this node's pool {node!r}")
+    gpu = gpus.get(str(device))
+    if gpu is None:
+        raise ClaimError(f"{where}: device {device!r} is not a GPU of this node")
+    consumed = result.get("consumedCapacity") or {}
+    memory = _capacity(consumed, profile.memory_capacity, profile, where)
+    cores = _capacity(consumed, profile.cores_capacity, profile, where)
+    if memory <= 0 or memory > gpu.memory or memory % MiB:
+        raise ClaimError(f"{where}: memory share {memory} is not 1Mi..{gpu.memory} in 1Mi steps")
+    if not 0 <= cores <= 100 or cores != cores.to_integral_value():
+        raise ClaimError(f"{where}: cores share {cores} is not a whole percent 0..100")
+    request = str(result.get("request", "")).split("/", 1)[0]
+    share_id = result.get("shareID") or None
+    return Share(request, pool, gpu.device_name, share_id, gpu, int(memory), int(cores))
+
+
+def _capacity(consumed: Json, name: str, profile: DriverProfile, where: str) -> Decimal:
+    value = consumed.get(name, consumed.get(f"{profile.driver}/{name}"))
+    if value is None:
+        raise ClaimError(
+            f"{where}: no consumedCapacity[{name}]: the scheduler did not record this share's "
+            "size (is DRAConsumableCapacity on?); refusing to guess one"
+        )
+    try:
+        return parse_quantity(value)
+    except QuantityError as exc:
+        raise ClaimError(f"{where}: consumedCapacity[{name}]: {exc}") from None
+
+
+def _priority(configs: list[Json], profile: DriverProfile, ref: str) -> int | None:
+    """`priority` of our opaque config (`GpuShareConfig`); the last one that applies wins."""
+    priority = None
+    for index, entry in enumerate(configs):
+        opaque = entry.get("opaque") or {}
+        if opaque.get("driver") != profile.driver:
+            continue
+        where = f"{ref}: status.allocation.devices.config[{index}].opaque.parameters"
+        parameters = opaque.get("parameters") or {}
+        kind = (parameters.get("apiVersion"), parameters.get("kind"))
+        if kind != (profile.config_api_version, profile.config_kind):
+            raise ClaimError(
+                f"{where}: expected apiVersion {profile.config_api_version} "
+                f"kind {profile.config_kind}, got {kind[0]} {kind[1]}"
+            )
+        unknown = set(parameters) - {"apiVersion", "kind", "priority"}
+        if unknown:
+            raise ClaimError(f"{where}: unknown fields {sorted(unknown)}")
+        value = parameters.get("priority")
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1):
+                raise ClaimError(f"{where}: priority must be 0 (high) or 1 (low), got {value!r}")
+            priority = value
+    return priority

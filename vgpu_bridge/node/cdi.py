@@ -1,0 +1,152 @@
+"""CDI specs: one transient spec per claim, carrying exactly the claim's shares to libvgpu.
+
+The spec's devices are the claim's shares in allocation order; share `i` sets
+`CUDA_DEVICE_MEMORY_LIMIT_<i>=<MiB>m` and `CUDA_DEVICE_SM_LIMIT_<i>=<percent>` (and its device node
+on a real GPU). The spec-wide edits apply whenever any of its devices is used: the visible GPUs,
+`CUDA_DEVICE_SM_LIMIT` (the first share's cores, as legacy HAMi sets it), the shared-region file,
+`CUDA_TASK_PRIORITY`, and the mounts of libvgpu.so, /etc/ld.so.preload and the claim's
+shared-region directory. Building is pure; writing is atomic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vgpu_bridge.node.allocation import ClaimShares
+from vgpu_bridge.node.files import remove, write_atomic
+
+Json = dict[str, Any]
+CDI_VERSION = "0.6.0"  # annotations need 0.6.0; env, mounts and device nodes need less
+CDI_CLASS = "claim"
+CONTAINER_VGPU_DIR = "/usr/local/vgpu"
+CONTAINER_SHARED_DIR = f"{CONTAINER_VGPU_DIR}/shared"
+SHARED_REGION_FILE = "vgpu.cache"
+CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+
+
+@dataclass(frozen=True)
+class CdiLayout:
+    """Where this agent writes specs and what host paths the specs mount."""
+
+    cdi_dir: Path
+    vgpu_dir: Path  # host: libvgpu.so, ld.so.preload, claims/<uid>/ (shared regions)
+    driver: str
+
+    @property
+    def vendor(self) -> str:
+        return f"k8s.{self.driver}"
+
+    @property
+    def kind(self) -> str:
+        return f"{self.vendor}/{CDI_CLASS}"
+
+    def spec_path(self, claim_uid: str) -> Path:
+        """`<vendor>-<class>_<claimUID>.json`, as CDI's transient spec names go."""
+        return self.cdi_dir / f"{self.vendor}-{CDI_CLASS}_{claim_uid}.json"
+
+    def shared_dir(self, claim_uid: str) -> Path:
+        return self.vgpu_dir / "claims" / claim_uid
+
+    def device_id(self, claim_uid: str, index: int) -> str:
+        return f"{self.kind}={device_name(claim_uid, index)}"
+
+    def is_spec_file(self, path: Path) -> bool:
+        return path.name.startswith(f"{self.vendor}-{CDI_CLASS}_") and path.suffix == ".json"
+
+    def claim_uid_of(self, path: Path) -> str:
+        return path.stem.removeprefix(f"{self.vendor}-{CDI_CLASS}_")
+
+
+def device_name(claim_uid: str, index: int) -> str:
+    return f"{claim_uid}-{index}"
+
+
+def build_spec(claim: ClaimShares, layout: CdiLayout) -> Json:
+    """The claim's CDI spec (pure)."""
+    devices = []
+    for index, share in enumerate(claim.shares):
+        edits: Json = {
+            "env": [
+                f"CUDA_DEVICE_MEMORY_LIMIT_{index}={share.memory_mib}m",
+                f"CUDA_DEVICE_SM_LIMIT_{index}={share.cores}",
+            ]
+        }
+        if share.gpu.device_node is not None:
+            edits["deviceNodes"] = [{"path": share.gpu.device_node}]
+        devices.append({"name": device_name(claim.uid, index), "containerEdits": edits})
+    spec: Json = {
+        "cdiVersion": CDI_VERSION,
+        "kind": layout.kind,
+        "annotations": {
+            f"{layout.driver}/claim": f"{claim.namespace}/{claim.name}",
+            f"{layout.driver}/claim-uid": claim.uid,
+        },
+        "devices": devices,
+        "containerEdits": _common_edits(claim, layout),
+    }
+    return spec
+
+
+def _common_edits(claim: ClaimShares, layout: CdiLayout) -> Json:
+    shares = claim.shares
+    env = [f"NVIDIA_VISIBLE_DEVICES={','.join(s.gpu.uuid for s in shares)}"]
+    if shares:
+        env.append(f"CUDA_DEVICE_SM_LIMIT={shares[0].cores}")
+    env.append(f"CUDA_DEVICE_MEMORY_SHARED_CACHE={CONTAINER_SHARED_DIR}/{SHARED_REGION_FILE}")
+    if claim.priority is not None:
+        env.append(f"CUDA_TASK_PRIORITY={claim.priority}")
+    host = layout.vgpu_dir
+    edits: Json = {
+        "env": env,
+        "mounts": [
+            _mount(host / "libvgpu.so", f"{CONTAINER_VGPU_DIR}/libvgpu.so", "ro"),
+            _mount(host / "ld.so.preload", "/etc/ld.so.preload", "ro"),
+            _mount(layout.shared_dir(claim.uid), CONTAINER_SHARED_DIR, "rw"),
+        ],
+    }
+    if any(s.gpu.device_node is not None for s in shares):
+        edits["deviceNodes"] = [{"path": path} for path in CONTROL_DEVICES]
+    return edits
+
+
+def _mount(host: Path, container: str, access: str) -> Json:
+    return {
+        "hostPath": str(host),
+        "containerPath": container,
+        "options": [access, "nosuid", "nodev", "bind"],
+    }
+
+
+def write_spec(spec: Json, claim_uid: str, layout: CdiLayout) -> None:
+    """Create the claim's shared-region dir and write its spec atomically; on failure neither."""
+    shared = layout.shared_dir(claim_uid)
+    existed = shared.is_dir()
+    shared.mkdir(parents=True, exist_ok=True)
+    try:
+        data = json.dumps(spec, indent=2, sort_keys=True).encode() + b"\n"
+        write_atomic(layout.spec_path(claim_uid), data)
+    except BaseException:
+        if not existed:
+            shutil.rmtree(shared, ignore_errors=True)
+        raise
+
+
+def spec_is_current(spec: Json, claim_uid: str, layout: CdiLayout) -> bool:
+    """The spec file exists with exactly this content, and so does the shared-region dir."""
+    try:
+        on_disk = json.loads(layout.spec_path(claim_uid).read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(on_disk == spec and layout.shared_dir(claim_uid).is_dir())
+
+
+def remove_spec(claim_uid: str, layout: CdiLayout) -> None:
+    """Remove the claim's spec and shared-region dir (fine when they are already gone)."""
+    remove(layout.spec_path(claim_uid))
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(layout.shared_dir(claim_uid))

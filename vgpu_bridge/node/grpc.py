@@ -1,0 +1,183 @@
+"""The kubelet's gRPC services on unix sockets: protobuf in, `DeviceState` calls, protobuf out.
+
+`Registration` on `<registry-dir>/<driver>-reg.sock` tells the kubelet our driver name, the DRA
+socket and the API versions (v1 first: the kubelet takes the first it supports). `DRAPlugin` v1
+and v1beta1 on `<plugin-dir>/dra.sock` delegate to the state, which answers per claim. The DRA
+socket is served before the registration socket appears, because the kubelet may call at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import structlog
+
+from vgpu_bridge.node.checkpoint import PreparedDevice
+from vgpu_bridge.node.kubeletapi import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+    pluginregistration_v1_pb2,
+    pluginregistration_v1_pb2_grpc,
+)
+from vgpu_bridge.node.state import ClaimRef, DeviceState
+
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+PLUGIN_TYPE = "DRAPlugin"
+log = structlog.get_logger("vgpu_bridge.node.grpc")
+
+
+def _refs(claims: Any) -> list[ClaimRef]:
+    return [ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
+
+
+class DraV1(dra_v1_pb2_grpc.DRAPluginServicer):
+    def __init__(self, state: DeviceState) -> None:
+        self._state = state
+
+    def NodePrepareResources(  # noqa: N802 - the generated servicer's method name
+        self, request: dra_v1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
+    ) -> dra_v1_pb2.NodePrepareResourcesResponse:
+        response = dra_v1_pb2.NodePrepareResourcesResponse()
+        for uid, prepared in self._state.prepare(_refs(request.claims)).items():
+            entry = response.claims[uid]
+            if prepared.error is not None:
+                entry.error = prepared.error
+            entry.devices.extend(_v1_device(d) for d in prepared.devices)
+        return response
+
+    def NodeUnprepareResources(  # noqa: N802 - the generated servicer's method name
+        self, request: dra_v1_pb2.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
+    ) -> dra_v1_pb2.NodeUnprepareResourcesResponse:
+        response = dra_v1_pb2.NodeUnprepareResourcesResponse()
+        for uid, error in self._state.unprepare(_refs(request.claims)).items():
+            response.claims[uid].error = error or ""
+        return response
+
+
+class DraV1beta1(dra_v1beta1_pb2_grpc.DRAPluginServicer):
+    def __init__(self, state: DeviceState) -> None:
+        self._state = state
+
+    def NodePrepareResources(  # noqa: N802 - the generated servicer's method name
+        self, request: dra_v1beta1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
+    ) -> dra_v1beta1_pb2.NodePrepareResourcesResponse:
+        response = dra_v1beta1_pb2.NodePrepareResourcesResponse()
+        for uid, prepared in self._state.prepare(_refs(request.claims)).items():
+            entry = response.claims[uid]
+            if prepared.error is not None:
+                entry.error = prepared.error
+            entry.devices.extend(_v1beta1_device(d) for d in prepared.devices)
+        return response
+
+    def NodeUnprepareResources(  # noqa: N802 - the generated servicer's method name
+        self,
+        request: dra_v1beta1_pb2.NodeUnprepareResourcesRequest,
+        context: grpc.ServicerContext,
+    ) -> dra_v1beta1_pb2.NodeUnprepareResourcesResponse:
+        response = dra_v1beta1_pb2.NodeUnprepareResourcesResponse()
+        for uid, error in self._state.unprepare(_refs(request.claims)).items():
+            response.claims[uid].error = error or ""
+        return response
+
+
+def _v1_device(device: PreparedDevice) -> dra_v1_pb2.Device:
+    converted = dra_v1_pb2.Device(
+        request_names=device.request_names,
+        pool_name=device.pool_name,
+        device_name=device.device_name,
+        cdi_device_ids=device.cdi_device_ids,
+    )
+    if device.share_id is not None:
+        converted.share_id = device.share_id
+    return converted
+
+
+def _v1beta1_device(device: PreparedDevice) -> dra_v1beta1_pb2.Device:
+    return dra_v1beta1_pb2.Device(
+        request_names=device.request_names,
+        pool_name=device.pool_name,
+        device_name=device.device_name,
+        cdi_device_ids=device.cdi_device_ids,
+    )
+
+
+class Registration(pluginregistration_v1_pb2_grpc.RegistrationServicer):
+    def __init__(self, *, driver: str, endpoint: Path) -> None:
+        self._driver = driver
+        self._endpoint = endpoint
+        self.registered = threading.Event()
+        self.last_error = ""
+
+    def GetInfo(  # noqa: N802 - the generated servicer's method name
+        self, request: pluginregistration_v1_pb2.InfoRequest, context: grpc.ServicerContext
+    ) -> pluginregistration_v1_pb2.PluginInfo:
+        return pluginregistration_v1_pb2.PluginInfo(
+            type=PLUGIN_TYPE,
+            name=self._driver,
+            endpoint=str(self._endpoint),
+            supported_versions=SUPPORTED_VERSIONS,
+        )
+
+    def NotifyRegistrationStatus(  # noqa: N802 - the generated servicer's method name
+        self,
+        request: pluginregistration_v1_pb2.RegistrationStatus,
+        context: grpc.ServicerContext,
+    ) -> pluginregistration_v1_pb2.RegistrationStatusResponse:
+        if request.plugin_registered:
+            self.registered.set()
+            log.info("registered with the kubelet", driver=self._driver)
+        else:
+            self.registered.clear()
+            self.last_error = request.error
+            log.error("the kubelet refused the registration", error=request.error)
+        return pluginregistration_v1_pb2.RegistrationStatusResponse()
+
+
+class PluginServer:
+    """Both sockets: DRA first, then registration; stop removes registration first."""
+
+    def __init__(
+        self,
+        state: DeviceState,
+        *,
+        driver: str,
+        dra_socket: Path,
+        registration_socket: Path,
+        workers: int = 4,
+    ) -> None:
+        self.dra_socket = dra_socket
+        self.registration_socket = registration_socket
+        self.registration = Registration(driver=driver, endpoint=dra_socket)
+        self._dra = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1(state), self._dra)
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1beta1(state), self._dra)
+        self._registrar = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+        pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(
+            self.registration, self._registrar
+        )
+
+    def start(self) -> None:
+        _serve_on(self._dra, self.dra_socket)
+        _serve_on(self._registrar, self.registration_socket)
+        log.info("serving", dra_socket=str(self.dra_socket),
+                 registration_socket=str(self.registration_socket))  # fmt: skip
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        self._registrar.stop(grace_s).wait()
+        self.registration_socket.unlink(missing_ok=True)
+        self._dra.stop(grace_s).wait()
+        self.dra_socket.unlink(missing_ok=True)
+
+
+def _serve_on(server: grpc.Server, socket: Path) -> None:
+    socket.parent.mkdir(parents=True, exist_ok=True)
+    socket.unlink(missing_ok=True)  # a socket left by a previous run
+    if server.add_insecure_port(f"unix:{socket}") == 0:
+        raise OSError(f"cannot listen on {socket}")
+    server.start()

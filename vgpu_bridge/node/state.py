@@ -1,0 +1,300 @@
+"""The work behind NodePrepareResources / NodeUnprepareResources (the gRPC layer only converts).
+
+Prepare reads the checkpoint first: a prepared claim answers with the same devices and CDI IDs,
+without calling the API, and its CDI spec is rewritten if a reboot wiped it (HAMi's driver
+rejects such a claim, issue #45). Otherwise the claim is read from the API, its shares checked
+(`allocation.claim_shares`), the CDI spec written, and the checkpoint saved once per call; a claim
+counts as prepared only when the checkpoint holding it is on disk. Every error is per claim, and
+a failed claim leaves nothing behind. Unprepare needs only the checkpoint and the claim uid (the
+spec and shared-region names derive from it), so it works for deleted claims and repeats.
+Calls are serialised, like the Go helper does.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from vgpu_bridge.core.profiles import DriverProfile
+from vgpu_bridge.kube import KubeApi, KubeError
+from vgpu_bridge.node import checkpoint
+from vgpu_bridge.node.allocation import ClaimError, ClaimShares, claim_shares
+from vgpu_bridge.node.cdi import CdiLayout, build_spec, remove_spec, spec_is_current, write_spec
+from vgpu_bridge.node.checkpoint import CheckpointCorrupt, PreparedClaim, PreparedDevice
+from vgpu_bridge.node.inventory import Gpu
+
+Json = dict[str, Any]
+CLAIMS = "/apis/resource.k8s.io/v1"
+log = structlog.get_logger("vgpu_bridge.node")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRef:
+    """A claim as the kubelet names it."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """One claim's answer: its devices, or why it failed."""
+
+    devices: tuple[PreparedDevice, ...] = ()
+    error: str | None = None
+
+
+class DeviceState:
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        node: str,
+        profile: DriverProfile,
+        gpus: Sequence[Gpu],
+        layout: CdiLayout,
+        checkpoint_file: Path,
+    ) -> None:
+        self._api = api
+        self._node = node
+        self._profile = profile
+        self._gpus = {gpu.device_name: gpu for gpu in gpus}
+        self._layout = layout
+        self._checkpoint_file = checkpoint_file
+        self._lock = threading.Lock()
+        self._claims: dict[str, PreparedClaim] = {}
+
+    # --- start-up -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Load the checkpoint (rebuilding a corrupt one from the API), rewrite specs a reboot
+        wiped, and remove our specs that no prepared claim owns. Never raises for a bad
+        checkpoint or an unreachable API: the kubelet's next Prepare calls repair what is left."""
+        with self._lock:
+            self._checkpoint_file.parent.mkdir(parents=True, exist_ok=True)
+            self._layout.cdi_dir.mkdir(parents=True, exist_ok=True)
+            complete = True
+            try:
+                self._claims = checkpoint.load(self._checkpoint_file)
+            except CheckpointCorrupt as error:
+                aside = self._quarantine()
+                log.error("checkpoint corrupt; rebuilding from the API", error=str(error),
+                          moved_to=str(aside))  # fmt: skip
+                self._claims, complete = self._rebuild_from_api()
+                checkpoint.save(self._checkpoint_file, self._claims)
+            for uid, claim in self._claims.items():
+                if not spec_is_current(claim.cdi_spec, uid, self._layout):
+                    write_spec(claim.cdi_spec, uid, self._layout)
+                    log.info("rewrote CDI spec", claim_uid=uid, namespace=claim.namespace,
+                             claim=claim.name)  # fmt: skip
+            if complete:
+                self._remove_orphans()
+
+    def _remove_orphans(self) -> None:
+        for path in sorted(self._layout.cdi_dir.iterdir()):
+            uid = self._layout.claim_uid_of(path)
+            if self._layout.is_spec_file(path) and uid not in self._claims:
+                remove_spec(uid, self._layout)
+                log.info("removed orphaned CDI spec", claim_uid=uid, path=str(path))
+
+    def _quarantine(self) -> Path:
+        aside = self._checkpoint_file.with_name(
+            f"{self._checkpoint_file.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
+        )
+        self._checkpoint_file.replace(aside)
+        return aside
+
+    def _rebuild_from_api(self) -> tuple[dict[str, PreparedClaim], bool]:
+        """Claims allocated on this node and reserved for a pod, prepared again from the API;
+        and whether the API could be read (if not, nothing else may be assumed stale)."""
+        rebuilt: dict[str, PreparedClaim] = {}
+        try:
+            items = self._api.list(f"{CLAIMS}/resourceclaims").get("items") or []
+        except Exception as error:  # the API unreachable: start empty, repair on Prepare
+            log.error("cannot list ResourceClaims to rebuild the checkpoint", error=str(error))
+            return rebuilt, False
+        for claim in items:
+            meta, status = claim["metadata"], claim.get("status") or {}
+            results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+            ours = any(
+                r.get("driver") == self._profile.driver and r.get("pool") == self._node
+                for r in results
+            )
+            if not ours or not status.get("reservedFor"):
+                continue
+            ref = ClaimRef(meta["namespace"], meta["name"], meta["uid"])
+            try:
+                rebuilt[ref.uid] = self._prepare_new(claim, ref)
+            except ClaimError as error:
+                log.warning("could not rebuild a claim", claim_uid=ref.uid, error=str(error))
+        return rebuilt, True
+
+    # --- Prepare / Unprepare --------------------------------------------------------------
+
+    def prepare(self, refs: Iterable[ClaimRef]) -> dict[str, Prepared]:
+        with self._lock:
+            results: dict[str, Prepared] = {}
+            claims = dict(self._claims)
+            new: dict[str, ClaimRef] = {}
+            for ref in refs:
+                started = time.perf_counter()
+                try:
+                    hit = claims.get(ref.uid)
+                    if hit is None:
+                        hit = self._prepare_new(self._get_claim(ref), ref)
+                        claims[ref.uid], new[ref.uid] = hit, ref
+                        decision = "prepared"
+                    else:
+                        self._ensure_spec(hit)
+                        decision = "already prepared"
+                    results[ref.uid] = Prepared(devices=hit.devices)
+                except ClaimError as error:
+                    results[ref.uid], decision = Prepared(error=str(error)), "refused"
+                _log("prepare", ref, decision, started, results[ref.uid].error)
+            if new:
+                self._commit_new(claims, new, results)
+            return results
+
+    def _commit_new(
+        self,
+        claims: dict[str, PreparedClaim],
+        new: dict[str, ClaimRef],
+        results: dict[str, Prepared],
+    ) -> None:
+        """Save the checkpoint holding the new claims, or undo them all with the reason."""
+        try:
+            checkpoint.save(self._checkpoint_file, claims)
+        except OSError as error:
+            for uid, ref in new.items():
+                remove_spec(uid, self._layout)
+                results[uid] = Prepared(error=f"cannot write the checkpoint: {error}")
+                log.error("prepare undone", claim_uid=uid, namespace=ref.namespace,
+                          claim=ref.name, error=str(error))  # fmt: skip
+            return
+        self._claims = claims
+
+    def unprepare(self, refs: Iterable[ClaimRef]) -> dict[str, str | None]:
+        """Errors by claim uid (None = done); claims never or no longer prepared are done."""
+        with self._lock:
+            results: dict[str, str | None] = {}
+            claims = dict(self._claims)
+            for ref in refs:
+                started = time.perf_counter()
+                known = claims.pop(ref.uid, None) is not None
+                try:
+                    remove_spec(ref.uid, self._layout)
+                    results[ref.uid] = None
+                except OSError as error:
+                    results[ref.uid] = f"cannot remove the CDI spec: {error}"
+                    if known:
+                        claims[ref.uid] = self._claims[ref.uid]
+                decision = "unprepared" if known else "not prepared"
+                _log("unprepare", ref, decision, started, results[ref.uid])
+            if claims != self._claims:
+                try:
+                    checkpoint.save(self._checkpoint_file, claims)
+                except OSError as error:
+                    return dict.fromkeys(results, f"cannot write the checkpoint: {error}")
+                self._claims = claims
+            return results
+
+    def cleanup_stale(self) -> list[str]:
+        """Unprepare claims whose ResourceClaim is gone or replaced; their uids."""
+        stale = []
+        for claim in self.snapshot():
+            try:
+                current = self._api.get(
+                    f"{CLAIMS}/namespaces/{claim.namespace}/resourceclaims/{claim.name}"
+                )
+            except KubeError as error:
+                if error.status != 404:
+                    continue
+                current = {}
+            if (current.get("metadata") or {}).get("uid") != claim.uid:
+                stale.append(claim.uid)
+        if stale:
+            snapshot = {c.uid: c for c in self.snapshot()}
+            self.unprepare(
+                ClaimRef(snapshot[u].namespace, snapshot[u].name, u) for u in stale if u in snapshot
+            )
+        return stale
+
+    def snapshot(self) -> list[PreparedClaim]:
+        """The prepared claims now (for metrics and cleanup)."""
+        with self._lock:
+            return list(self._claims.values())
+
+    # --- one claim ------------------------------------------------------------------------
+
+    def _get_claim(self, ref: ClaimRef) -> Json:
+        path = f"{CLAIMS}/namespaces/{ref.namespace}/resourceclaims/{ref.name}"
+        try:
+            return self._api.get(path)
+        except KubeError as error:
+            if error.status == 404:
+                raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name} not found") from None
+            raise ClaimError(f"reading ResourceClaim {ref.namespace}/{ref.name}: {error}") from None
+        except Exception as error:  # the API unreachable after retries: this claim fails
+            raise ClaimError(f"reading ResourceClaim {ref.namespace}/{ref.name}: {error}") from None
+
+    def _prepare_new(self, claim: Json, ref: ClaimRef) -> PreparedClaim:
+        shares = claim_shares(
+            claim, uid=ref.uid, node=self._node, profile=self._profile, gpus=self._gpus
+        )
+        spec = build_spec(shares, self._layout)
+        try:
+            write_spec(spec, ref.uid, self._layout)
+        except OSError as error:
+            raise ClaimError(f"cannot write the CDI spec: {error}") from None
+        return PreparedClaim(
+            uid=ref.uid,
+            namespace=ref.namespace,
+            name=ref.name,
+            devices=self._devices(shares),
+            priority=shares.priority,
+            cdi_spec=spec,
+        )
+
+    def _devices(self, shares: ClaimShares) -> tuple[PreparedDevice, ...]:
+        return tuple(
+            PreparedDevice(
+                request_names=(share.request,) if share.request else (),
+                pool_name=share.pool,
+                device_name=share.device,
+                share_id=share.share_id,
+                cdi_device_ids=(self._layout.device_id(shares.uid, index),),
+                uuid=share.gpu.uuid,
+                memory=share.memory,
+                cores=share.cores,
+            )
+            for index, share in enumerate(shares.shares)
+        )
+
+    def _ensure_spec(self, claim: PreparedClaim) -> None:
+        if spec_is_current(claim.cdi_spec, claim.uid, self._layout):
+            return
+        try:
+            write_spec(claim.cdi_spec, claim.uid, self._layout)
+        except OSError as error:
+            raise ClaimError(f"cannot rewrite the CDI spec: {error}") from None
+
+
+def _log(call: str, ref: ClaimRef, decision: str, started: float, error: str | None) -> None:
+    fields = {
+        "claim_uid": ref.uid,
+        "namespace": ref.namespace,
+        "claim": ref.name,
+        "decision": decision,
+        "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+    }
+    if error:
+        log.warning(call, error=error, **fields)
+    else:
+        log.info(call, **fields)
