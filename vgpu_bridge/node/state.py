@@ -244,23 +244,27 @@ class DeviceState:
         except Exception as error:  # the API unreachable after retries: this claim fails
             raise ClaimError(f"reading ResourceClaim {ref.namespace}/{ref.name}: {error}") from None
 
-    def _prepare_new(self, claim: Json, ref: ClaimRef) -> PreparedClaim:
+    def plan(self, claim: Json, ref: ClaimRef) -> PreparedClaim:
+        """What preparing `claim` means on this node, without writing anything."""
         shares = claim_shares(
             claim, uid=ref.uid, node=self._node, profile=self._profile, gpus=self._gpus
         )
-        spec = build_spec(shares, self._layout)
-        try:
-            write_spec(spec, ref.uid, self._layout)
-        except OSError as error:
-            raise ClaimError(f"cannot write the CDI spec: {error}") from None
         return PreparedClaim(
             uid=ref.uid,
             namespace=ref.namespace,
             name=ref.name,
             devices=self._devices(shares),
             priority=shares.priority,
-            cdi_spec=spec,
+            cdi_spec=build_spec(shares, self._layout),
         )
+
+    def _prepare_new(self, claim: Json, ref: ClaimRef) -> PreparedClaim:
+        prepared = self.plan(claim, ref)
+        try:
+            write_spec(prepared.cdi_spec, ref.uid, self._layout)
+        except OSError as error:
+            raise ClaimError(f"cannot write the CDI spec: {error}") from None
+        return prepared
 
     def _devices(self, shares: ClaimShares) -> tuple[PreparedDevice, ...]:
         return tuple(
