@@ -23,6 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     webhook = commands.add_parser("webhook", help="serve the mutating admission webhook (HTTPS)")
     _add_webhook_arguments(webhook)
     webhook.set_defaults(run=_run_webhook)
+    node = commands.add_parser("node", help="serve the node agent (DRA kubelet plugin)")
+    _add_node_arguments(node)
+    node.set_defaults(run=_run_node)
     return parser
 
 
@@ -34,6 +37,18 @@ def _add_webhook_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run_webhook(args: argparse.Namespace) -> int:
     from vgpu_bridge.webhook.app import main  # the I/O shell loads only when asked for
+
+    return main(args, os.environ)
+
+
+def _add_node_arguments(parser: argparse.ArgumentParser) -> None:
+    from vgpu_bridge.node.settings import add_arguments
+
+    add_arguments(parser)
+
+
+def _run_node(args: argparse.Namespace) -> int:
+    from vgpu_bridge.node.app import main  # the I/O shell loads only when asked for
 
     return main(args, os.environ)
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 
-from e2e.cluster import KubeClient, LocalCluster, create_fake_node
+from e2e.cluster import KubeClient, KubeletStandIn, LocalCluster, create_fake_node
 from e2e.cluster.client import ApiError
 from e2e.dra_objects import device_class
+from e2e.node.agent import AgentProcess, GrpcPreparer, running_agent
 from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.kube import KubeApi
 
@@ -51,3 +53,38 @@ def our_device_class(kube: KubeClient) -> Iterator[str]:
     yield DEFAULT.device_class
     if created:
         kube.delete(f"{RESOURCE}/deviceclasses/{DEFAULT.device_class}")
+
+
+AGENT_GPUS = [
+    {"uuid": "GPU-agent-0000", "productName": "NVIDIA H100 80GB HBM3", "memory": "80Gi"},
+    {"uuid": "GPU-agent-0001", "productName": "NVIDIA A100-PCIE-40GB", "memory": "40Gi"},
+]
+
+
+@dataclass
+class AgentOnNode:
+    node: str
+    agent: AgentProcess
+    preparer: GrpcPreparer
+    standin: KubeletStandIn
+
+
+@pytest.fixture(scope="module")
+def agent_on_node(
+    kube: KubeClient, e2e_cluster: LocalCluster, our_device_class: str
+) -> Iterator[AgentOnNode]:
+    """A node of its own with `vgpu-bridge node` (mock GPUs) and a kubelet stand-in that
+    prepares its pods through the agent's socket."""
+    node = f"e2e-agent-{secrets.token_hex(3)}"
+    create_fake_node(kube, node, labels={AGENT_NODE_LABEL: "true"})
+    try:
+        with running_agent(node, e2e_cluster.kubeconfig, AGENT_GPUS) as agent:
+            preparer = GrpcPreparer(agent.dra_socket)
+            with KubeletStandIn(kube, [node], preparer=preparer) as standin:
+                yield AgentOnNode(node, agent, preparer, standin)
+            preparer.close()
+    finally:
+        kube.delete(f"/api/v1/nodes/{node}")
+        selector = f"spec.nodeName={node},spec.driver={DEFAULT.driver}"
+        for item in kube.items(f"{RESOURCE}/resourceslices", fieldSelector=selector):
+            kube.delete(f"{RESOURCE}/resourceslices/{item['metadata']['name']}")

@@ -1,0 +1,126 @@
+"""`vgpu-bridge node`: wire the parts together and serve until SIGTERM.
+
+Start-up order: GPUs (mock file or NVML), the checkpoint (recovered), the DRA socket, then the
+registration socket, then the slices (republished on every start and checked every resync
+period), then the periodic cleanup of prepared claims whose ResourceClaim is gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from collections.abc import Callable, Mapping
+
+import structlog
+
+from vgpu_bridge.core.profiles import DEFAULT, DriverProfile
+from vgpu_bridge.kube import KubeApi
+from vgpu_bridge.node.cdi import CdiLayout
+from vgpu_bridge.node.grpc import PluginServer
+from vgpu_bridge.node.inventory import Gpu, load_mock_gpus, nvml_gpus
+from vgpu_bridge.node.metrics import serve_metrics
+from vgpu_bridge.node.publisher import SlicePublisher
+from vgpu_bridge.node.settings import Settings
+from vgpu_bridge.node.state import DeviceState
+
+log = structlog.get_logger("vgpu_bridge.node")
+
+
+def configure_logging() -> None:
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ]
+    )
+
+
+def profile_for(settings: Settings) -> DriverProfile:
+    """Our profile, under the driver name this agent was given."""
+    return DEFAULT.model_copy(update={"driver": settings.driver_name})
+
+
+def discover(settings: Settings) -> tuple[Gpu, ...]:
+    return load_mock_gpus(settings.mock_gpus) if settings.mock_gpus else nvml_gpus()
+
+
+def every(seconds: float, stop: threading.Event, what: str, work: Callable[[], object]) -> None:
+    """Run `work` now and then every `seconds` until `stop`; failures are logged and retried."""
+    while True:
+        try:
+            work()
+        except Exception:
+            log.exception(f"{what} failed; will retry")
+        if stop.wait(seconds):
+            return
+
+
+def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
+    configure_logging()
+    stop = stop or threading.Event()
+    profile = profile_for(settings)
+    gpus = discover(settings)
+    api = KubeApi.connect(settings.kubeconfig)
+    layout = CdiLayout(cdi_dir=settings.cdi_dir, vgpu_dir=settings.vgpu_dir, driver=profile.driver)
+    state = DeviceState(
+        api,
+        node=settings.node_name,
+        profile=profile,
+        gpus=gpus,
+        layout=layout,
+        checkpoint_file=settings.checkpoint_file,
+    )
+    state.start()
+    server = PluginServer(
+        state,
+        driver=profile.driver,
+        dra_socket=settings.dra_socket,
+        registration_socket=settings.registration_socket,
+    )
+    server.start()
+    metrics = serve_metrics(
+        settings.metrics_host_port,
+        state=state,
+        gpus=gpus,
+        node=settings.node_name,
+        vgpu_dir=settings.vgpu_dir,
+    )
+    publisher = SlicePublisher(api, node=settings.node_name, profile=profile, gpus=gpus)
+    workers = [
+        threading.Thread(
+            target=every,
+            args=(settings.resync_seconds, stop, "publishing slices", publisher.sync),
+            name="slices",
+            daemon=True,
+        ),
+        threading.Thread(
+            target=every,
+            args=(settings.cleanup_seconds, stop, "cleaning up", state.cleanup_stale),
+            name="cleanup",
+            daemon=True,
+        ),
+    ]
+    for worker in workers:
+        worker.start()
+
+    def shut_down(signum: int, _frame: object) -> None:
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, shut_down)
+        signal.signal(signal.SIGINT, shut_down)
+    log.info("node agent started", node=settings.node_name, driver=profile.driver,
+             gpus=len(gpus), mock=settings.mock_gpus is not None)  # fmt: skip
+    stop.wait()
+    server.stop()
+    if metrics is not None:
+        metrics.shutdown()
+    log.info("node agent stopped")
+    return 0
+
+
+def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    return serve(Settings.from_namespace(args, environ))

@@ -1,0 +1,173 @@
+"""Prometheus metrics of the node agent: what is allocated (from the checkpoint) and what is used
+(from libvgpu's shared regions, one per claim: `<vgpu-dir>/claims/<uid>/vgpu.cache`).
+
+The region layout is native/vgpu/src/region.h, version 1; a file of another magic, version or
+size is skipped (reported by `vgpu_bridge_claim_region_readable`), never guessed at.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from vgpu_bridge.node.cdi import SHARED_REGION_FILE
+from vgpu_bridge.node.inventory import Gpu
+from vgpu_bridge.node.state import DeviceState
+
+REGION_MAGIC = 0x55504756
+REGION_VERSION = 1
+MAX_DEVICES = 16
+SLOTS = 1024
+DEVICES_OFFSET = 64
+DEVICE_SIZE = 64
+SLOTS_OFFSET = 1088
+SLOT_SIZE = 224
+REGION_SIZE = SLOTS_OFFSET + SLOTS * SLOT_SIZE
+_HEADER = struct.Struct("<IIQ")  # magic, version, size
+_COUNTS = struct.Struct("<II")  # ndev, high_water at offset 56
+_DEVICE = struct.Struct("<48sQI")  # uuid, mem_limit, sm_limit
+_SLOT_PID = struct.Struct("<i")
+_USED = struct.Struct(f"<{MAX_DEVICES}Q")  # at slot offset 24
+_LAUNCHES = struct.Struct("<Q")  # at slot offset 152
+
+
+class RegionError(ValueError):
+    """Not a region file this agent can read."""
+
+
+@dataclass(frozen=True)
+class RegionUsage:
+    """A shared region's totals: bytes used per GPU uuid, live processes, kernel launches."""
+
+    used: dict[str, int]
+    processes: int
+    launches: int
+
+
+def read_region(data: bytes) -> RegionUsage:
+    """Parse a version-1 region (native-endian is little-endian on x86-64 and aarch64)."""
+    if len(data) < REGION_SIZE:
+        raise RegionError(f"{len(data)} bytes, a version-{REGION_VERSION} region has {REGION_SIZE}")
+    magic, version, size = _HEADER.unpack_from(data, 0)
+    if magic != REGION_MAGIC or version != REGION_VERSION or size != REGION_SIZE:
+        raise RegionError(f"magic {magic:#x} version {version} size {size}: not a v1 region")
+    ndev, high_water = _COUNTS.unpack_from(data, 56)
+    ndev, high_water = min(ndev, MAX_DEVICES), min(high_water, SLOTS)
+    uuids = []
+    for d in range(ndev):
+        raw_uuid, _, _ = _DEVICE.unpack_from(data, DEVICES_OFFSET + d * DEVICE_SIZE)
+        uuids.append(raw_uuid.split(b"\0", 1)[0].decode(errors="replace"))
+    used = dict.fromkeys(uuids, 0)
+    processes = launches = 0
+    for s in range(high_water):
+        base = SLOTS_OFFSET + s * SLOT_SIZE
+        if _SLOT_PID.unpack_from(data, base)[0] == 0:
+            continue
+        processes += 1
+        per_device = _USED.unpack_from(data, base + 24)
+        for d, uuid in enumerate(uuids):
+            used[uuid] += per_device[d]
+        launches += _LAUNCHES.unpack_from(data, base + 152)[0]
+    return RegionUsage(used, processes, launches)
+
+
+class NodeCollector(Collector):
+    def __init__(self, state: DeviceState, gpus: Sequence[Gpu], *, node: str, vgpu_dir: Path):
+        self._state = state
+        self._gpus = tuple(gpus)
+        self._node = node
+        self._vgpu_dir = vgpu_dir
+
+    def collect(self) -> Iterator[Metric]:
+        claims = self._state.snapshot()
+        card = ["node", "device", "uuid", "product"]
+        total = GaugeMetricFamily("vgpu_bridge_gpu_memory_bytes", "GPU memory", labels=card)
+        memory = GaugeMetricFamily(
+            "vgpu_bridge_gpu_memory_allocated_bytes", "memory of prepared shares", labels=card
+        )
+        cores = GaugeMetricFamily(
+            "vgpu_bridge_gpu_cores_allocated_percent", "SM percent of prepared shares", labels=card
+        )
+        shares = GaugeMetricFamily("vgpu_bridge_gpu_shares", "prepared shares", labels=card)
+        for gpu in self._gpus:
+            devices = [d for c in claims for d in c.devices if d.uuid == gpu.uuid]
+            labels = [self._node, gpu.device_name, gpu.uuid, gpu.product_name]
+            total.add_metric(labels, gpu.memory)
+            memory.add_metric(labels, sum(d.memory for d in devices))
+            cores.add_metric(labels, sum(d.cores for d in devices))
+            shares.add_metric(labels, len(devices))
+        yield from (total, memory, cores, shares)
+        yield from self._claims(claims)
+
+    def _claims(self, claims: list[Any]) -> Iterator[Metric]:
+        share = ["namespace", "claim", "claim_uid", "device", "uuid"]
+        limit = GaugeMetricFamily(
+            "vgpu_bridge_claim_memory_limit_bytes", "a share's memory limit", labels=share
+        )
+        sm = GaugeMetricFamily(
+            "vgpu_bridge_claim_cores_limit_percent", "a share's SM limit", labels=share
+        )
+        region = ["namespace", "claim", "claim_uid"]
+        used = GaugeMetricFamily(
+            "vgpu_bridge_claim_memory_used_bytes",
+            "memory its containers use (libvgpu shared region)",
+            labels=[*region, "uuid"],
+        )
+        processes = GaugeMetricFamily(
+            "vgpu_bridge_claim_processes", "CUDA processes in the region", labels=region
+        )
+        launches = GaugeMetricFamily(
+            "vgpu_bridge_claim_kernel_launches", "kernel launches of live processes", labels=region
+        )
+        readable = GaugeMetricFamily(
+            "vgpu_bridge_claim_region_readable",
+            "1 when the claim's shared region was read, 0 when absent or not a v1 region",
+            labels=region,
+        )
+        prepared = GaugeMetricFamily("vgpu_bridge_prepared_claims", "claims prepared on the node")
+        prepared.add_metric([], len(claims))
+        for claim in claims:
+            for device in claim.devices:
+                labels = [claim.namespace, claim.name, claim.uid, device.device_name, device.uuid]
+                limit.add_metric(labels, device.memory)
+                sm.add_metric(labels, device.cores)
+            labels = [claim.namespace, claim.name, claim.uid]
+            usage = self._usage(claim.uid)
+            readable.add_metric(labels, 0 if usage is None else 1)
+            if usage is not None:
+                for uuid, value in usage.used.items():
+                    used.add_metric([*labels, uuid], value)
+                processes.add_metric(labels, usage.processes)
+                launches.add_metric(labels, usage.launches)
+        yield from (limit, sm, used, processes, launches, readable, prepared)
+
+    def _usage(self, claim_uid: str) -> RegionUsage | None:
+        path = self._vgpu_dir / "claims" / claim_uid / SHARED_REGION_FILE
+        try:
+            return read_region(path.read_bytes())
+        except (OSError, RegionError):
+            return None
+
+
+def serve_metrics(
+    host_port: tuple[str, int] | None,
+    *,
+    state: DeviceState,
+    gpus: Sequence[Gpu],
+    node: str,
+    vgpu_dir: Path,
+) -> Any:
+    """Serve /metrics on `host_port`; the server (with `.shutdown()`), or None when disabled."""
+    if host_port is None:
+        return None
+    registry = CollectorRegistry()
+    registry.register(NodeCollector(state, gpus, node=node, vgpu_dir=vgpu_dir))
+    server, _thread = start_http_server(host_port[1], addr=host_port[0], registry=registry)
+    return server
