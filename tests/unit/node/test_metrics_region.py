@@ -1,0 +1,97 @@
+"""Reading libvgpu's shared region (native/vgpu/src/region.h, version 1) for usage metrics."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from vgpu_bridge.node.metrics import (
+    DEVICES_OFFSET,
+    MAX_DEVICES,
+    REGION_MAGIC,
+    REGION_SIZE,
+    REGION_VERSION,
+    SLOT_SIZE,
+    SLOTS,
+    SLOTS_OFFSET,
+    RegionError,
+    read_region,
+)
+
+
+def _region(
+    *, devices: list[str], slots: list[tuple[int, list[int], int]], high_water: int
+) -> bytes:
+    """A region as libvgpu lays it out: header, device table, slots (pid, used[], launches)."""
+    data = bytearray(REGION_SIZE)
+    struct.pack_into("<IIQ", data, 0, REGION_MAGIC, 1, REGION_SIZE)
+    struct.pack_into("<II", data, 56, len(devices), high_water)
+    for d, uuid in enumerate(devices):
+        struct.pack_into("<48sQI", data, DEVICES_OFFSET + d * 64, uuid.encode(), 2**30, 30)
+    for s, (pid, used, launches) in enumerate(slots):
+        base = SLOTS_OFFSET + s * SLOT_SIZE
+        struct.pack_into("<i", data, base, pid)
+        struct.pack_into(f"<{len(used)}Q", data, base + 24, *used)
+        struct.pack_into("<Q", data, base + 152, launches)
+    return bytes(data)
+
+
+def test_usage_is_summed_over_live_slots_below_the_high_water_mark() -> None:
+    data = _region(
+        devices=["GPU-aaaa", "GPU-bbbb"],
+        slots=[(101, [100, 7], 5), (0, [999, 999], 99), (103, [20, 0], 1), (104, [555, 555], 9)],
+        high_water=3,  # slot 3 is past the high-water mark: not in use
+    )
+    usage = read_region(data)
+    assert usage.used == {"GPU-aaaa": 120, "GPU-bbbb": 7}
+    assert (usage.processes, usage.launches) == (2, 6)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda b: b[:1000],
+        lambda b: b"\0\0\0\0" + b[4:],
+        lambda b: b[:4] + struct.pack("<I", 2) + b[8:],
+    ],
+    ids=["short", "bad magic", "other version"],
+)
+def test_a_file_that_is_not_a_v1_region_is_refused(damage: object) -> None:
+    data = _region(devices=["GPU-a"], slots=[], high_water=0)
+    with pytest.raises(RegionError):
+        read_region(damage(data))  # type: ignore[operator]
+
+
+OFFSETS_PROGRAM = r"""
+#include <stddef.h>
+#include <stdio.h>
+#include "region.h"
+int main(void) {
+    printf("%zu %zu %zu %zu %zu %zu %zu %d %d %u %u\n", sizeof(struct vgpu_region),
+           offsetof(struct vgpu_region, ndev), offsetof(struct vgpu_region, devices),
+           offsetof(struct vgpu_region, slots), offsetof(struct vgpu_region_slot, used),
+           offsetof(struct vgpu_region_slot, launches), sizeof(struct vgpu_region_slot),
+           VGPU_MAX_DEVICES, VGPU_REGION_SLOTS, VGPU_REGION_MAGIC, VGPU_REGION_VERSION);
+    return 0;
+}
+"""
+
+
+def test_the_reader_matches_the_layout_libvgpu_compiles(tmp_path: Path) -> None:
+    """Compiles native/vgpu's header: a layout change there without one here fails this test."""
+    compiler = shutil.which("cc")
+    header_dir = Path(__file__).resolve().parents[3] / "native" / "vgpu" / "src"
+    if compiler is None or not (header_dir / "region.h").exists():
+        pytest.skip("needs a C compiler and native/vgpu/src/region.h")
+    source, binary = tmp_path / "offsets.c", tmp_path / "offsets"
+    source.write_text(OFFSETS_PROGRAM)
+    subprocess.run([compiler, f"-I{header_dir}", str(source), "-o", str(binary)], check=True)
+    printed = subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout
+    assert [int(v) for v in printed.split()] == [
+        REGION_SIZE, 56, DEVICES_OFFSET, SLOTS_OFFSET, 24, 152, SLOT_SIZE,
+        MAX_DEVICES, SLOTS, REGION_MAGIC, REGION_VERSION,
+    ]  # fmt: skip
