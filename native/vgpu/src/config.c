@@ -198,6 +198,8 @@ int vgpu_config_parse(struct vgpu_config *cfg, char *const *envp)
 	rc |= parse_limits(cfg, envp, "CUDA_DEVICE_MEMORY_LIMIT", true);
 	rc |= parse_limits(cfg, envp, "CUDA_DEVICE_SM_LIMIT", false);
 	for (int i = 0; i < VGPU_MAX_DEVICES; i++)
+		cfg->any_mem_limit |= cfg->mem_limit[i] != 0;
+	for (int i = 0; i < VGPU_MAX_DEVICES; i++)
 		if (cfg->sm_limit[i] >= 100)
 			cfg->sm_limit[i] = 0; /* 100% is the whole device: nothing to throttle */
 	if ((v = env_get(envp, "CUDA_DEVICE_MEMORY_SHARED_CACHE")) != NULL) {

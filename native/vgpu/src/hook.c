@@ -80,14 +80,6 @@ static void atfork_child(void)
 	vgpu_sm_atfork_child();
 }
 
-static bool any_mem_limit(void)
-{
-	for (int i = 0; i < VGPU_MAX_DEVICES; i++)
-		if (vgpu_cfg.mem_limit[i])
-			return true;
-	return false;
-}
-
 static void do_init(void)
 {
 	void *cuda, *nvml;
@@ -106,7 +98,7 @@ static void do_init(void)
 #define NVML_REAL(n, params, args)                                                                 \
 	vgpu_real.n = nvml ? (__typeof__(vgpu_real.n))vgpu_real_dlsym(nvml, #n) : NULL;
 #include "symbols.def"
-	if (vgpu_region_open(vgpu_cfg.shared_cache, vgpu_cfg.priority) < 0 && any_mem_limit() &&
+	if (vgpu_region_open(vgpu_cfg.shared_cache, vgpu_cfg.priority) < 0 && vgpu_cfg.any_mem_limit &&
 	    !vgpu_cfg.failed) {
 		vgpu_cfg.failed = true;
 		snprintf(vgpu_cfg.error, sizeof(vgpu_cfg.error), "shared region %.400s unavailable",

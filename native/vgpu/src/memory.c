@@ -33,10 +33,11 @@ static size_t slot_of(uint64_t key, uint8_t kind, size_t cap)
 	return (size_t)(h >> 17) & (cap - 1);
 }
 
-static int table_grow(void)
+/* Rehashes the live entries into `cap` slots, dropping tombstones. */
+static int table_rehash(size_t cap)
 {
-	size_t cap = table_cap ? table_cap * 2 : 1024;
 	struct entry *t = calloc(cap, sizeof(*t));
+	size_t live = 0;
 
 	if (t == NULL)
 		return -1;
@@ -48,10 +49,8 @@ static int table_grow(void)
 		while (t[j].key != 0)
 			j = (j + 1) & (cap - 1);
 		t[j] = *e;
+		live++;
 	}
-	size_t live = 0;
-	for (size_t i = 0; i < cap; i++)
-		live += t[i].key != 0;
 	free(table);
 	table = t;
 	table_cap = cap;
@@ -59,21 +58,44 @@ static int table_grow(void)
 	return 0;
 }
 
+static size_t table_live(void)
+{
+	size_t live = 0;
+
+	for (size_t i = 0; i < table_cap; i++)
+		live += table[i].key != 0 && table[i].kind != 0;
+	return live;
+}
+
 static int table_put(uint64_t key, uint8_t kind, int didx, uint64_t bytes)
 {
+	size_t i, tomb = SIZE_MAX, cap;
 	int rc = 0;
-	size_t i;
 
 	pthread_mutex_lock(&table_lock);
-	if ((table_used + 1) * 2 > table_cap && table_grow() < 0) {
-		rc = -1;
-		goto out;
+	if ((table_used + 1) * 2 > table_cap) {
+		/* mostly tombstones: clean up at the same size; mostly live: double */
+		cap = table_cap == 0 ? 1024 : table_live() * 4 < table_cap ? table_cap : table_cap * 2;
+		if (table_rehash(cap) < 0) {
+			rc = -1;
+			goto out;
+		}
 	}
 	i = slot_of(key, kind, table_cap);
-	while (table[i].key != 0 && !(table[i].key == key && table[i].kind == kind))
-		i = (i + 1) & (table_cap - 1);
-	if (table[i].key == 0)
-		table_used++;
+	for (; table[i].key != 0; i = (i + 1) & (table_cap - 1)) {
+		if (table[i].kind == 0) {
+			if (tomb == SIZE_MAX)
+				tomb = i;
+		} else if (table[i].key == key && table[i].kind == kind) {
+			break;
+		}
+	}
+	if (table[i].key == 0) {
+		if (tomb != SIZE_MAX)
+			i = tomb; /* reuse the first tombstone on the chain */
+		else
+			table_used++;
+	}
 	table[i] = (struct entry){key, kind, (int8_t)didx, bytes};
 out:
 	pthread_mutex_unlock(&table_lock);
@@ -423,7 +445,7 @@ CUresult cuArrayDestroy(CUarray hArray)
  * leaves their charge behind until someone sweeps). */
 static uint64_t current_usage(int didx)
 {
-	vgpu_region_sweep();
+	vgpu_region_sweep(false); /* kill(pid, 0) per slot; the thorough sweep is for refusals */
 	return vgpu_region_used(didx);
 }
 
@@ -488,7 +510,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 	if (vgpu_cfg.failed)
 		return NVML_ERROR_NO_PERMISSION;
 	r = real_nvmlDeviceGetMemoryInfo(device, memory);
-	if (r != NVML_SUCCESS || memory == NULL)
+	if (r != NVML_SUCCESS || memory == NULL || !vgpu_cfg.any_mem_limit)
 		return r;
 	if ((didx = vgpu_nvml_dev_index(device, &limit)) < 0 || limit == 0)
 		return r;
@@ -508,7 +530,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
 	if (vgpu_cfg.failed)
 		return NVML_ERROR_NO_PERMISSION;
 	r = real_nvmlDeviceGetMemoryInfo_v2(device, memory);
-	if (r != NVML_SUCCESS || memory == NULL)
+	if (r != NVML_SUCCESS || memory == NULL || !vgpu_cfg.any_mem_limit)
 		return r;
 	if ((didx = vgpu_nvml_dev_index(device, &limit)) < 0 || limit == 0)
 		return r;

@@ -71,7 +71,8 @@ int32_t vgpu_host_pid(void)
 	return (int32_t)pid;
 }
 
-static bool slot_dead(const struct vgpu_region_slot *s)
+/* thorough: also compare start times (pid reuse), which costs a /proc read per slot. */
+static bool slot_dead(const struct vgpu_region_slot *s, bool thorough)
 {
 	int32_t pid = LOAD(&s->pid);
 	uint64_t st;
@@ -80,6 +81,8 @@ static bool slot_dead(const struct vgpu_region_slot *s)
 		return false;
 	if (kill(pid, 0) < 0 && errno == ESRCH)
 		return true;
+	if (!thorough)
+		return false;
 	st = vgpu_proc_start_time(pid);
 	return st != 0 && s->start_time != 0 && st != s->start_time;
 }
@@ -92,7 +95,7 @@ static void free_slot(struct vgpu_region_slot *s)
 }
 
 /* Caller holds the lock. */
-static int sweep_locked(void)
+static int sweep_locked(bool thorough)
 {
 	int freed = 0;
 	uint32_t hw = region->high_water;
@@ -100,7 +103,7 @@ static int sweep_locked(void)
 	if (hw > VGPU_REGION_SLOTS)
 		hw = VGPU_REGION_SLOTS;
 	for (uint32_t i = 0; i < hw; i++) {
-		if (slot_dead(&region->slots[i])) {
+		if (slot_dead(&region->slots[i], thorough)) {
 			LOG_INFO("freeing the slot of dead process %d", region->slots[i].pid);
 			free_slot(&region->slots[i]);
 			freed++;
@@ -119,7 +122,7 @@ int vgpu_region_lock(void)
 	if (rc == EOWNERDEAD) {
 		LOG_WARN("shared region lock holder died; recovering");
 		pthread_mutex_consistent(&region->lock);
-		sweep_locked();
+		sweep_locked(true);
 		rc = 0;
 	}
 	return rc ? -1 : 0;
@@ -136,7 +139,7 @@ static int claim_slot_locked(void)
 	pid_t pid = getpid();
 	struct vgpu_region_slot *s;
 
-	sweep_locked();
+	sweep_locked(false);
 	for (int i = 0; i < VGPU_REGION_SLOTS; i++) {
 		s = &region->slots[i];
 		if (LOAD(&s->pid) != 0)
@@ -350,7 +353,7 @@ int vgpu_region_reserve(int d, uint64_t bytes, uint64_t limit)
 	used = sum_used(d);
 	if (used + bytes > limit || used + bytes < used) {
 		/* Before refusing, make sure no dead process still holds part of the limit. */
-		if (sweep_locked() > 0)
+		if (sweep_locked(true) > 0)
 			used = sum_used(d);
 	}
 	if (used + bytes > limit || used + bytes < used)
@@ -370,13 +373,13 @@ void vgpu_region_release(int d, uint64_t bytes)
 	__atomic_sub_fetch(&s->used[d], bytes, __ATOMIC_ACQ_REL);
 }
 
-int vgpu_region_sweep(void)
+int vgpu_region_sweep(bool thorough)
 {
 	int n;
 
 	if (region == NULL || vgpu_region_lock() < 0)
 		return -1;
-	n = sweep_locked();
+	n = sweep_locked(thorough);
 	vgpu_region_unlock();
 	return n;
 }

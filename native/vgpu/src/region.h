@@ -85,8 +85,9 @@ int vgpu_region_reserve(int d, uint64_t bytes, uint64_t limit);
 void vgpu_region_release(int d, uint64_t bytes);
 /* Container usage of device d (bytes). */
 uint64_t vgpu_region_used(int d);
-/* Frees slots of dead processes. Returns how many were freed, -1 if the region is unavailable. */
-int vgpu_region_sweep(void);
+/* Frees slots of dead processes (thorough: also of reused pids, a /proc read per slot).
+ * Returns how many were freed, -1 if the region is unavailable. */
+int vgpu_region_sweep(bool thorough);
 /* Host pids of live processes of the container; returns the count (at most max). */
 int vgpu_region_host_pids(int32_t *out, int max);
 /* Adds to this process's launch count and records the measured utilisation (metrics). */

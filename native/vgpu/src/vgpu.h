@@ -19,6 +19,7 @@ struct vgpu_config {
 	char shared_cache[4096];              /* shared-region file */
 	int priority;                          /* CUDA_TASK_PRIORITY, recorded in the region */
 	int log_level;
+	bool any_mem_limit; /* some device has a memory limit */
 	bool failed;       /* an unparseable limit: hooks refuse work (fail closed) */
 	char error[512];   /* first problem found, as printed */
 };

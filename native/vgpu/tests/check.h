@@ -43,7 +43,8 @@ struct check_case {
 #define CASE(fn) {#fn, fn}
 
 /* Runs the cases named on the command line, or all of them; prints "ok"/"FAIL" per case. */
-static int check_main(int argc, char **argv, const struct check_case *cases, size_t n)
+__attribute__((unused)) static int check_main(int argc, char **argv, const struct check_case *cases,
+					    size_t n)
 {
 	const char *slash = strrchr(argv[0], '/');
 

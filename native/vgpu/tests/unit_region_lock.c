@@ -90,7 +90,7 @@ static void dead_slots_are_compacted_and_live_slots_never_move(void)
 	for (int i = 0; i < 40; i++)
 		wait_status(pids[i]);
 	CHECK_EQ(vgpu_region_used(0), 7 + 20 * 1000); /* the dead still hold theirs */
-	CHECK_EQ(vgpu_region_sweep(), 20);
+	CHECK_EQ(vgpu_region_sweep(true), 20);
 	CHECK_EQ(r->high_water, mine + 1);
 	for (uint32_t i = 0; i < VGPU_REGION_SLOTS; i++)
 		if (i != mine)
@@ -116,7 +116,7 @@ static void a_reused_pid_is_not_mistaken_for_the_dead_owner(void)
 	r->high_water++;
 	vgpu_region_unlock();
 	CHECK_EQ(vgpu_region_used(0), 5);
-	CHECK_EQ(vgpu_region_sweep(), 1);
+	CHECK_EQ(vgpu_region_sweep(true), 1);
 	CHECK_EQ(vgpu_region_used(0), 0);
 }
 

@@ -8,6 +8,7 @@
  *   FAKE_CUDA_GRAPH_KERNELS  kernels in one graph launch (default 4)
  *   FAKE_CUDA_QUEUE          launch queue depth before launches block (default 64)
  *   FAKE_CUDA_GRANULARITY    allocation granularity (default 2M)
+ *   FAKE_CUDA_FAST_ALLOC     1: allocations are addresses only, no memory (benchmarks)
  *   FAKE_CUDA_PROC_INTERNAL  1: cuGetProcAddress hands out internal entry points, not exports
  *   FAKE_NVML_UTIL           force nvmlDeviceGetUtilizationRates/ProcessUtilization to this %
  *   FAKE_NVML_NO_PROCESS_UTIL 1: nvmlDeviceGetProcessUtilization is not supported

@@ -34,7 +34,7 @@ static struct {
 	int initialised;
 	int ndev;
 	uint64_t memory, granularity;
-	int sm_count, graph_kernels, queue, proc_internal;
+	int sm_count, graph_kernels, queue, proc_internal, fast_alloc;
 	uint64_t kernel_ns;
 } cfg;
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
@@ -55,6 +55,7 @@ static void read_cfg(void)
 	cfg.queue = (int)fake_env_bytes("FAKE_CUDA_QUEUE", 64);
 	cfg.granularity = fake_env_bytes("FAKE_CUDA_GRANULARITY", 2ULL << 20);
 	cfg.proc_internal = (int)fake_env_bytes("FAKE_CUDA_PROC_INTERNAL", 0);
+	cfg.fast_alloc = (int)fake_env_bytes("FAKE_CUDA_FAST_ALLOC", 0);
 }
 
 static void config(void)
@@ -239,8 +240,14 @@ static CUresult mem_add(int dev, uint64_t size, int kind, uint64_t *addr)
 		pthread_mutex_unlock(&mu);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	p = mmap(NULL, size ? size : 1, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	static uint64_t next_fast = 0x7e0000000000ULL;
+	if (cfg.fast_alloc) { /* benchmarks: addresses only, no memory behind them */
+		p = (void *)(uintptr_t)next_fast;
+		next_fast += (size + 0xfffffULL) & ~0xfffffULL;
+	} else {
+		p = mmap(NULL, size ? size : 1, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	}
 	if (p == MAP_FAILED) {
 		pthread_mutex_unlock(&mu);
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -270,7 +277,8 @@ static CUresult mem_del(uint64_t addr, int kind_a, int kind_b)
 		if (m->kind != 5)
 			devs[m->dev].used -= m->size;
 		pthread_mutex_unlock(&mu);
-		munmap((void *)(uintptr_t)m->addr, m->size ? m->size : 1);
+		if (!cfg.fast_alloc)
+			munmap((void *)(uintptr_t)m->addr, m->size ? m->size : 1);
 		free(m);
 		return CUDA_SUCCESS;
 	}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# libvgpu benchmarks over the fake driver, printed as tables, with and without the library.
+# usage: bench/vgpu/run.sh [BUILD_DIR]   (make -C native/vgpu bench builds and calls it)
+# The fake driver's own cost is in every number; the "overhead" columns are the difference.
+set -eu
+HERE=$(cd "$(dirname "$0")" && pwd)
+B=$(cd "${1:-$HERE/../../native/vgpu/build}" && pwd)
+TMP=$(mktemp -d /tmp/libvgpu-bench.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+export LD_LIBRARY_PATH=$B/fake
+LIB=$B/libvgpu.so
+N_START=${N_START:-300}
+region() { echo "$TMP/region.$RANDOM$RANDOM"; }
+
+echo "## libvgpu per-call cost (ns/call, median of 9 batches; fake driver with address-only allocations)"
+FAKE_CUDA_FAST_ALLOC=1 "$B/bench/bench_calls" >"$TMP/none"
+FAKE_CUDA_FAST_ALLOC=1 LD_PRELOAD=$LIB CUDA_DEVICE_MEMORY_SHARED_CACHE=$(region) \
+	"$B/bench/bench_calls" >"$TMP/lib"
+FAKE_CUDA_FAST_ALLOC=1 LD_PRELOAD=$LIB CUDA_DEVICE_MEMORY_LIMIT=8Gi \
+	CUDA_DEVICE_MEMORY_SHARED_CACHE=$(region) "$B/bench/bench_calls" >"$TMP/lim"
+printf "%-40s %12s %12s %12s %14s\n" "call" "without" "libvgpu" "with limit" "overhead(lim)"
+join "$TMP/none" "$TMP/lib" | join - "$TMP/lim" | while read -r op a b c; do
+	printf "%-40s %12.1f %12.1f %12.1f %14.1f\n" "$op" "$a" "$b" "$c" "$(echo "$c - $a" | bc -l)"
+done
+
+echo
+echo "## first-call initialisation (µs, 30 fresh processes each; HAMi-core: 84 ms)"
+stats() { # median and p99 of column $1 of file $2, ns → µs
+	sort -n -k"$1" "$2" | awk -v c="$1" '{v[NR]=$c} END {printf "%10.1f %10.1f", v[int((NR+1)/2)]/1000, v[int(NR*0.99+0.999)]/1000}'
+}
+for cfg in without libvgpu; do
+	: >"$TMP/init.$cfg"
+	for _ in $(seq 30); do
+		if [ $cfg = without ]; then
+			"$B/bench/bench_init" >>"$TMP/init.$cfg"
+		else
+			LD_PRELOAD=$LIB CUDA_DEVICE_MEMORY_LIMIT=8Gi CUDA_DEVICE_MEMORY_SHARED_CACHE=$(region) \
+				"$B/bench/bench_init" >>"$TMP/init.$cfg"
+		fi
+	done
+done
+printf "%-28s %10s %10s %10s %10s\n" "" "without" "" "libvgpu" ""
+printf "%-28s %10s %10s %10s %10s\n" "" "p50" "p99" "p50" "p99"
+printf "%-28s %s %s\n" "first cuInit" "$(stats 1 "$TMP/init.without")" "$(stats 1 "$TMP/init.libvgpu")"
+printf "%-28s %s %s\n" "first cuMemAlloc_v2" "$(stats 2 "$TMP/init.without")" "$(stats 2 "$TMP/init.libvgpu")"
+
+echo
+echo "## memory-limit accuracy (limit 4Gi; fill with chunks, then halves down to 1 MiB; HAMi-core: 91%)"
+printf "%-22s %16s %12s %22s\n" "first chunk" "usable bytes" "of limit" "device bytes over limit"
+for chunk in 1048576 2097152 67108864 100000000 1073741824 3000000000; do
+	read -r usable device limit < <(LD_PRELOAD=$LIB CUDA_DEVICE_MEMORY_LIMIT=4Gi \
+		CUDA_DEVICE_MEMORY_SHARED_CACHE=$(region) "$B/bench/bench_accuracy" $chunk)
+	over=$((device > limit ? device - limit : 0))
+	printf "%-22s %16d %11.3f%% %22d\n" "$chunk" "$usable" "$(echo "100 * $usable / $limit" | bc -l)" "$over"
+done
+
+echo
+echo "## $N_START processes of one container starting at once (ms from start to first allocation; HAMi-core: p99 227 s at 300)"
+printf "%-12s %10s %10s %10s %10s\n" "" "p50" "p99" "max" "failures"
+read -r p50 p99 mx fl < <("$B/bench/bench_start" "$N_START")
+printf "%-12s %10s %10s %10s %10s\n" "without" "$p50" "$p99" "$mx" "$fl"
+read -r p50 p99 mx fl < <(LD_PRELOAD=$LIB CUDA_DEVICE_MEMORY_LIMIT=8Gi \
+	CUDA_DEVICE_MEMORY_SHARED_CACHE=$(region) "$B/bench/bench_start" "$N_START")
+printf "%-12s %10s %10s %10s %10s\n" "libvgpu" "$p50" "$p99" "$mx" "$fl"
