@@ -122,31 +122,35 @@ def _mount(host: Path, container: str, access: str) -> Json:
     }
 
 
-def write_spec(spec: Json, claim_uid: str, layout: CdiLayout) -> None:
+def spec_text(spec: Json) -> str:
+    """The file content of a spec (kept verbatim in the checkpoint)."""
+    return json.dumps(spec, indent=2, sort_keys=True) + "\n"
+
+
+def write_spec(text: str, claim_uid: str, layout: CdiLayout) -> None:
     """Create the claim's shared-region dir and write its spec atomically; on failure neither."""
     shared = layout.shared_dir(claim_uid)
     existed = shared.is_dir()
     shared.mkdir(parents=True, exist_ok=True)
     try:
-        data = json.dumps(spec, indent=2, sort_keys=True).encode() + b"\n"
-        write_atomic(layout.spec_path(claim_uid), data)
+        write_atomic(layout.spec_path(claim_uid), text.encode(), durable=False)  # tmpfs
     except BaseException:
         if not existed:
             shutil.rmtree(shared, ignore_errors=True)
         raise
 
 
-def spec_is_current(spec: Json, claim_uid: str, layout: CdiLayout) -> bool:
+def spec_is_current(text: str, claim_uid: str, layout: CdiLayout) -> bool:
     """The spec file exists with exactly this content, and so does the shared-region dir."""
     try:
-        on_disk = json.loads(layout.spec_path(claim_uid).read_text())
-    except (OSError, ValueError):
+        on_disk = layout.spec_path(claim_uid).read_text()
+    except OSError:
         return False
-    return bool(on_disk == spec and layout.shared_dir(claim_uid).is_dir())
+    return on_disk == text and layout.shared_dir(claim_uid).is_dir()
 
 
 def remove_spec(claim_uid: str, layout: CdiLayout) -> None:
     """Remove the claim's spec and shared-region dir (fine when they are already gone)."""
-    remove(layout.spec_path(claim_uid))
+    remove(layout.spec_path(claim_uid), durable=False)
     with contextlib.suppress(FileNotFoundError):
         shutil.rmtree(layout.shared_dir(claim_uid))

@@ -11,9 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from vgpu_bridge.node.files import write_atomic
 
@@ -47,7 +46,10 @@ class PreparedClaim(BaseModel):
     name: str
     devices: tuple[PreparedDevice, ...]
     priority: int | None = None
-    cdi_spec: dict[str, Any] = Field(description="the spec written, to rewrite it after a reboot")
+    cdi_spec: str = Field(description="the spec file's text, to rewrite it after a reboot")
+
+
+_CLAIMS = TypeAdapter(dict[str, PreparedClaim])
 
 
 class _File(BaseModel):
@@ -58,12 +60,12 @@ class _File(BaseModel):
     claims: dict[str, PreparedClaim]
 
 
-def _checksum(claims: dict[str, PreparedClaim]) -> str:
-    canonical = json.dumps(
-        {uid: claim.model_dump(mode="json") for uid, claim in sorted(claims.items())},
-        sort_keys=True,
-        separators=(",", ":"),
-    )
+def _canonical(claims: dict[str, PreparedClaim]) -> str:
+    data = _CLAIMS.dump_python(claims, mode="json")
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def _checksum(canonical: str) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -84,11 +86,15 @@ def load(path: Path) -> dict[str, PreparedClaim]:
         parsed = _File.model_validate(raw)
     except ValidationError as exc:
         raise CheckpointCorrupt(f"{path}: {exc.error_count()} invalid fields") from None
-    if parsed.checksum != _checksum(parsed.claims):
+    if parsed.checksum != _checksum(
+        json.dumps(raw["claims"], sort_keys=True, separators=(",", ":"))
+    ):
         raise CheckpointCorrupt(f"{path}: checksum mismatch")
     return parsed.claims
 
 
 def save(path: Path, claims: dict[str, PreparedClaim]) -> None:
-    body = _File(version=VERSION, checksum=_checksum(claims), claims=claims)
-    write_atomic(path, body.model_dump_json(indent=1).encode() + b"\n", mode=0o600)
+    """One serialisation: the checksum covers exactly the claims text written."""
+    canonical = _canonical(claims)
+    text = f'{{"version":"{VERSION}","checksum":"{_checksum(canonical)}","claims":{canonical}}}\n'
+    write_atomic(path, text.encode(), mode=0o600)

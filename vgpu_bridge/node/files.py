@@ -12,29 +12,34 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+def write_atomic(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = True) -> None:
+    """Replace `path` with `data`. `durable=False` skips the fsyncs, for files on a tmpfs (CDI's
+    /var/run/cdi) that a reboot empties anyway; the rename is atomic all the same."""
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.chmod(temp, mode)
         os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
-def remove(path: Path) -> bool:
+def remove(path: Path, *, durable: bool = True) -> bool:
     """Remove `path` if it exists; True when it did."""
     try:
         path.unlink()
     except FileNotFoundError:
         return False
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
     return True
 
 

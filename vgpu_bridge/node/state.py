@@ -25,7 +25,14 @@ from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.kube import KubeApi, KubeError
 from vgpu_bridge.node import checkpoint
 from vgpu_bridge.node.allocation import ClaimError, ClaimShares, claim_shares
-from vgpu_bridge.node.cdi import CdiLayout, build_spec, remove_spec, spec_is_current, write_spec
+from vgpu_bridge.node.cdi import (
+    CdiLayout,
+    build_spec,
+    remove_spec,
+    spec_is_current,
+    spec_text,
+    write_spec,
+)
 from vgpu_bridge.node.checkpoint import CheckpointCorrupt, PreparedClaim, PreparedDevice
 from vgpu_bridge.node.inventory import Gpu
 
@@ -255,7 +262,7 @@ class DeviceState:
             name=ref.name,
             devices=self._devices(shares),
             priority=shares.priority,
-            cdi_spec=build_spec(shares, self._layout),
+            cdi_spec=spec_text(build_spec(shares, self._layout)),
         )
 
     def _prepare_new(self, claim: Json, ref: ClaimRef) -> PreparedClaim:

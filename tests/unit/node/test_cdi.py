@@ -13,7 +13,14 @@ import pytest
 from tests.unit.node.claims import BY_NAME, NODE, allocated_claim, result
 from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.node.allocation import ClaimShares, claim_shares
-from vgpu_bridge.node.cdi import CdiLayout, build_spec, remove_spec, spec_is_current, write_spec
+from vgpu_bridge.node.cdi import (
+    CdiLayout,
+    build_spec,
+    remove_spec,
+    spec_is_current,
+    spec_text,
+    write_spec,
+)
 from vgpu_bridge.node.inventory import Gpu
 
 GOLDEN = Path(__file__).resolve().parents[2] / "data" / "node" / "cdi"
@@ -61,11 +68,11 @@ def test_write_is_atomic_and_remove_takes_spec_and_shared_dir(tmp_path: Path) ->
     layout = CdiLayout(cdi_dir=tmp_path / "cdi", vgpu_dir=tmp_path / "vgpu", driver=DEFAULT.driver)
     layout.cdi_dir.mkdir()
     spec = build_spec(_two_shares(), layout)
-    write_spec(spec, "8f1d-uid", layout)
+    write_spec(spec_text(spec), "8f1d-uid", layout)
     assert [p.name for p in layout.cdi_dir.iterdir()] == [
         "k8s.gpu.vgpu-bridge.io-claim_8f1d-uid.json"
     ]
-    assert spec_is_current(spec, "8f1d-uid", layout)
+    assert spec_is_current(spec_text(spec), "8f1d-uid", layout)
     assert layout.shared_dir("8f1d-uid").is_dir()
     remove_spec("8f1d-uid", layout)
     remove_spec("8f1d-uid", layout)  # again: nothing left to remove is fine
@@ -78,6 +85,6 @@ def test_a_failed_write_leaves_neither_spec_nor_temp_file_nor_shared_dir(tmp_pat
     layout.cdi_dir.write_text("not a directory")  # writes into it fail like a read-only dir
     spec = build_spec(_two_shares(), layout)
     with pytest.raises(OSError):  # noqa: PT011 - the errno depends on the failure
-        write_spec(spec, "8f1d-uid", layout)
+        write_spec(spec_text(spec), "8f1d-uid", layout)
     assert not layout.shared_dir("8f1d-uid").exists()
     assert layout.cdi_dir.read_text() == "not a directory"

@@ -27,7 +27,7 @@ CLAIM = PreparedClaim(
         ),
     ),
     priority=None,
-    cdi_spec={"cdiVersion": "0.6.0"},
+    cdi_spec='{"cdiVersion": "0.6.0"}\n',
 )
 
 
