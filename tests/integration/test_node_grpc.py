@@ -168,3 +168,16 @@ def test_sockets_are_removed_on_stop(dirs: AgentDirs) -> None:
         assert agent.server.registration_socket.is_socket()
     assert not agent.server.dra_socket.exists()
     assert not agent.server.registration_socket.exists()
+
+
+def test_every_claim_is_answered_before_the_callers_deadline(agent: RunningAgent) -> None:
+    """The API is unreachable, so each new claim costs its retries: claims the call has no time
+    left for fail with a reason instead of the whole call timing out."""
+    claims = [dra_v1_pb2.Claim(namespace="team-a", name=f"c{i}", uid=f"u{i}") for i in range(50)]
+    response = agent.v1().NodePrepareResources(
+        dra_v1_pb2.NodePrepareResourcesRequest(claims=claims), timeout=3.5
+    )
+    errors = [answer.error for answer in response.claims.values()]
+    assert len(errors) == 50
+    assert any("ran out of time" in error for error in errors)
+    assert all(error for error in errors)

@@ -25,15 +25,26 @@ from vgpu_bridge.node.kubeletapi import (
     pluginregistration_v1_pb2,
     pluginregistration_v1_pb2_grpc,
 )
-from vgpu_bridge.node.state import ClaimRef, DeviceState
+from vgpu_bridge.node.state import DEFAULT_BUDGET_S, ClaimRef, DeviceState
 
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 PLUGIN_TYPE = "DRAPlugin"
 log = structlog.get_logger("vgpu_bridge.node.grpc")
 
 
+ANSWER_MARGIN_S = 2.0  # time kept to build and send the answer before the caller's deadline
+
+
 def _refs(claims: Any) -> list[ClaimRef]:
     return [ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
+
+
+def _budget(context: grpc.ServicerContext) -> float:
+    """Seconds the state may spend: the caller's deadline less a margin, at most the default."""
+    remaining = context.time_remaining()
+    if remaining is None:
+        return DEFAULT_BUDGET_S
+    return max(0.0, min(DEFAULT_BUDGET_S, remaining - ANSWER_MARGIN_S))
 
 
 class DraV1(dra_v1_pb2_grpc.DRAPluginServicer):
@@ -44,7 +55,9 @@ class DraV1(dra_v1_pb2_grpc.DRAPluginServicer):
         self, request: dra_v1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
     ) -> dra_v1_pb2.NodePrepareResourcesResponse:
         response = dra_v1_pb2.NodePrepareResourcesResponse()
-        for uid, prepared in self._state.prepare(_refs(request.claims)).items():
+        for uid, prepared in self._state.prepare(
+            _refs(request.claims), budget_s=_budget(context)
+        ).items():
             entry = response.claims[uid]
             if prepared.error is not None:
                 entry.error = prepared.error
@@ -68,7 +81,9 @@ class DraV1beta1(dra_v1beta1_pb2_grpc.DRAPluginServicer):
         self, request: dra_v1beta1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
     ) -> dra_v1beta1_pb2.NodePrepareResourcesResponse:
         response = dra_v1beta1_pb2.NodePrepareResourcesResponse()
-        for uid, prepared in self._state.prepare(_refs(request.claims)).items():
+        for uid, prepared in self._state.prepare(
+            _refs(request.claims), budget_s=_budget(context)
+        ).items():
             entry = response.claims[uid]
             if prepared.error is not None:
                 entry.error = prepared.error

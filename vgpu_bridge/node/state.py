@@ -38,6 +38,7 @@ from vgpu_bridge.node.inventory import Gpu
 
 Json = dict[str, Any]
 CLAIMS = "/apis/resource.k8s.io/v1"
+DEFAULT_BUDGET_S = 40.0  # the kubelet's per-call timeout is 45 s; leave room to answer
 log = structlog.get_logger("vgpu_bridge.node")
 
 
@@ -145,8 +146,17 @@ class DeviceState:
 
     # --- Prepare / Unprepare --------------------------------------------------------------
 
-    def prepare(self, refs: Iterable[ClaimRef]) -> dict[str, Prepared]:
-        with self._lock:
+    def prepare(
+        self, refs: Iterable[ClaimRef], *, budget_s: float = DEFAULT_BUDGET_S
+    ) -> dict[str, Prepared]:
+        """Prepare each claim; every claim gets an answer within `budget_s` (the kubelet gives
+        up after 45 s): claims not reached in time fail with a reason and are retried."""
+        deadline = time.monotonic() + budget_s
+        refs = list(refs)
+        if not self._lock.acquire(timeout=max(budget_s, 0)):
+            busy = "the agent is busy with another call; the kubelet retries"
+            return {ref.uid: Prepared(error=busy) for ref in refs}
+        try:
             results: dict[str, Prepared] = {}
             claims = dict(self._claims)
             new: dict[str, ClaimRef] = {}
@@ -155,6 +165,8 @@ class DeviceState:
                 try:
                     hit = claims.get(ref.uid)
                     if hit is None:
+                        if time.monotonic() > deadline:
+                            raise ClaimError("not prepared: the call ran out of time; retried")
                         hit = self._prepare_new(self._get_claim(ref), ref)
                         claims[ref.uid], new[ref.uid] = hit, ref
                         decision = "prepared"
@@ -168,6 +180,8 @@ class DeviceState:
             if new:
                 self._commit_new(claims, new, results)
             return results
+        finally:
+            self._lock.release()
 
     def _commit_new(
         self,
