@@ -80,7 +80,7 @@ def test_a_changed_inventory_bumps_the_generation_of_every_slice_and_drops_obsol
     assert card["capacity"]["memory"]["value"] == "40Gi"
 
 
-def test_slices_deleted_by_someone_else_come_back_and_strays_go(
+def test_slices_deleted_by_someone_else_come_back_and_strays_of_the_pool_go(
     kube: KubeClient, agent_api: KubeApi, agent_node: str
 ) -> None:
     publisher = SlicePublisher(agent_api, node=agent_node, profile=DEFAULT, gpus=_gpus(2))
@@ -89,15 +89,18 @@ def test_slices_deleted_by_someone_else_come_back_and_strays_go(
     kube.delete(f"{SLICES}/{published['metadata']['name']}")  # as a restarting kubelet does
     stray = build_slices(_gpus(1), node=agent_node, profile=DEFAULT, generation=9)[0]
     stray["metadata"]["name"] = f"{agent_node}-left-behind"
-    stray["spec"]["pool"]["name"] = f"{agent_node}-old-pool"
     kube.create(SLICES, stray)
+    other_pool = build_slices(_gpus(1), node=agent_node, profile=DEFAULT, generation=1)[0]
+    other_pool["metadata"]["name"] = f"{agent_node}-other-pool"
+    other_pool["spec"]["pool"]["name"] = f"{agent_node}-other"
+    kube.create(SLICES, other_pool)
 
     repaired = publisher.sync()
     assert repaired.changed
-    assert (repaired.created, repaired.deleted) == (1, 1)
-    [again] = _ours(kube, agent_node)
-    assert again["metadata"]["name"] == published["metadata"]["name"]
-    assert len(again["spec"]["devices"]) == 2
+    assert (repaired.generation, repaired.created, repaired.deleted) == (10, 1, 1)
+    names = [s["metadata"]["name"] for s in _ours(kube, agent_node)]
+    assert names == sorted([published["metadata"]["name"], f"{agent_node}-other-pool"])
+    assert not publisher.sync().changed  # the other pool is not ours to change
 
 
 def test_a_node_without_gpus_publishes_an_empty_pool(

@@ -10,14 +10,17 @@ import pytest
 from e2e.cluster import KubeClient, LocalCluster
 from e2e.waiting import wait_for
 from e2e.webhook.helpers import create_pod, gpu_pod
-from e2e.webhook.our_driver import Card, publish, withdraw
+from e2e.webhook.our_driver import Card, serve_cards
 from e2e.webhook.process import NAMESPACE_LABEL, WebhookProcess, running_webhook
 
 GRACE_S = 3
 
 
 @pytest.fixture(scope="session")
-def our_cards(kube: KubeClient, fake_nodes: list[str]) -> Iterator[dict[str, list[Card]]]:
+def our_cards(
+    kube: KubeClient, e2e_cluster: LocalCluster, fake_nodes: list[str]
+) -> Iterator[dict[str, list[Card]]]:
+    """The real node agent (mock GPUs) on each fake node publishes these cards."""
     cards = {
         fake_nodes[0]: [
             Card("gpu-0", "GPU-e2e-0000", "NVIDIA H100 80GB HBM3", "80Gi"),
@@ -25,9 +28,8 @@ def our_cards(kube: KubeClient, fake_nodes: list[str]) -> Iterator[dict[str, lis
         ],
         fake_nodes[1]: [Card("gpu-0", "GPU-e2e-1000", "NVIDIA A100-PCIE-40GB", "40Gi")],
     }
-    slices = publish(kube, cards)
-    yield cards
-    withdraw(kube, slices)
+    with serve_cards(kube, e2e_cluster.kubeconfig, cards):
+        yield cards
 
 
 @pytest.fixture(scope="session")

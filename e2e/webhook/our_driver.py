@@ -1,13 +1,19 @@
-"""Our driver's DeviceClass and ResourceSlices as the node agent will publish them (issue 5):
-shareable GPUs with `memory` (min 1Mi, step 1Mi, default the whole card) and `cores` (0..100,
-default 100). Until the node agent lands, e2e tests publish them through the API."""
+"""Our driver's DeviceClass and ResourceSlices: shareable GPUs with `memory` (min 1Mi, step 1Mi,
+default the whole card) and `cores` (0..100, default 100). `serve_cards` runs the real node agent
+(`vgpu-bridge node` with mock GPUs) for each node; `publish` writes the same shape by hand, for
+tests that need slices no agent would make."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from e2e.cluster.client import Json, KubeClient
 from e2e.dra_objects import device_class, resource_slice
+from e2e.node.agent import AgentProcess, running_agent
+from e2e.waiting import wait_for
 from vgpu_bridge.core import DEFAULT
 
 RESOURCE = "/apis/resource.k8s.io/v1"
@@ -66,3 +72,38 @@ def withdraw(kube: KubeClient, slices: list[str]) -> None:
     for name in slices:
         kube.delete(f"{RESOURCE}/resourceslices/{name}")
     kube.delete(f"{RESOURCE}/deviceclasses/{DEFAULT.device_class}")
+
+
+@contextmanager
+def serve_cards(
+    kube: KubeClient, kubeconfig: Path, cards: dict[str, list[Card]]
+) -> Iterator[list[AgentProcess]]:
+    """Our DeviceClass, and one node agent per node publishing `cards` (named gpu-<i> in order)."""
+    kube.create(
+        f"{RESOURCE}/deviceclasses", device_class(DEFAULT.device_class, driver=DEFAULT.driver)
+    )
+    try:
+        with ExitStack() as stack:
+            agents = [
+                stack.enter_context(running_agent(node, kubeconfig, _mock_gpus(node_cards)))
+                for node, node_cards in cards.items()
+            ]
+            wait_for(
+                lambda: all(_published(kube, node) == len(c) for node, c in cards.items()),
+                timeout_s=30,
+                what="the node agents' slices",
+            )
+            yield agents
+    finally:
+        kube.delete(f"{RESOURCE}/deviceclasses/{DEFAULT.device_class}")
+
+
+def _mock_gpus(cards: list[Card]) -> list[dict[str, str]]:
+    assert [c.name for c in cards] == [f"gpu-{i}" for i in range(len(cards))], "gpu-<i> in order"
+    return [{"uuid": c.uuid, "productName": c.product, "memory": c.memory} for c in cards]
+
+
+def _published(kube: KubeClient, node: str) -> int:
+    selector = f"spec.nodeName={node},spec.driver={DEFAULT.driver}"
+    slices = kube.items(f"{RESOURCE}/resourceslices", fieldSelector=selector)
+    return sum(len(s["spec"].get("devices") or []) for s in slices)

@@ -1,7 +1,8 @@
 """Keeps the node's ResourceSlices equal to what its GPUs should publish.
 
-`sync()` reads the Node (its uid owns the slices) and the slices of our driver on this node, and
-changes nothing when they already match. Otherwise it bumps the pool's generation and rewrites
+`sync()` reads the Node (its uid owns the slices) and the slices of our driver and pool (named
+after the node) on this node, and changes nothing when they already match; slices of other pools
+are left alone. Otherwise it bumps the pool's generation and rewrites
 the pool: obsolete slices are deleted first (uid + resourceVersion preconditions), the rest
 updated or created. A conflict (someone else wrote meanwhile) starts the sync over. The agent
 calls `sync()` at start (republish on every start: the kubelet wipes a node's slices when it
@@ -71,9 +72,12 @@ class SlicePublisher:
 
     def _sync_once(self) -> SyncResult:
         node_uid = self._node_uid()
-        existing = {s["metadata"]["name"]: s for s in self.existing()}
-        ours = [s for s in existing.values() if s["spec"]["pool"]["name"] == self._node]
-        generation = max((s["spec"]["pool"]["generation"] for s in ours), default=0)
+        existing = {
+            s["metadata"]["name"]: s
+            for s in self.existing()
+            if s["spec"]["pool"]["name"] == self._node  # other pools are not this agent's
+        }
+        generation = max((s["spec"]["pool"]["generation"] for s in existing.values()), default=0)
         desired = self._desired(max(generation, 1), node_uid)
         if generation and _same(existing, desired):
             return SyncResult(generation=generation, changed=False)
