@@ -182,3 +182,20 @@ class GrpcPreparer:
 
     def close(self) -> None:
         self._channel.close()
+
+
+class PreparerByNode:
+    """Routes each pod to the agent of its node, as each kubelet talks to its own agent."""
+
+    def __init__(self, preparers: dict[str, GrpcPreparer]) -> None:
+        self._preparers = preparers
+
+    def prepare(self, pod: BoundPod) -> None:
+        self._preparers[pod.node_name].prepare(pod)
+
+    def unprepare(self, pod: BoundPod) -> None:
+        self._preparers[pod.node_name].unprepare(pod)
+
+    def close(self) -> None:
+        for preparer in self._preparers.values():
+            preparer.close()

@@ -1,5 +1,5 @@
-"""Fixtures of the webhook e2e tests: our driver's cards, the webhook process, and a namespace the
-webhook is registered for."""
+"""Fixtures of the webhook e2e tests: our driver's cards (served by real node agents), the webhook
+process, and a namespace the webhook is registered for, whose pods the agents prepare."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from e2e.cluster import KubeClient, LocalCluster
+from e2e.cluster import KubeClient, KubeletStandIn, LocalCluster
+from e2e.node.agent import GrpcPreparer, PreparerByNode
 from e2e.waiting import wait_for
 from e2e.webhook.helpers import create_pod, gpu_pod
 from e2e.webhook.our_driver import Card, serve_cards
@@ -17,10 +18,11 @@ GRACE_S = 3
 
 
 @pytest.fixture(scope="session")
-def our_cards(
+def _our_agents(
     kube: KubeClient, e2e_cluster: LocalCluster, fake_nodes: list[str]
-) -> Iterator[dict[str, list[Card]]]:
-    """The real node agent (mock GPUs) on each fake node publishes these cards."""
+) -> Iterator[tuple[dict[str, list[Card]], PreparerByNode]]:
+    """The real node agent (mock GPUs) on each fake node publishes these cards and prepares the
+    pods bound there (through the kubelet stand-in, in tests that use `ns`)."""
     cards = {
         fake_nodes[0]: [
             Card("gpu-0", "GPU-e2e-0000", "NVIDIA H100 80GB HBM3", "80Gi"),
@@ -28,8 +30,17 @@ def our_cards(
         ],
         fake_nodes[1]: [Card("gpu-0", "GPU-e2e-1000", "NVIDIA A100-PCIE-40GB", "40Gi")],
     }
-    with serve_cards(kube, e2e_cluster.kubeconfig, cards):
-        yield cards
+    with serve_cards(kube, e2e_cluster.kubeconfig, cards) as agents:
+        preparer = PreparerByNode({a.node: GrpcPreparer(a.dra_socket) for a in agents})
+        yield cards, preparer
+        preparer.close()
+
+
+@pytest.fixture(scope="session")
+def our_cards(
+    _our_agents: tuple[dict[str, list[Card]], PreparerByNode],
+) -> dict[str, list[Card]]:
+    return _our_agents[0]
 
 
 @pytest.fixture(scope="session")
@@ -46,8 +57,15 @@ def webhook(
 
 
 @pytest.fixture
-def ns(kube: KubeClient, namespace: str, webhook: WebhookProcess) -> str:
-    """A test namespace the webhook is registered for."""
+def ns(
+    kube: KubeClient,
+    namespace: str,
+    webhook: WebhookProcess,
+    kubelet_standin: KubeletStandIn,
+    _our_agents: tuple[dict[str, list[Card]], PreparerByNode],
+) -> str:
+    """A test namespace the webhook is registered for; its pods are prepared by the agents."""
+    kubelet_standin.preparer = _our_agents[1]
     patch = {"metadata": {"labels": {NAMESPACE_LABEL: "true"}}}
     kube.patch(f"/api/v1/namespaces/{namespace}", patch)
     probe = gpu_pod("probe", {"nvidia.com/gpu": 1})
