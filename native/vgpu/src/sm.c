@@ -57,42 +57,43 @@ static void sleep_ns(uint64_t ns)
 		;
 }
 
-/* Container SM utilisation of device d in percent, or -1 if it cannot be measured. */
+/* Container SM utilisation of the device in percent; -1 when there is nothing new to go by. */
 static double measure(struct sm_dev *s)
 {
 	nvmlProcessUtilizationSample_t samples[MAX_SAMPLES];
 	int32_t pids[VGPU_REGION_SLOTS];
 	unsigned int n = MAX_SAMPLES;
-	unsigned long long since = s->last_seen_us;
 	nvmlUtilization_t u;
-	nvmlReturn_t r;
+	nvmlReturn_t r = NVML_ERROR_NOT_SUPPORTED;
 	int npids;
 
 	npids = vgpu_region_host_pids(pids, VGPU_REGION_SLOTS);
-	if (npids > 0) {
-		r = real_nvmlDeviceGetProcessUtilization(s->nvml, samples, &n, since);
-		if (r == NVML_ERROR_NOT_FOUND)
-			return 0; /* no samples since the last tick: idle */
-		if (r == NVML_SUCCESS) {
-			double sum = 0;
-			for (int p = 0; p < npids; p++) {
-				unsigned int cnt = 0, tot = 0;
-				for (unsigned int i = 0; i < n && i < MAX_SAMPLES; i++) {
-					if ((int32_t)samples[i].pid != pids[p] || samples[i].smUtil > 100)
-						continue;
-					tot += samples[i].smUtil;
-					cnt++;
-					if (samples[i].timeStamp > s->last_seen_us)
-						s->last_seen_us = samples[i].timeStamp;
-				}
-				if (cnt)
-					sum += (double)tot / cnt;
+	if (npids > 0)
+		r = real_nvmlDeviceGetProcessUtilization(s->nvml, samples, &n, s->last_seen_us);
+	if (r == NVML_ERROR_NOT_FOUND)
+		return -1; /* no sample since the last one we used: keep the current rate */
+	if (r == NVML_SUCCESS) {
+		double sum = 0;
+		unsigned long long newest = s->last_seen_us;
+		for (int p = 0; p < npids; p++) {
+			unsigned int cnt = 0, tot = 0;
+			for (unsigned int i = 0; i < n && i < MAX_SAMPLES; i++) {
+				if ((int32_t)samples[i].pid != pids[p] || samples[i].smUtil > 100)
+					continue;
+				tot += samples[i].smUtil;
+				cnt++;
+				if (samples[i].timeStamp > newest)
+					newest = samples[i].timeStamp;
 			}
-			return sum > 100 ? 100 : sum;
+			if (cnt)
+				sum += (double)tot / cnt;
 		}
+		s->last_seen_us = newest;
+		return sum > 100 ? 100 : sum;
 	}
-	/* No per-process numbers: the device's utilisation (neighbours included) is an upper
-	 * bound on ours, so throttling on it errs on the safe side. */
+	/* No per-process numbers (no host pid, or not supported): the device's utilisation,
+	 * neighbours included, is an upper bound on ours, so throttling on it errs on the safe
+	 * side. */
 	if (real_nvmlDeviceGetUtilizationRates(s->nvml, &u) == NVML_SUCCESS && u.gpu <= 100)
 		return u.gpu;
 	return -1;

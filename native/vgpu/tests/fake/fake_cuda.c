@@ -542,6 +542,26 @@ EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s)
 	return cuGraphLaunch(g, s);
 }
 
+/* ---- modules: any image loads, any name is a kernel (launches use FAKE_CUDA_KERNEL_US) ---- */
+typedef struct CUmod_st *CUmodule;
+EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+	CHECK_CTX();
+	if (module == NULL || image == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*module = (CUmodule)(uintptr_t)0x3000;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule module, const char *name)
+{
+	CHECK_CTX();
+	if (f == NULL || module == NULL || name == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*f = (CUfunction)(uintptr_t)0x4000;
+	return CUDA_SUCCESS;
+}
+
 /* ---- helpers for the fake NVML and tests ---- */
 EXPORT uint64_t fake_cuda_memory_used(int dev)
 {

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# libvgpu on a real NVIDIA GPU (H100/H200 class): one script, about 5 minutes, well inside 10.
+#
+#   native/vgpu/tests/gpu/run.sh            from anywhere in the repository, on the GPU machine
+#   GPU_CHECK_FAKE=1 native/vgpu/tests/gpu/run.sh   dry run of this script over the fake driver
+#
+# Needs: gcc + make (builds libvgpu.so and gpu_check, a driver-API program with a PTX kernel, so
+# no CUDA toolkit is needed), libcuda.so.1 + libnvidia-ml.so.1 of the driver. PyTorch is used
+# for the matmul checks when `python3 -c "import torch"` works (or PYTHON=/path/to/python);
+# without it those checks are reported as skipped, not passed.
+# Checks: the limited total is what CUDA/NVML/PyTorch see; past the limit allocation fails with
+# OOM while a neighbour keeps running; two processes share one limit; SM limits 25/50/75% give
+# throughput within ±10% of target; with no limits the overhead is under 2% (busy kernels,
+# launch microbenchmark, matmul loop). Results: bench/results/vgpu-gpu-<UTC time>.txt.
+# Last line: "N passed, N failed"; exit status 1 if anything failed.
+set -u
+ROOT=$(cd "$(dirname "$0")/../../../.." && pwd)
+V=$ROOT/native/vgpu
+B=$V/build
+SECONDS_PER_RUN=${GPU_CHECK_SECONDS:-10}
+PY=${PYTHON:-python3}
+TMP=$(mktemp -d /tmp/libvgpu-gpu.XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$TMP"' EXIT
+RESULTS=$ROOT/bench/results
+[ -z "${GPU_CHECK_FAKE:-}" ] || RESULTS=$TMP/results # a dry run leaves nothing behind
+mkdir -p "$RESULTS"
+OUT=$RESULTS/vgpu-gpu-$(date -u +%Y%m%dT%H%M%SZ).txt
+passed=0
+failed=0
+skipped=0
+
+log() { echo "$*" | tee -a "$OUT"; }
+pass() { log "ok   $1${2:+  ($2)}"; passed=$((passed + 1)); }
+fail() { log "FAIL $1${2:+  ($2)}"; failed=$((failed + 1)); }
+skip() { log "skip $1${2:+  ($2)}"; skipped=$((skipped + 1)); }
+verdict() { if [ "$2" = 1 ]; then pass "$1" "$3"; else fail "$1" "$3"; fi; } # NAME 0|1 DETAIL
+within() { awk -v v="$1" -v t="$2" -v tol="$3" 'BEGIN { exit !(v >= t * (1 - tol) && v <= t * (1 + tol)) }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.4f", (b > 0 ? a / b : 0) }'; }
+
+make -s -C "$V" build/libvgpu.so build/gpu_check >/dev/null || { echo "build failed"; exit 1; }
+LIB=$B/libvgpu.so
+CHECK=$B/gpu_check
+if [ -n "${GPU_CHECK_FAKE:-}" ]; then
+	export LD_LIBRARY_PATH=$B/fake FAKE_CUDA_KERNEL_US=2000 FAKE_CUDA_MEMORY=80G
+fi
+GiB=$((1 << 30))
+MiB=$((1 << 20))
+{
+	echo "# libvgpu GPU checks, $(date -u +%FT%TZ), $(hostname)"
+	echo "# commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)"
+	nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/# gpu: /'
+} | tee "$OUT"
+
+# with: run with libvgpu preloaded and a fresh or given shared region
+region() { echo "$TMP/region.$RANDOM$RANDOM"; }
+with() { env LD_PRELOAD="$LIB" "$@"; }
+have_torch=0
+if [ -z "${GPU_CHECK_FAKE:-}" ] && "$PY" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+	have_torch=1
+fi
+
+# 1. the limited total is what everyone sees
+read -r _ ct _ cf _ dt _ nt _ nu < <(with CUDA_DEVICE_MEMORY_LIMIT=4Gi \
+	CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" "$CHECK" info)
+verdict "cuda_and_nvml_see_the_4Gi_limit" \
+	"$([ "$ct" = $((4 * GiB)) ] && [ "$dt" = $((4 * GiB)) ] && [ "$nt" = $((4 * GiB)) ] && echo 1)" \
+	"cuMemGetInfo total $ct free $cf, cuDeviceTotalMem $dt, NVML total $nt used $nu"
+if [ $have_torch = 1 ]; then
+	tt=$(with CUDA_DEVICE_MEMORY_LIMIT=4Gi CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" "$PY" -c "
+import torch
+free, total = torch.cuda.mem_get_info()
+print(total, torch.cuda.get_device_properties(0).total_memory)")
+	read -r t1 t2 <<<"$tt"
+	verdict "pytorch_sees_the_4Gi_limit" "$([ "$t1" = $((4 * GiB)) ] && [ "$t2" = $((4 * GiB)) ] && echo 1)" \
+		"mem_get_info total $t1, device total_memory $t2"
+else
+	skip "pytorch_sees_the_4Gi_limit" "no PyTorch with CUDA"
+fi
+
+# 2. past the limit: OOM for the newcomer, the neighbour keeps running; 3. one shared limit
+R=$(region)
+with CUDA_DEVICE_MEMORY_LIMIT=4Gi CUDA_DEVICE_MEMORY_SHARED_CACHE="$R" \
+	"$CHECK" hold $((3 * GiB)) 20 >"$TMP/hold.out" 2>&1 &
+holder=$!
+for _ in $(seq 100); do grep -q held "$TMP/hold.out" && break; sleep 0.1; done
+with CUDA_DEVICE_MEMORY_LIMIT=4Gi CUDA_DEVICE_MEMORY_SHARED_CACHE="$R" "$CHECK" alloc $((2 * GiB)) >/dev/null 2>&1
+oom=$?
+read -r _ _ _ sfree _ < <(with CUDA_DEVICE_MEMORY_LIMIT=4Gi CUDA_DEVICE_MEMORY_SHARED_CACHE="$R" "$CHECK" info)
+with CUDA_DEVICE_MEMORY_LIMIT=4Gi CUDA_DEVICE_MEMORY_SHARED_CACHE="$R" "$CHECK" alloc $((512 * MiB)) >/dev/null 2>&1
+small=$?
+torch_oom=skip
+if [ $have_torch = 1 ]; then
+	with CUDA_DEVICE_MEMORY_LIMIT=4Gi CUDA_DEVICE_MEMORY_SHARED_CACHE="$R" "$PY" -c "
+import sys, torch
+try:
+    torch.empty(2 << 30, dtype=torch.uint8, device='cuda')
+except torch.cuda.OutOfMemoryError:
+    sys.exit(0)
+sys.exit(1)" 2>/dev/null && torch_oom=1 || torch_oom=0
+fi
+alive=$(kill -0 $holder 2>/dev/null && echo 1)
+wait $holder
+holder_rc=$?
+verdict "over_the_limit_is_cuda_error_out_of_memory" "$([ $oom = 2 ] && echo 1)" "exit $oom (2 = OOM)"
+verdict "the_neighbour_keeps_running" "$([ "$alive" = 1 ] && [ $holder_rc = 0 ] && echo 1)" \
+	"holder alive during the refusal: ${alive:-0}, exit $holder_rc"
+verdict "two_processes_share_one_limit" \
+	"$([ "$sfree" -le $((1 * GiB)) ] && [ $small = 0 ] && echo 1)" \
+	"second process sees free $sfree with 3 GiB held next door; 512 MiB alloc exit $small"
+if [ $torch_oom = skip ]; then skip "pytorch_raises_OutOfMemoryError_past_the_limit" "no PyTorch"; else
+	verdict "pytorch_raises_OutOfMemoryError_past_the_limit" "$torch_oom" ""; fi
+
+# 4. SM limits: throughput relative to the unthrottled run, within ±10% of the target
+base=$(with CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" "$CHECK" throughput "$SECONDS_PER_RUN")
+log "# busy-kernel throughput, unlimited: $base kernels/s"
+for lim in 25 50 75; do
+	t=$(with CUDA_DEVICE_SM_LIMIT=$lim CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" "$CHECK" throughput "$SECONDS_PER_RUN")
+	r=$(ratio "$t" "$base")
+	verdict "sm_limit_${lim}_gives_${lim}%_throughput" "$(within "$r" "0.$lim" 0.10 && echo 1)" \
+		"$t kernels/s = $(awk -v r="$r" 'BEGIN{printf "%.1f", r*100}')% of unlimited"
+done
+if [ $have_torch = 1 ]; then
+	cat >"$TMP/mm.py" <<'PYEOF'
+import sys, time, torch
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+b = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+seconds = float(sys.argv[1])
+for _ in range(20):
+    a @ b
+torch.cuda.synchronize()
+end = time.time() + 3
+while time.time() < end:
+    a @ b
+torch.cuda.synchronize()
+n, t0 = 0, time.time()
+while time.time() - t0 < seconds:
+    for _ in range(10):
+        a @ b
+    n += 10
+    torch.cuda.synchronize()
+print(f"{n * 2 * 8192**3 / (time.time() - t0) / 1e12:.2f}")
+PYEOF
+	mbase=$(with CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" "$PY" "$TMP/mm.py" "$SECONDS_PER_RUN")
+	log "# matmul fp16 8192³, unlimited: $mbase TFLOPS"
+	for lim in 25 50 75; do
+		t=$(with CUDA_DEVICE_SM_LIMIT=$lim CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" "$PY" "$TMP/mm.py" "$SECONDS_PER_RUN")
+		r=$(ratio "$t" "$mbase")
+		verdict "sm_limit_${lim}_gives_${lim}%_matmul_throughput" "$(within "$r" "0.$lim" 0.10 && echo 1)" \
+			"$t TFLOPS = $(awk -v r="$r" 'BEGIN{printf "%.1f", r*100}')% of unlimited"
+	done
+else
+	skip "sm_limit_matmul_throughput" "no PyTorch"
+fi
+
+# 5. no limits set: overhead under 2%
+plain=$("$CHECK" throughput "$SECONDS_PER_RUN")
+hooked=$(with CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" "$CHECK" throughput "$SECONDS_PER_RUN")
+r=$(ratio "$hooked" "$plain")
+verdict "no_limit_busy_kernel_overhead_under_2%" "$(awk -v r="$r" 'BEGIN{exit !(r >= 0.98)}' && echo 1)" \
+	"$plain → $hooked kernels/s (×$r)"
+lp=()
+lh=()
+for _ in 1 2 3; do # interleaved, median of three (empty kernels: the fake's take no time)
+	lp+=("$(FAKE_CUDA_KERNEL_US=0 "$CHECK" launch 200000)")
+	lh+=("$(FAKE_CUDA_KERNEL_US=0 with CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" "$CHECK" launch 200000)")
+done
+mp=$(printf "%s\n" "${lp[@]}" | sort -n | sed -n 2p)
+mh=$(printf "%s\n" "${lh[@]}" | sort -n | sed -n 2p)
+r=$(ratio "$mh" "$mp")
+verdict "no_limit_launch_overhead_under_2%" "$(awk -v r="$r" 'BEGIN{exit !(r <= 1.02)}' && echo 1)" \
+	"$mp → $mh ns/launch (×$r)"
+if [ $have_torch = 1 ]; then
+	mp=$("$PY" "$TMP/mm.py" "$SECONDS_PER_RUN")
+	mh=$(with CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" "$PY" "$TMP/mm.py" "$SECONDS_PER_RUN")
+	r=$(ratio "$mh" "$mp")
+	verdict "no_limit_matmul_overhead_under_2%" "$(awk -v r="$r" 'BEGIN{exit !(r >= 0.98)}' && echo 1)" \
+		"$mp → $mh TFLOPS (×$r)"
+else
+	skip "no_limit_matmul_overhead_under_2%" "no PyTorch"
+fi
+
+log "# results in $OUT; $skipped skipped"
+log "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
