@@ -1,0 +1,122 @@
+"""The agent's CDI spec, applied to a process as a container runtime would (env; the shared-region
+mount becomes the host path), makes libvgpu enforce exactly the share, and the agent's metrics read
+the process's usage from libvgpu's shared region. libvgpu and its fake CUDA driver are built from
+native/vgpu; no GPU needed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from tests.integration.node_harness import AgentDirs, agent_dirs, running_agent
+from tests.unit.node.claims import GPUS, NODE, allocated_claim, result
+from vgpu_bridge.node import checkpoint
+from vgpu_bridge.node.cdi import CONTAINER_SHARED_DIR
+from vgpu_bridge.node.metrics import NodeCollector
+from vgpu_bridge.node.state import ClaimRef
+
+NATIVE = Path(__file__).resolve().parents[2] / "native" / "vgpu"
+BUILT = ("build/libvgpu.so", "build/fake/libcuda.so.1", "build/fake/libnvidia-ml.so.1")
+WORKLOAD = r"""
+#include <stdio.h>
+#include <stdlib.h>
+typedef int CUresult; typedef int CUdevice; typedef void *CUcontext;
+typedef unsigned long long CUdeviceptr;
+CUresult cuInit(unsigned int); CUresult cuDeviceGet(CUdevice *, int);
+CUresult cuCtxCreate_v2(CUcontext *, unsigned int, CUdevice);
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+int main(int argc, char **argv) {
+    CUdevice dev; CUcontext ctx; CUdeviceptr p;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuCtxCreate_v2(&ctx, 0, dev)) return 90;
+    for (int i = 1; i < argc; i++)
+        printf("%d\n", (int)cuMemAlloc_v2(&p, (size_t)atoll(argv[i]) << 20));
+    fflush(stdout);
+    getchar(); /* stay alive, holding the memory, until stdin closes */
+    return 0;
+}
+"""
+CLAIM = allocated_claim(result("gpu-0", memory="3000Mi", cores="30"), uid="uid-lib", name="lib")
+REF = ClaimRef("team-a", "lib", "uid-lib")
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("make") is None or shutil.which("cc") is None:
+        pytest.skip("needs make and a C compiler to build native/vgpu")
+    subprocess.run(["make", "-s", "-C", str(NATIVE), *BUILT], check=True)
+    directory = tmp_path_factory.mktemp("workload")
+    (directory / "workload.c").write_text(WORKLOAD)
+    binary = directory / "workload"
+    subprocess.run(
+        ["cc", str(directory / "workload.c"), "-o", str(binary),
+         f"-L{NATIVE / 'build' / 'fake'}", "-l:libcuda.so.1"],
+        check=True,
+    )  # fmt: skip
+    return binary
+
+
+@pytest.fixture
+def dirs() -> Iterator[AgentDirs]:
+    with agent_dirs() as made:
+        yield made
+
+
+def _container_env(spec: dict[str, Any], dirs: AgentDirs) -> dict[str, str]:
+    """What a runtime gives the container from the spec, with the region dir at its host path."""
+    edits = [spec["containerEdits"], *(d["containerEdits"] for d in spec["devices"])]
+    env = dict(entry.split("=", 1) for e in edits for entry in e["env"])
+    host_dir = dirs.layout.shared_dir(REF.uid)
+    env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = env["CUDA_DEVICE_MEMORY_SHARED_CACHE"].replace(
+        CONTAINER_SHARED_DIR, str(host_dir)
+    )
+    return env
+
+
+def test_libvgpu_enforces_the_share_in_the_spec_and_metrics_see_its_usage(
+    workload: Path, dirs: AgentDirs
+) -> None:
+    with running_agent(dirs, GPUS, node=NODE) as seed:
+        checkpoint.save(dirs.checkpoint, {REF.uid: seed.state.plan(CLAIM, REF)})
+    with running_agent(dirs, GPUS, node=NODE) as agent:
+        spec = json.loads(dirs.layout.spec_path(REF.uid).read_text())
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "LD_"))},
+            **_container_env(spec, dirs),
+            "LD_PRELOAD": str(NATIVE / "build" / "libvgpu.so"),
+            "LD_LIBRARY_PATH": str(NATIVE / "build" / "fake"),
+            "FAKE_CUDA_MEMORY": "80G",
+        }
+        process = subprocess.Popen(
+            [str(workload), "2000", "1500", "900"],
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        assert process.stdout is not None
+        assert process.stdin is not None
+        try:
+            codes = [process.stdout.readline().strip() for _ in range(3)]
+            registry = CollectorRegistry()
+            registry.register(
+                NodeCollector(agent.state, GPUS, node=NODE, vgpu_dir=dirs.layout.vgpu_dir)
+            )
+            metrics = generate_latest(registry).decode()
+        finally:
+            process.stdin.close()
+            stderr = process.stderr.read().decode() if process.stderr else ""
+            process.wait(timeout=10)
+    # 2000 MiB fits the 3000 MiB share, 1500 more would not (CUDA_ERROR_OUT_OF_MEMORY), 900 does
+    assert codes == [b"0", b"2", b"0"], stderr
+    used = [
+        line for line in metrics.splitlines()
+        if line.startswith("vgpu_bridge_claim_memory_used_bytes{") and REF.uid in line
+    ]  # fmt: skip
+    assert len(used) == 1, metrics
+    assert float(used[0].rsplit(" ", 1)[1]) == 2900 * 2**20
+    assert f'vgpu_bridge_claim_processes{{claim="lib",claim_uid="{REF.uid}"' in metrics
