@@ -1,0 +1,121 @@
+"""Volcano objects the tests create (vcjobs, PodGroups, Queues) and reads of what Volcano made.
+
+No Volcano admission webhook runs here (vc-webhook-manager only defaults and validates), so the
+objects spell out what its ``jobs/mutate`` would default: scheduler name, queue, minAvailable,
+task names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from e2e.cluster.client import Json, KubeClient
+
+JOBS = "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs"
+PODGROUPS = "/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups"
+QUEUES = "/apis/scheduling.volcano.sh/v1beta1/queues"
+CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
+IMAGE = "registry.invalid/e2e/no-image:never-pulled"
+GANG_ANNOTATION = "scheduling.k8s.io/group-name"
+QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
+
+
+def container(resources: Mapping[str, Any]) -> Json:
+    return {"name": "main", "image": IMAGE, "resources": dict(resources)}
+
+
+def task(name: str, replicas: int, resources: Mapping[str, Any]) -> Json:
+    return {
+        "name": name,
+        "replicas": replicas,
+        "template": {
+            "metadata": {"labels": {"e2e-task": name}},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 0,
+                "containers": [container(resources)],
+            },
+        },
+    }
+
+
+def vcjob(name: str, tasks: list[Json], *, min_available: int, queue: str = "default") -> Json:
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": "volcano",
+            "queue": queue,
+            "minAvailable": min_available,
+            "maxRetry": 1,
+            "tasks": tasks,
+        },
+    }
+
+
+def volcano_pod(name: str, limits: Mapping[str, Any], **annotations: str) -> Json:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": dict(annotations)},
+        "spec": {
+            "schedulerName": "volcano",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [container({"limits": dict(limits)})],
+        },
+    }
+
+
+def podgroup(name: str, *, min_member: int, min_resources: Mapping[str, Any]) -> Json:
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"minMember": min_member, "minResources": dict(min_resources), "queue": "default"},
+    }
+
+
+def queue(name: str, capability: Mapping[str, str]) -> Json:
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": {"weight": 1, "reclaimable": False, "capability": dict(capability)},
+    }
+
+
+def create_job(kube: KubeClient, ns: str, job: Json) -> Json:
+    return kube.create(JOBS.format(ns=ns), job)
+
+
+def job_pods(kube: KubeClient, ns: str, job: str) -> list[Json]:
+    return kube.items(f"/api/v1/namespaces/{ns}/pods", labelSelector=f"volcano.sh/job-name={job}")
+
+
+def running(pods: list[Json]) -> list[Json]:
+    return [p for p in pods if p["status"].get("phase") == "Running"]
+
+
+def job_podgroup(kube: KubeClient, ns: str, job: str) -> Json | None:
+    """The PodGroup vc-controller made for vcjob ``job`` (owned by it), once it exists."""
+    for group in kube.items(PODGROUPS.format(ns=ns)):
+        owners = group["metadata"].get("ownerReferences") or []
+        if any(o["kind"] == "Job" and o["name"] == job for o in owners):
+            return group
+    return None
+
+
+def claims(kube: KubeClient, ns: str) -> list[Json]:
+    return kube.items(CLAIMS.format(ns=ns))
+
+
+def allocated(claim: Json) -> bool:
+    return bool(claim.get("status", {}).get("allocation"))
+
+
+def pod_claims(kube: KubeClient, ns: str, pod: Json) -> list[Json]:
+    """Every ResourceClaim generated for ``pod``."""
+    names = [s["resourceClaimName"] for s in pod["status"].get("resourceClaimStatuses") or []]
+    return [kube.get(f"{CLAIMS.format(ns=ns)}/{name}") for name in names]
