@@ -40,7 +40,7 @@ integration: venv
 
 # The e2e tier: a private local control plane per pytest session (e2e/conftest.py), torn down
 # after it; failed tests leave their dump in .cache/e2e-artifacts/. Also the harness's own tests.
-e2e: venv cluster-bin scheduler-bin
+e2e: venv cluster-bin scheduler-bin helm-bin
 	$(PY) -m pytest e2e -q
 
 # The local control plane's one multi-call binary (etcd, kube-apiserver, kube-controller-manager,
@@ -74,6 +74,12 @@ bench: venv
 
 demo:
 	@echo "make demo arrives with issue 9 (needs the webhook and the node agent)"; exit 1
+
+.PHONY: helm-bin
+# helm, built from its Go module (e2e/chart/helmtool) into ~/.cache/vgpu-bridge/helm-<version>/bin
+# for the chart tests; reused while go.mod and go.sum are unchanged.
+helm-bin: venv
+	$(PY) -m e2e.chart build
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

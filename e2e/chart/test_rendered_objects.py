@@ -1,0 +1,231 @@
+"""What `helm template` makes: the objects the issue asks for, wired as the binaries expect."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+from cryptography import x509
+
+from e2e.chart.rendering import Helm, Json, containers, env_names, of_kind, one
+from vgpu_bridge.node.settings import Settings as NodeSettings
+from vgpu_bridge.webhook.settings import Settings as WebhookSettings
+
+pytestmark = pytest.mark.e2e
+
+ENV_PREFIX = "VGPU_BRIDGE_"
+WEBHOOK_ENV = {ENV_PREFIX + name.upper() for name in WebhookSettings.model_fields}
+NODE_ENV = {ENV_PREFIX + name.upper() for name in NodeSettings.model_fields}
+#: The init container's own variables (a shell script, not one of our binaries).
+INSTALL_ENV = {"VGPU_BRIDGE_VGPU_DIR", "VGPU_BRIDGE_LIBVGPU_SOURCE"}
+MOCK = {"agent": {"mockGpus": [{"uuid": "GPU-0", "productName": "NVIDIA H100", "memory": "80Gi"}]}}
+
+
+@pytest.fixture(scope="module")
+def defaults(helm: Helm) -> list[Json]:
+    return helm.template()
+
+
+def webhook_config(objects: list[Json]) -> Json:
+    return one(objects, "MutatingWebhookConfiguration")
+
+
+def test_defaults_make_every_part(defaults: list[Json]) -> None:
+    kinds = sorted({obj["kind"] for obj in defaults})
+    assert kinds == [
+        "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "DeviceClass",
+        "MutatingWebhookConfiguration", "PodDisruptionBudget", "Secret", "Service",
+        "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+    ]  # fmt: skip
+
+
+def test_webhook_runs_two_spread_replicas_kept_by_a_budget(defaults: list[Json]) -> None:
+    deployment = one(defaults, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    anti = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    term = anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    budget = one(defaults, "PodDisruptionBudget")
+    assert budget["spec"]["minAvailable"] == 1
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+
+
+@pytest.mark.parametrize("values", [{}, MOCK], ids=["defaults", "mock-gpus"])
+def test_the_chart_only_sets_env_vars_the_binaries_read(helm: Helm, values: dict[str, Any]) -> None:
+    objects = helm.template(values)
+    (webhook,) = containers(one(objects, "Deployment"))
+    assert webhook["args"] == ["webhook"]
+    assert set(env_names(webhook)) <= WEBHOOK_ENV, set(env_names(webhook)) - WEBHOOK_ENV
+    install, agent = containers(one(objects, "DaemonSet"))
+    assert agent["args"] == ["node"]
+    assert set(env_names(agent)) <= NODE_ENV, set(env_names(agent)) - NODE_ENV
+    assert set(env_names(install)) == INSTALL_ENV
+    for container in (webhook, agent):
+        assert "command" not in container
+
+
+def test_webhook_settings_from_the_chart_are_valid_settings(defaults: list[Json]) -> None:
+    (webhook,) = containers(one(defaults, "Deployment"))
+    environ = {var["name"]: var["value"] for var in webhook["env"]}
+    settings = WebhookSettings.from_env(environ)
+    assert settings.namespace == "vgpu-bridge"
+    assert settings.excluded() == {"kube-system", "vgpu-bridge"}
+    assert settings.host_port == ("0.0.0.0", 8443)
+
+
+def test_agent_settings_from_the_chart_are_valid_settings(helm: Helm) -> None:
+    (_, agent) = containers(one(helm.template(MOCK), "DaemonSet"))
+    environ = {var["name"]: var["value"] for var in agent["env"] if "value" in var}
+    assert agent["env"][0]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    settings = NodeSettings.from_env({**environ, "VGPU_BRIDGE_NODE_NAME": "node-a"})
+    assert str(settings.dra_socket) == "/var/lib/kubelet/plugins/gpu.vgpu-bridge.io/dra.sock"
+    expected_registration = "/var/lib/kubelet/plugins_registry/gpu.vgpu-bridge.io-reg.sock"
+    assert str(settings.registration_socket) == expected_registration
+    assert str(settings.mock_gpus) == "/etc/vgpu-bridge/mock-gpus.yaml"
+
+
+def test_agent_sees_host_paths_at_the_same_paths(defaults: list[Json]) -> None:
+    spec = one(defaults, "DaemonSet")["spec"]["template"]["spec"]
+    host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    assert set(host) == {"plugin", "registry", "cdi", "vgpu"}
+    for container in spec["initContainers"] + spec["containers"]:
+        for mount in container["volumeMounts"]:
+            if mount["name"] in host:
+                assert mount["mountPath"] == host[mount["name"]]
+    assert host["cdi"] == "/var/run/cdi"
+    assert host["vgpu"] == "/usr/local/vgpu"
+
+
+def test_init_container_installs_libvgpu_and_preload_file_into_the_vgpu_dir(
+    defaults: list[Json],
+) -> None:
+    (install,) = one(defaults, "DaemonSet")["spec"]["template"]["spec"]["initContainers"]
+    script = install["command"][-1]
+    assert 'mv -f "$dir/.libvgpu.so.new" "$dir/libvgpu.so"' in script
+    assert 'mv -f "$dir/.ld.so.preload.new" "$dir/ld.so.preload"' in script
+    assert "/etc/ld.so.preload" not in script  # the host's own file is never touched
+    assert "/usr/local/vgpu/libvgpu.so" in script  # the path CDI mounts it at in containers
+
+
+def test_no_init_container_when_the_library_is_installed_otherwise(helm: Helm) -> None:
+    spec = one(helm.template({"agent": {"installLibrary": False}}), "DaemonSet")["spec"]
+    assert "initContainers" not in spec["template"]["spec"]
+
+
+def test_device_class_selects_shareable_devices_of_our_driver(helm: Helm) -> None:
+    values = {
+        "deviceClasses": [
+            {"name": "gpu.vgpu-bridge.io"},
+            {"name": "h100.gpu.vgpu-bridge.io", "selectors": ["device.attributes['x'].y"]},
+        ]
+    }
+    ours, h100 = of_kind(helm.template(values), "DeviceClass")
+    expected = 'device.driver == "gpu.vgpu-bridge.io" && device.allowMultipleAllocations == true'
+    assert ours["metadata"]["name"] == "gpu.vgpu-bridge.io"
+    assert [s["cel"]["expression"] for s in ours["spec"]["selectors"]] == [expected]
+    assert [s["cel"]["expression"] for s in h100["spec"]["selectors"]] == [
+        expected, "device.attributes['x'].y"
+    ]  # fmt: skip
+
+
+def test_webhook_configuration_sorts_before_volcano_and_kai(defaults: list[Json]) -> None:
+    name = webhook_config(defaults)["metadata"]["name"]
+    assert name < "mutating-kai-admission"
+    assert name < "volcano-admission-service-jobs-mutate"
+    assert name < "hami-"  # and before HAMi-DRA's, should anyone run both (do not)
+
+
+def test_webhook_configuration_fails_closed_and_skips_excluded_namespaces(
+    defaults: list[Json],
+) -> None:
+    webhooks = webhook_config(defaults)["webhooks"]
+    assert [w["name"] for w in webhooks] == ["pods.vgpu-bridge.io", "workloads.vgpu-bridge.io"]
+    for webhook in webhooks:
+        assert webhook["failurePolicy"] == "Fail"
+        assert webhook["sideEffects"] == "NoneOnDryRun"
+        assert webhook["clientConfig"]["service"]["path"] == "/mutate"
+        (expression,) = webhook["namespaceSelector"]["matchExpressions"]
+        assert expression == {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["kube-system", "vgpu-bridge"],
+        }
+    pods, workloads = webhooks
+    assert pods["rules"][0]["operations"] == ["CREATE"]  # a pod's claims are immutable
+    assert {r for rule in workloads["rules"] for r in rule["resources"]} == {
+        "deployments", "statefulsets", "daemonsets", "replicasets", "jobs", "cronjobs"
+    }  # fmt: skip
+
+
+def test_volcano_toggle_adds_jobs_and_podgroups(helm: Helm) -> None:
+    webhooks = webhook_config(helm.template({"volcano": {"enabled": True}}))["webhooks"]
+    volcano = next(w for w in webhooks if w["name"] == "volcano.vgpu-bridge.io")
+    assert [(r["apiGroups"], r["resources"], r["operations"]) for r in volcano["rules"]] == [
+        (["batch.volcano.sh"], ["jobs"], ["CREATE", "UPDATE"]),
+        (["scheduling.volcano.sh"], ["podgroups"], ["CREATE", "UPDATE"]),
+    ]
+
+
+def test_scheduler_toggles_reach_the_webhook_as_env(helm: Helm) -> None:
+    values = {
+        "volcano": {"enabled": True, "version": "v1.15.1", "schedulerNames": ["volcano", "vc2"]},
+        "kai": {"enabled": True, "version": "v0.18.0", "withoutCapacity": "refuse"},
+    }
+    (webhook,) = containers(one(helm.template(values), "Deployment"))
+    environ = {var["name"]: var["value"] for var in webhook["env"]}
+    settings = WebhookSettings.from_env(environ)
+    assert settings.volcano_names() == ("volcano", "vc2")
+    assert settings.volcano_version == "v1.15.1"
+    assert settings.kai_version == "v0.18.0"
+    assert settings.kai_without_capacity == "refuse"
+
+
+def test_generated_certificate_is_signed_by_the_ca_bundle_for_the_service(
+    defaults: list[Json],
+) -> None:
+    secret = one(defaults, "Secret")
+    serving = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    bundle = webhook_config(defaults)["webhooks"][0]["clientConfig"]["caBundle"]
+    ca = x509.load_pem_x509_certificate(base64.b64decode(bundle))
+    serving.verify_directly_issued_by(ca)
+    service = webhook_config(defaults)["webhooks"][0]["clientConfig"]["service"]
+    names = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    host = f"{service['name']}.{service['namespace']}.svc"
+    assert host in names.get_values_for_type(x509.DNSName)
+    assert service["name"] in {s["metadata"]["name"] for s in of_kind(defaults, "Service")}
+
+
+def test_cert_manager_mode_makes_a_certificate_and_injects_its_ca(helm: Helm) -> None:
+    objects = helm.template({"tls": {"mode": "cert-manager"}})
+    assert not of_kind(objects, "Secret")
+    certificate, issuer = one(objects, "Certificate"), one(objects, "Issuer")
+    assert certificate["spec"]["issuerRef"] == {
+        "kind": "Issuer",
+        "name": issuer["metadata"]["name"],
+    }
+    annotations = webhook_config(objects)["metadata"]["annotations"]
+    assert annotations["cert-manager.io/inject-ca-from"] == (
+        f"vgpu-bridge/{certificate['metadata']['name']}"
+    )
+    volume = one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"][0]
+    assert volume["secret"]["secretName"] == certificate["spec"]["secretName"]
+
+
+def test_metrics_service_can_be_node_port_31995(helm: Helm) -> None:
+    objects = helm.template({"metrics": {"service": {"type": "NodePort"}}})
+    services = {s["metadata"]["name"]: s for s in of_kind(objects, "Service")}
+    metrics = services["vgpu-bridge-agent-metrics"]
+    assert metrics["spec"]["type"] == "NodePort"
+    assert metrics["spec"]["ports"] == [
+        {
+            "name": "metrics",
+            "port": 9401,
+            "targetPort": "metrics",
+            "protocol": "TCP",
+            "nodePort": 31995,
+        }
+    ]
+    selector = one(objects, "DaemonSet")["spec"]["selector"]["matchLabels"]
+    assert metrics["spec"]["selector"] == selector
