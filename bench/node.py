@@ -5,6 +5,7 @@ API's status subresource. Target: p99 under 50 ms per claim. Prints a table; `ma
 
 from __future__ import annotations
 
+import os
 import secrets
 import statistics
 import sys
@@ -84,8 +85,10 @@ def main() -> int:
             batches = [_claims(kube, namespace, node, BATCH_SIZE, f"batch{b}")
                        for b in range(BATCH_CALLS)]  # fmt: skip
             batched = [_timed(stub, batch) for batch in batches]
+    load = os.getloadavg()[0]
     print(f"NodePrepareResources over the agent's unix socket (real API server; target p99 "
           f"< {TARGET_P99_MS:.0f} ms per claim)")  # fmt: skip
+    print(f"machine load during the run: {load:.1f} on {os.cpu_count()} CPUs")
     print(f"{'case':<44} {'calls':>5} {'p50 ms':>9} {'p99 ms':>9} {'p99/claim ms':>13}")
     print(_row("1 claim per call, new (API read + CDI + checkpoint)", new, 1))
     print(_row("1 claim per call, already prepared", again, 1))
