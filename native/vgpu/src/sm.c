@@ -21,6 +21,7 @@
 #define BURST_S 0.02          /* bucket depth, seconds of rate */
 #define MAX_SLEEP_NS 200000000ULL
 #define MAX_SAMPLES 256
+#define HISTORY 5 /* ticks averaged for each rate update: NVML samples and bursts are noisy */
 
 struct sm_dev {
 	pthread_mutex_t mu;
@@ -34,6 +35,8 @@ struct sm_dev {
 	uint64_t wave;   /* units of one full wave: SMs × max threads per SM */
 	nvmlDevice_t nvml;
 	unsigned long long last_seen_us;
+	double hist_consumed[HISTORY], hist_util[HISTORY]; /* last ticks with a measurement */
+	unsigned int hist_n, hist_i;
 };
 
 static struct sm_dev sm[VGPU_MAX_DEVICES];
@@ -103,21 +106,32 @@ static void tick(struct sm_dev *s, double dt)
 {
 	double consumed = (double)__atomic_exchange_n(&s->spent, 0, __ATOMIC_ACQ_REL) / dt;
 	uint64_t launches = __atomic_exchange_n(&s->launches, 0, __ATOMIC_ACQ_REL);
-	double u = measure(s), target;
+	double u = measure(s), c_sum = 0, u_sum = 0, target;
 
 	vgpu_region_publish(launches, u < 0 ? 0 : (uint32_t)lround(u));
 	if (u < 0)
 		return;
+	s->hist_consumed[s->hist_i] = consumed;
+	s->hist_util[s->hist_i] = u;
+	s->hist_i = (s->hist_i + 1) % HISTORY;
+	if (s->hist_n < HISTORY)
+		s->hist_n++;
+	for (unsigned int i = 0; i < s->hist_n; i++) {
+		c_sum += s->hist_consumed[i];
+		u_sum += s->hist_util[i];
+	}
 	pthread_mutex_lock(&s->mu);
 	if (s->rate == 0) {
 		if (u > s->limit && consumed > 0) {
 			s->rate = consumed * s->limit / u;
 			s->tokens = 0;
 			s->last_ns = now_ns();
+			s->hist_n = s->hist_i = 0; /* history from before throttling says little */
 		}
 	} else {
-		if (u >= 1 && consumed > 0)
-			target = consumed * s->limit / u;
+		/* the rate that would have given exactly the limit over the recent ticks */
+		if (u_sum >= s->hist_n && c_sum > 0)
+			target = c_sum * s->limit / u_sum;
 		else
 			target = s->rate * 2; /* idle or nearly: let it grow */
 		if (target > s->rate * 2)

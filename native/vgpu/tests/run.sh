@@ -140,5 +140,24 @@ for variant in plain san; do
 		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_dlsym"
 done
 
+# The GPU script itself, dry run over the fake driver (it cannot meet a GPU here): it must run
+# to its summary, pass the deterministic memory checks and report every timing check. Timing
+# accuracy on the fake is test_sm's job (a loaded 2-core box makes 2-second windows noisy).
+gpu_script_dry_run() {
+	local out=$TMP/gpu.out
+	GPU_CHECK_FAKE=1 GPU_CHECK_SECONDS=2 "$HERE/gpu/run.sh" >"$out" 2>&1
+	cat "$out"
+	grep -Eq '^[0-9]+ passed, [0-9]+ failed$' "$out" || return 1
+	for name in cuda_and_nvml_see_the_4Gi_limit over_the_limit_is_cuda_error_out_of_memory \
+		the_neighbour_keeps_running two_processes_share_one_limit; do
+		grep -q "^ok   $name" "$out" || return 1
+	done
+	for name in sm_limit_25_gives sm_limit_50_gives sm_limit_75_gives \
+		no_limit_busy_kernel_overhead no_limit_launch_overhead; do
+		grep -Eq "^(ok  |FAIL) $name" "$out" || return 1
+	done
+}
+check "gpu_script_dry_run_over_fake_driver" gpu_script_dry_run
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

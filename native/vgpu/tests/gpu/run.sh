@@ -80,7 +80,7 @@ fi
 # 2. past the limit: OOM for the newcomer, the neighbour keeps running; 3. one shared limit
 R=$(region)
 with CUDA_DEVICE_MEMORY_LIMIT=4Gi CUDA_DEVICE_MEMORY_SHARED_CACHE="$R" \
-	"$CHECK" hold $((3 * GiB)) 20 >"$TMP/hold.out" 2>&1 &
+	"$CHECK" hold $((3 * GiB)) $((have_torch ? 30 : 6)) >"$TMP/hold.out" 2>&1 &
 holder=$!
 for _ in $(seq 100); do grep -q held "$TMP/hold.out" && break; sleep 0.1; done
 with CUDA_DEVICE_MEMORY_LIMIT=4Gi CUDA_DEVICE_MEMORY_SHARED_CACHE="$R" "$CHECK" alloc $((2 * GiB)) >/dev/null 2>&1
