@@ -12,7 +12,7 @@ help:
 	@echo "make fmt     format the code"
 	@echo "make lint    ruff + mypy strict"
 	@echo "make bench   benchmarks, printed as tables"
-	@echo "make demo    (not yet: issue 9)"
+	@echo "make demo    the local cluster, the webhook, a node agent with mock GPUs, examples/ applied, a table (KEEP=1 keeps the cluster)"
 
 # A fresh machine gets a virtual environment with the project and its dev tools.
 $(STAMP): pyproject.toml
@@ -72,8 +72,10 @@ bench: venv
 	$(PY) bench/translate.py
 	$(PY) bench/webhook.py
 
-demo:
-	@echo "make demo arrives with issue 9 (needs the webhook and the node agent)"; exit 1
+# The demo (e2e/demo): builds or reuses the local cluster, runs the webhook and a node agent with
+# mock GPUs, applies examples/, prints what each workload got. KEEP=1 leaves the cluster up.
+demo: venv cluster-bin scheduler-bin
+	$(PY) -m e2e.demo $(if $(KEEP),--keep)
 
 .PHONY: helm-bin
 # helm, built from its Go module (e2e/chart/helmtool) into ~/.cache/vgpu-bridge/helm-<version>/bin
