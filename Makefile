@@ -74,14 +74,20 @@ bench: venv
 
 # The demo (e2e/demo): builds or reuses the local cluster, runs the webhook and a node agent with
 # mock GPUs, applies examples/, prints what each workload got. KEEP=1 leaves the cluster up.
-demo: venv cluster-bin scheduler-bin
+demo: venv cluster-bin scheduler-bin helm-bin
 	$(PY) -m e2e.demo $(if $(KEEP),--keep)
 
-.PHONY: helm-bin
+.PHONY: helm-bin e2e-kind
 # helm, built from its Go module (e2e/chart/helmtool) into ~/.cache/vgpu-bridge/helm-<version>/bin
 # for the chart tests; reused while go.mod and go.sum are unchanged.
 helm-bin: venv
 	$(PY) -m e2e.chart build
+
+# The example scenarios on a kind cluster (needs Docker and kind; not run on the project's own
+# machines, see e2e/kind/README.md). `python -m e2e.kind down` deletes the cluster.
+e2e-kind: venv helm-bin
+	$(PY) -m e2e.kind up
+	$(PY) -m pytest e2e/kind/scenarios.py -q
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

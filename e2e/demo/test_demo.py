@@ -36,7 +36,7 @@ def demo_output(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     env = {**os.environ, "VGPU_BRIDGE_STATE": str(state)}
     done = subprocess.run(
         [sys.executable, "-m", "e2e.demo"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     return done.stdout, state
