@@ -114,3 +114,4 @@ def running_agent(
         yield RunningAgent(dirs, state, server)
     finally:
         server.stop(grace_s=1)
+        state.close()

@@ -14,7 +14,7 @@ from tests.unit.node.claims import GPUS, NODE, allocated_claim, result
 from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.node import checkpoint
 from vgpu_bridge.node.kubeletapi import dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_v1_pb2
-from vgpu_bridge.node.state import ClaimRef
+from vgpu_bridge.node.state import ClaimRef, StateLocked
 
 CLAIM = allocated_claim(
     result("gpu-1", memory="3000Mi", cores="30"), uid="uid-1", name="c1", priority=1
@@ -181,3 +181,13 @@ def test_every_claim_is_answered_before_the_callers_deadline(agent: RunningAgent
     assert len(errors) == 50
     assert any("ran out of time" in error for error in errors)
     assert all(error for error in errors)
+
+
+def test_a_second_agent_on_the_same_plugin_dir_refuses_to_start(agent: RunningAgent) -> None:
+    with (
+        pytest.raises(StateLocked, match=r"agent\.lock"),
+        running_agent(agent.dirs, GPUS, node=NODE),
+    ):
+        pass
+    response = agent.registration().GetInfo(pluginregistration_v1_pb2.InfoRequest(), timeout=5)
+    assert response.name == DEFAULT.driver  # the first one serves on

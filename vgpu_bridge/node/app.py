@@ -116,6 +116,7 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
              gpus=len(gpus), mock=settings.mock_gpus is not None)  # fmt: skip
     stop.wait()
     server.stop()
+    state.close()
     if metrics is not None:
         metrics.shutdown()
     log.info("node agent stopped")

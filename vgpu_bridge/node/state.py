@@ -12,6 +12,8 @@ Calls are serialised, like the Go helper does.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -38,8 +40,13 @@ from vgpu_bridge.node.inventory import Gpu
 
 Json = dict[str, Any]
 CLAIMS = "/apis/resource.k8s.io/v1"
+LOCK_FILE = "agent.lock"
 DEFAULT_BUDGET_S = 40.0  # the kubelet's per-call timeout is 45 s; leave room to answer
 log = structlog.get_logger("vgpu_bridge.node")
+
+
+class StateLocked(RuntimeError):
+    """Another agent already serves this plugin dir."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +85,7 @@ class DeviceState:
         self._checkpoint_file = checkpoint_file
         self._lock = threading.Lock()
         self._claims: dict[str, PreparedClaim] = {}
+        self._owner: int | None = None  # fd holding the plugin dir's lock while we run
 
     # --- start-up -------------------------------------------------------------------------
 
@@ -88,6 +96,7 @@ class DeviceState:
         with self._lock:
             self._checkpoint_file.parent.mkdir(parents=True, exist_ok=True)
             self._layout.cdi_dir.mkdir(parents=True, exist_ok=True)
+            self._take_ownership()
             complete = True
             try:
                 self._claims = checkpoint.load(self._checkpoint_file)
@@ -104,6 +113,28 @@ class DeviceState:
                              claim=claim.name)  # fmt: skip
             if complete:
                 self._remove_orphans()
+
+    def _take_ownership(self) -> None:
+        """One agent per plugin dir (a DaemonSet needs maxSurge 0): a second one fails fast
+        instead of both rewriting the checkpoint."""
+        if self._owner is not None:
+            return
+        fd = os.open(self._checkpoint_file.with_name(LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StateLocked(
+                f"another agent holds {self._checkpoint_file.with_name(LOCK_FILE)}"
+            ) from None
+        self._owner = fd
+
+    def close(self) -> None:
+        """Let another agent take over this plugin dir."""
+        with self._lock:
+            if self._owner is not None:
+                os.close(self._owner)
+                self._owner = None
 
     def _remove_orphans(self) -> None:
         for path in sorted(self._layout.cdi_dir.iterdir()):
