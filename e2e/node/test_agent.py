@@ -118,3 +118,17 @@ def test_metrics_show_the_prepared_shares(
     assert len(limit) == 1
     assert float(limit[0].rsplit(" ", 1)[1]) == 2 * 2**30
     assert "vgpu_bridge_gpu_memory_allocated_bytes{" in text
+
+
+def test_slices_the_kubelet_wipes_are_republished_by_the_running_agent(
+    kube: KubeClient, agent_on_node: AgentOnNode
+) -> None:
+    selector = f"spec.nodeName={agent_on_node.node},spec.driver={DEFAULT.driver}"
+    for item in kube.items(f"{RESOURCE}/resourceslices", fieldSelector=selector):
+        kube.delete(f"{RESOURCE}/resourceslices/{item['metadata']['name']}")  # kubelet start
+    slices = wait_for(
+        lambda: kube.items(f"{RESOURCE}/resourceslices", fieldSelector=selector),
+        timeout_s=20,
+        what="the agent to republish its slices",
+    )
+    assert sorted(d["name"] for s in slices for d in s["spec"]["devices"]) == ["gpu-0", "gpu-1"]
