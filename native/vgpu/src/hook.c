@@ -44,6 +44,15 @@ static const struct hook_entry *hook_by_name(const char *name)
 	return NULL;
 }
 
+/* Is p one of our wrappers? (debug logging) */
+static bool hook_of(void *p)
+{
+	for (size_t i = 0; i < NHOOKS; i++)
+		if (hooks[i].hook == p)
+			return true;
+	return false;
+}
+
 static void resolve_real_dlsym(void)
 {
 	dlsym_fn fn;
@@ -174,6 +183,8 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
 	r = real_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
 	if (r == CUDA_SUCCESS && symbol && pfn && *pfn)
 		*pfn = substitute(symbol, *pfn, cudaVersion, flags);
+	LOG_DEBUG("cuGetProcAddress_v2(%s, %d, %llu) = %d%s", symbol ? symbol : "(null)", cudaVersion,
+		  (unsigned long long)flags, r, r == CUDA_SUCCESS && pfn && hook_of(*pfn) ? " (wrapped)" : "");
 	return r;
 }
 
@@ -185,6 +196,8 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuin
 	r = real_cuGetProcAddress(symbol, pfn, cudaVersion, flags);
 	if (r == CUDA_SUCCESS && symbol && pfn && *pfn)
 		*pfn = substitute(symbol, *pfn, cudaVersion, flags);
+	LOG_DEBUG("cuGetProcAddress(%s, %d, %llu) = %d%s", symbol ? symbol : "(null)", cudaVersion,
+		  (unsigned long long)flags, r, r == CUDA_SUCCESS && pfn && hook_of(*pfn) ? " (wrapped)" : "");
 	return r;
 }
 

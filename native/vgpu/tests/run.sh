@@ -140,6 +140,30 @@ for variant in plain san; do
 		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_dlsym"
 done
 
+# The CUDA runtime's own path: it finds cuGetProcAddress_v2 by dlsym on the driver's handle and
+# must be handed our wrapper for every entry point we account or throttle, with the right
+# stream flavour. Needs libcudart.so.12 (make -C native/vgpu cudart fetches it from PyPI).
+CUDART=${LIBCUDART:-$B/cudart/libcudart.so.12}
+cudart_lookups_are_wrapped() {
+	local log=$TMP/cudart.log
+	LD_LIBRARY_PATH=$B/fake LD_PRELOAD=$B/libvgpu.so LIBVGPU_LOG_LEVEL=debug \
+		CUDA_DEVICE_MEMORY_LIMIT=1Gi CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
+		"$B/tests/cudart_probe" "$CUDART" >"$log" 2>&1 || return 1
+	for want in "cuMemAlloc, [0-9]+, 0" "cuMemFree, [0-9]+, 0" "cuMemGetInfo, [0-9]+, 0" \
+		"cuMemAllocAsync, [0-9]+, 2" "cuMemFreeAsync, [0-9]+, 2" "cuLaunchKernel, [0-9]+, 0" \
+		"cuLaunchKernel, [0-9]+, 2" "cuLaunchKernelEx, [0-9]+, 2" "cuGraphLaunch, [0-9]+, 2" \
+		"cuGetProcAddress, 12000, 0"; do
+		grep -Eq "cuGetProcAddress_v2\($want\) = 0 \(wrapped\)" "$log" ||
+			{ echo "not wrapped: $want"; grep -E "\($want\)" "$log"; return 1; }
+	done
+	grep -c "(wrapped)" "$log"
+}
+if [ -e "$CUDART" ]; then
+	check "cudart_lookups_are_wrapped" cudart_lookups_are_wrapped
+else
+	echo "skip cudart_lookups_are_wrapped (no libcudart.so.12: make -C native/vgpu cudart)"
+fi
+
 # The GPU script itself, dry run over the fake driver (it cannot meet a GPU here): it must run
 # to its summary, pass the deterministic memory checks and report every timing check. Timing
 # accuracy on the fake is test_sm's job (a loaded 2-core box makes 2-second windows noisy).
