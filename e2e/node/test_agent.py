@@ -42,7 +42,7 @@ def test_the_agent_publishes_its_mock_gpus_for_its_node(
 ) -> None:
     selector = f"spec.nodeName={agent_on_node.node},spec.driver={DEFAULT.driver}"
     slices = wait_for(
-        lambda: kube.items(f"{RESOURCE}/resourceslices", fieldSelector=selector),
+        lambda: kube.items(f"{RESOURCE}/resourceslices", fieldSelector=selector) or None,
         timeout_s=20,
         what="the agent's slices",
     )
@@ -127,7 +127,7 @@ def test_slices_the_kubelet_wipes_are_republished_by_the_running_agent(
     for item in kube.items(f"{RESOURCE}/resourceslices", fieldSelector=selector):
         kube.delete(f"{RESOURCE}/resourceslices/{item['metadata']['name']}")  # kubelet start
     slices = wait_for(
-        lambda: kube.items(f"{RESOURCE}/resourceslices", fieldSelector=selector),
+        lambda: kube.items(f"{RESOURCE}/resourceslices", fieldSelector=selector) or None,
         timeout_s=20,
         what="the agent to republish its slices",
     )
