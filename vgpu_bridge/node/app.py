@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 import threading
 from collections.abc import Callable, Mapping
 
 import structlog
+from pydantic import ValidationError
 
 from vgpu_bridge.core.profiles import DEFAULT, DriverProfile
 from vgpu_bridge.kube import KubeApi
 from vgpu_bridge.node.cdi import CdiLayout
 from vgpu_bridge.node.grpc import PluginServer
-from vgpu_bridge.node.inventory import Gpu, load_mock_gpus, nvml_gpus
+from vgpu_bridge.node.inventory import Gpu, InventoryError, load_mock_gpus, nvml_gpus
 from vgpu_bridge.node.metrics import serve_metrics
 from vgpu_bridge.node.publisher import SlicePublisher
-from vgpu_bridge.node.settings import Settings
-from vgpu_bridge.node.state import DeviceState
+from vgpu_bridge.node.settings import ENV_PREFIX, Settings
+from vgpu_bridge.node.state import DeviceState, StateLocked
 
 log = structlog.get_logger("vgpu_bridge.node")
 
@@ -59,10 +61,10 @@ def every(seconds: float, stop: threading.Event, what: str, work: Callable[[], o
 
 
 def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
+    gpus = discover(settings)
     configure_logging()
     stop = stop or threading.Event()
     profile = profile_for(settings)
-    gpus = discover(settings)
     api = KubeApi.connect(settings.kubeconfig)
     layout = CdiLayout(cdi_dir=settings.cdi_dir, vgpu_dir=settings.vgpu_dir, driver=profile.driver)
     state = DeviceState(
@@ -124,4 +126,18 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
 
 
 def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    return serve(Settings.from_namespace(args, environ))
+    """Exit 2 for bad settings, 1 when the agent cannot start (with the reason on stderr)."""
+    try:
+        settings = Settings.from_namespace(args, environ)
+    except ValidationError as error:
+        for problem in error.errors():
+            field = ".".join(map(str, problem["loc"]))
+            flag = "--" + field.replace("_", "-")
+            print(f"vgpu-bridge node: {flag} ({ENV_PREFIX}{field.upper()}): {problem['msg']}",
+                  file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        return serve(settings)
+    except (InventoryError, StateLocked, OSError) as error:
+        print(f"vgpu-bridge node: cannot start: {error}", file=sys.stderr)
+        return 1
