@@ -75,6 +75,16 @@ def test_webhook_settings_from_the_chart_are_valid_settings(defaults: list[Json]
     assert settings.host_port == ("0.0.0.0", 8443)
 
 
+def test_nvidia_runtime_class_also_asks_that_runtime_for_nvml(helm: Helm) -> None:
+    daemonset = one(helm.template({"agent": {"runtimeClassName": "nvidia"}}), "DaemonSet")
+    assert daemonset["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
+    (_, agent) = containers(daemonset)
+    environ = {var["name"]: var.get("value") for var in agent["env"]}
+    assert environ["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert environ["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    assert set(environ) - NODE_ENV == {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
+
+
 def test_agent_settings_from_the_chart_are_valid_settings(helm: Helm) -> None:
     (_, agent) = containers(one(helm.template(MOCK), "DaemonSet"))
     environ = {var["name"]: var["value"] for var in agent["env"] if "value" in var}
