@@ -50,12 +50,15 @@ uint64_t vgpu_proc_start_time(int pid)
 	return start;
 }
 
+#define PROC_PID_INIT_INO 0xEFFFFFFCUL /* the kernel's initial pid namespace */
+
 int32_t vgpu_host_pid(void)
 {
-	char buf[4096], *p;
+	char buf[4096], link[64], *p, *end;
+	unsigned long ino = 0;
 	ssize_t n;
-	int fd;
-	long pid = 0;
+	long pid;
+	int fd, count = 0;
 
 	if ((fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC)) < 0)
 		return 0;
@@ -65,10 +68,26 @@ int32_t vgpu_host_pid(void)
 		return 0;
 	buf[n] = '\0';
 	/* NStgid lists this process's pid in each pid namespace visible from this /proc, outermost
-	 * first; with the host's /proc (hostPID, or a monitor's view) the first one is the host pid. */
-	if ((p = strstr(buf, "\nNStgid:")) != NULL)
-		pid = strtol(p + 8, NULL, 10);
-	return (int32_t)pid;
+	 * first. More than one entry: the first is the host's (or the outermost we can see). One
+	 * entry: it is the host pid only if we live in the initial pid namespace. */
+	if ((p = strstr(buf, "\nNStgid:")) == NULL)
+		return 0;
+	p += 8;
+	pid = strtol(p, &end, 10);
+	for (char *q = p; *q && *q != '\n'; q = end) {
+		long v = strtol(q, &end, 10);
+		if (end == q)
+			break;
+		count += v > 0;
+	}
+	if (count > 1)
+		return (int32_t)pid;
+	n = readlink("/proc/self/ns/pid", link, sizeof(link) - 1);
+	if (n > 0) {
+		link[n] = '\0';
+		sscanf(link, "pid:[%lu]", &ino);
+	}
+	return ino == PROC_PID_INIT_INO ? (int32_t)pid : 0;
 }
 
 /* thorough: also compare start times (pid reuse), which costs a /proc read per slot. */

@@ -78,6 +78,7 @@ static double measure(struct sm_dev *s)
 	if (r == NVML_SUCCESS) {
 		double sum = 0;
 		unsigned long long newest = s->last_seen_us;
+		int matched = 0;
 		for (int p = 0; p < npids; p++) {
 			unsigned int cnt = 0, tot = 0;
 			for (unsigned int i = 0; i < n && i < MAX_SAMPLES; i++) {
@@ -85,6 +86,7 @@ static double measure(struct sm_dev *s)
 					continue;
 				tot += samples[i].smUtil;
 				cnt++;
+				matched = 1;
 				if (samples[i].timeStamp > newest)
 					newest = samples[i].timeStamp;
 			}
@@ -92,7 +94,10 @@ static double measure(struct sm_dev *s)
 				sum += (double)tot / cnt;
 		}
 		s->last_seen_us = newest;
-		return sum > 100 ? 100 : sum;
+		if (matched)
+			return sum > 100 ? 100 : sum;
+		/* samples, none of them ours: our host pids are not NVML's (a pid namespace the
+		 * NStgid check did not see through); fall through to the device's figure */
 	}
 	/* No per-process numbers (no host pid, or not supported): the device's utilisation,
 	 * neighbours included, is an upper bound on ours, so throttling on it errs on the safe

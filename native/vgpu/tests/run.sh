@@ -22,7 +22,7 @@ run() {
 	env "$@" >"$out" 2>"$err"
 	rc=$?
 	# name each case after the run (binary[variant]) so repeated binaries stay apart
-	sed -E "s/^(ok|FAIL) [^:]*:/\1 $label:/" "$out"
+	sed -E "s#^(ok|FAIL) [^:]*:#\1 $label:#" "$out"
 	p=$(grep -c '^ok ' "$out")
 	f=$(grep -c '^FAIL ' "$out")
 	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
@@ -123,6 +123,18 @@ for variant in plain san; do
 				TEST_LAUNCH=$kind CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
 				timeout 60 "$T/test_sm"
 		done
+		# in a pid namespace of our own (as in a container) the host pid is unknown
+		if unshare -p -f --mount-proc true 2>/dev/null; then
+			run "unit_region_lock[pid namespace, host /proc]" TEST_TMP="$TMP" \
+				unshare -p -f "$T/unit_region_lock" host_pid_comes_from_nstgid
+			run "unit_region_lock[pid namespace, own /proc]" TEST_TMP="$TMP" \
+				unshare -p -f --mount-proc "$T/unit_region_lock" host_pid_comes_from_nstgid
+			run "test_sm[50%, pid namespace]" "${SM[@]}" CUDA_DEVICE_SM_LIMIT=50 \
+				TEST_EXPECT_UTIL=50 CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
+				unshare -p -f --mount-proc timeout 60 "$T/test_sm"
+		else
+			echo "skip pid-namespace cases (unshare -p needs privileges here)"
+		fi
 		run "test_sm[device utilisation fallback]" "${SM[@]}" FAKE_NVML_NO_PROCESS_UTIL=1 \
 			CUDA_DEVICE_SM_LIMIT=40 TEST_EXPECT_UTIL=40 \
 			CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_sm"
