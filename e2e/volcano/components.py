@@ -105,7 +105,7 @@ def scheduler_args(
         f"--schedule-period={period}",
         "--enable-healthz=true",
         f"--healthz-address=127.0.0.1:{healthz_port}",
-        f"--cache-dump-dir={conf.parent}",
+        f"--cache-dump-dir={conf.parent.parent}",
         "--logtostderr=true",
         "-v=3",
     ]
@@ -138,8 +138,10 @@ def running_volcano(
     The CRDs must be installed. Both processes are stopped (and reaped) on exit; they also die
     with the test process.
     """
-    workdir.mkdir(parents=True, exist_ok=True)
-    conf = workdir / "scheduler.conf"
+    # vc-scheduler watches its configuration's directory and reloads on every event in it: keep
+    # the file alone there (a log file beside it makes it reload on each line it writes).
+    conf = workdir / "conf" / "scheduler.conf"
+    conf.parent.mkdir(parents=True, exist_ok=True)
     conf.write_text(scheduler_conf)
     started: list[Running] = []
     try:

@@ -25,7 +25,18 @@ def container(resources: Mapping[str, Any]) -> Json:
     return {"name": "main", "image": IMAGE, "resources": dict(resources)}
 
 
-def task(name: str, replicas: int, resources: Mapping[str, Any]) -> Json:
+def task(
+    name: str, replicas: int, resources: Mapping[str, Any], *, cpu: str | None = "100m"
+) -> Json:
+    """A task of ``replicas`` pods; each asks for ``cpu`` besides ``resources`` (see below).
+
+    A pod whose only request is a claim has empty resource requests in Volcano's eyes: it is a
+    BestEffort task, which the allocate action skips and the backfill action places one pod at a
+    time, outside the gang. Real training pods ask for CPU; so do ours, unless ``cpu=None``.
+    """
+    resources = dict(resources)
+    if cpu is not None:
+        resources["requests"] = {"cpu": cpu, **(resources.get("requests") or {})}
     return {
         "name": name,
         "replicas": replicas,

@@ -9,7 +9,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +50,9 @@ class WebhookProcess:
         return self.log_file.read_text() if self.log_file.exists() else ""
 
 
-def configuration(name: str, webhook: WebhookProcess) -> Json:
+def configuration(
+    name: str, webhook: WebhookProcess, *, namespace_label: str = NAMESPACE_LABEL
+) -> Json:
     ca_bundle = base64.b64encode(webhook.cert_file.read_bytes()).decode()
     workloads = ["deployments", "statefulsets", "daemonsets", "replicasets"]
     rules = [
@@ -86,7 +88,7 @@ def configuration(name: str, webhook: WebhookProcess) -> Json:
                     "caBundle": ca_bundle,
                 },
                 "rules": rules,
-                "namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: "true"}},
+                "namespaceSelector": {"matchLabels": {namespace_label: "true"}},
                 "failurePolicy": "Fail",
                 "sideEffects": "NoneOnDryRun",
                 "admissionReviewVersions": ["v1"],
@@ -98,9 +100,20 @@ def configuration(name: str, webhook: WebhookProcess) -> Json:
 
 @contextmanager
 def running_webhook(
-    kube: KubeClient, kubeconfig: Path, workdir: Path, *, grace_s: int
+    kube: KubeClient,
+    kubeconfig: Path,
+    workdir: Path,
+    *,
+    grace_s: int,
+    namespace_label: str = NAMESPACE_LABEL,
+    extra_args: Sequence[str] = (),
 ) -> Iterator[WebhookProcess]:
-    """Start `vgpu-bridge webhook`, wait for /readyz, register it; undo all of it afterwards."""
+    """Start `vgpu-bridge webhook`, wait for /readyz, register it; undo all of it afterwards.
+
+    It is called for namespaces labelled ``namespace_label=true`` (another e2e package passes its
+    own label, so two webhook processes of one session never both mutate one namespace);
+    ``extra_args`` go to the command line (e.g. ``--volcano-version``).
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     cert_file, key_file = write_self_signed(workdir)
     webhook = WebhookProcess(free_port(), cert_file, workdir / "webhook.log")
@@ -110,6 +123,7 @@ def running_webhook(
         "--tls-cert-file", str(cert_file), "--tls-key-file", str(key_file),
         "--kubeconfig", str(kubeconfig),
         "--sweep-grace-seconds", str(grace_s), "--sweep-interval-seconds", "1",
+        *extra_args,
     ]  # fmt: skip
     with webhook.log_file.open("w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
@@ -118,7 +132,7 @@ def running_webhook(
         wait_for(
             lambda: process.poll() is None and webhook.ready(), timeout_s=30, what="webhook ready"
         )
-        kube.create(CONFIGS, configuration(name, webhook))
+        kube.create(CONFIGS, configuration(name, webhook, namespace_label=namespace_label))
         time.sleep(1.5)  # the API server picks up new webhook configurations asynchronously
         yield webhook
     finally:
