@@ -21,6 +21,7 @@ pytestmark = pytest.mark.e2e
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 DRIVER = "gpu.vgpu-bridge.io"
 EVERYTHING_ON: dict[str, Any] = {
+    "webhook": {"gpuObjectsOnly": True},
     "volcano": {"enabled": True, "version": "v1.15.1"},
     "kai": {"enabled": True, "version": "v0.18.0"},
     "agent": {"mockGpus": [{"uuid": "GPU-0", "productName": "NVIDIA H100", "memory": "80Gi"}]},

@@ -30,14 +30,23 @@ def table_rows(out: str) -> list[dict[str, str]]:
     return rows
 
 
-@pytest.fixture(scope="module")
-def demo_output(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
-    state = tmp_path_factory.mktemp("demo-state") / "cluster"
+def run_demo(state: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "VGPU_BRIDGE_STATE": str(state)}
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "e2e.demo"],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False,
     )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def demo_output(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    state = tmp_path_factory.mktemp("demo-state") / "cluster"
+    done = run_demo(state)
+    if done.returncode != 0 and "ComponentExitedError" in done.stderr:
+        # a control-plane component died while starting (on a shared machine, another process
+        # can take a picked port first): one more start, and the first failure is shown
+        print(f"first demo run: the cluster did not start:\n{done.stderr[-2000:]}")
+        done = run_demo(state)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     return done.stdout, state
 
