@@ -118,6 +118,14 @@ def test_metrics_show_the_prepared_shares(
     assert len(limit) == 1
     assert float(limit[0].rsplit(" ", 1)[1]) == 2 * 2**30
     assert "vgpu_bridge_gpu_memory_allocated_bytes{" in text
+    [prepared] = [
+        line
+        for line in text.splitlines()
+        if line.startswith(
+            'vgpu_bridge_claim_call_seconds_count{call="prepare",decision="prepared"}'
+        )
+    ]
+    assert float(prepared.rsplit(" ", 1)[1]) >= 1
 
 
 def test_slices_the_kubelet_wipes_are_republished_by_the_running_agent(

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 import structlog
+from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
 from vgpu_bridge.core.profiles import DEFAULT, DriverProfile
@@ -21,7 +22,7 @@ from vgpu_bridge.kube import KubeApi
 from vgpu_bridge.node.cdi import CdiLayout
 from vgpu_bridge.node.grpc import PluginServer
 from vgpu_bridge.node.inventory import Gpu, InventoryError, load_mock_gpus, nvml_gpus
-from vgpu_bridge.node.metrics import serve_metrics
+from vgpu_bridge.node.metrics import CallMetrics, serve_metrics
 from vgpu_bridge.node.publisher import SlicePublisher
 from vgpu_bridge.node.settings import ENV_PREFIX, Settings
 from vgpu_bridge.node.state import DeviceState, StateLocked
@@ -66,6 +67,8 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
     stop = stop or threading.Event()
     profile = profile_for(settings)
     api = KubeApi.connect(settings.kubeconfig)
+    registry = CollectorRegistry()
+    calls = CallMetrics(registry)
     layout = CdiLayout(cdi_dir=settings.cdi_dir, vgpu_dir=settings.vgpu_dir, driver=profile.driver)
     state = DeviceState(
         api,
@@ -74,6 +77,7 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
         gpus=gpus,
         layout=layout,
         checkpoint_file=settings.checkpoint_file,
+        observer=calls.observe,
     )
     state.start()
     server = PluginServer(
@@ -85,6 +89,7 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
     server.start()
     metrics = serve_metrics(
         settings.metrics_host_port,
+        registry=registry,
         state=state,
         gpus=gpus,
         node=settings.node_name,

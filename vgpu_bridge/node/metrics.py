@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -156,9 +156,26 @@ class NodeCollector(Collector):
             return None
 
 
+class CallMetrics:
+    """Per-claim outcomes and latency of Prepare and Unprepare (a `DeviceState` observer)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.seconds = Histogram(
+            "vgpu_bridge_claim_call_seconds",
+            "time spent on one claim of a Prepare or Unprepare call",
+            ["call", "decision"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 45),
+            registry=registry,
+        )
+
+    def observe(self, call: str, decision: str, seconds: float) -> None:
+        self.seconds.labels(call=call, decision=decision).observe(seconds)
+
+
 def serve_metrics(
     host_port: tuple[str, int] | None,
     *,
+    registry: CollectorRegistry,
     state: DeviceState,
     gpus: Sequence[Gpu],
     node: str,
@@ -167,7 +184,6 @@ def serve_metrics(
     """Serve /metrics on `host_port`; the server (with `.shutdown()`), or None when disabled."""
     if host_port is None:
         return None
-    registry = CollectorRegistry()
     registry.register(NodeCollector(state, gpus, node=node, vgpu_dir=vgpu_dir))
     server, _thread = start_http_server(host_port[1], addr=host_port[0], registry=registry)
     return server

@@ -16,7 +16,7 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,10 @@ CLAIMS = "/apis/resource.k8s.io/v1"
 LOCK_FILE = "agent.lock"
 DEFAULT_BUDGET_S = 40.0  # the kubelet's per-call timeout is 45 s; leave room to answer
 log = structlog.get_logger("vgpu_bridge.node")
+
+
+Observer = Callable[[str, str, float], None]
+"""Told of every claim a call handled: (call, decision, seconds); metrics count them."""
 
 
 class StateLocked(RuntimeError):
@@ -76,8 +80,10 @@ class DeviceState:
         gpus: Sequence[Gpu],
         layout: CdiLayout,
         checkpoint_file: Path,
+        observer: Observer | None = None,
     ) -> None:
         self._api = api
+        self._observer = observer
         self._node = node
         self._profile = profile
         self._gpus = {gpu.device_name: gpu for gpu in gpus}
@@ -207,7 +213,7 @@ class DeviceState:
                     results[ref.uid] = Prepared(devices=hit.devices)
                 except ClaimError as error:
                     results[ref.uid], decision = Prepared(error=str(error)), "refused"
-                _log("prepare", ref, decision, started, results[ref.uid].error)
+                self._record("prepare", ref, decision, started, results[ref.uid].error)
             if new:
                 self._commit_new(claims, new, results)
             return results
@@ -248,7 +254,7 @@ class DeviceState:
                     if known:
                         claims[ref.uid] = self._claims[ref.uid]
                 decision = "unprepared" if known else "not prepared"
-                _log("unprepare", ref, decision, started, results[ref.uid])
+                self._record("unprepare", ref, decision, started, results[ref.uid])
             if claims != self._claims:
                 try:
                     checkpoint.save(self._checkpoint_file, claims)
@@ -284,6 +290,25 @@ class DeviceState:
             return list(self._claims.values())
 
     # --- one claim ------------------------------------------------------------------------
+
+    def _record(
+        self, call: str, ref: ClaimRef, decision: str, started: float, error: str | None
+    ) -> None:
+        """One log line per claim of a call, and the observer told."""
+        seconds = time.perf_counter() - started
+        fields = {
+            "claim_uid": ref.uid,
+            "namespace": ref.namespace,
+            "claim": ref.name,
+            "decision": decision,
+            "duration_ms": round(seconds * 1000, 2),
+        }
+        if error:
+            log.warning(call, error=error, **fields)
+        else:
+            log.info(call, **fields)
+        if self._observer is not None:
+            self._observer(call, decision, seconds)
 
     def _get_claim(self, ref: ClaimRef) -> Json:
         path = f"{CLAIMS}/namespaces/{ref.namespace}/resourceclaims/{ref.name}"
@@ -340,17 +365,3 @@ class DeviceState:
             write_spec(claim.cdi_spec, claim.uid, self._layout)
         except OSError as error:
             raise ClaimError(f"cannot rewrite the CDI spec: {error}") from None
-
-
-def _log(call: str, ref: ClaimRef, decision: str, started: float, error: str | None) -> None:
-    fields = {
-        "claim_uid": ref.uid,
-        "namespace": ref.namespace,
-        "claim": ref.name,
-        "decision": decision,
-        "duration_ms": round((time.perf_counter() - started) * 1000, 2),
-    }
-    if error:
-        log.warning(call, error=error, **fields)
-    else:
-        log.info(call, **fields)
