@@ -84,7 +84,7 @@ class AgentProcess:
             self.process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, env={**_base_env(), **environ}
             )
-        wait_for(self.serving, timeout_s=30, what=f"the agent's sockets\n{self.log()[-3000:]}")
+        wait_for(self.serving, timeout_s=90, what=f"the agent's sockets\n{self.log()[-3000:]}")
 
     def serving(self) -> bool:
         if self.process is None or self.process.poll() is not None:

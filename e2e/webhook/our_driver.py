@@ -90,7 +90,7 @@ def serve_cards(
             ]
             wait_for(
                 lambda: all(_published(kube, node) == len(c) for node, c in cards.items()),
-                timeout_s=30,
+                timeout_s=60,
                 what="the node agents' slices",
             )
             yield agents
