@@ -120,3 +120,8 @@ def test_libvgpu_enforces_the_share_in_the_spec_and_metrics_see_its_usage(
     assert len(used) == 1, metrics
     assert float(used[0].rsplit(" ", 1)[1]) == 2900 * 2**20
     assert f'vgpu_bridge_claim_processes{{claim="lib",claim_uid="{REF.uid}"' in metrics
+    by_container = [
+        float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+        if line.startswith("vgpu_bridge_container_memory_used_bytes{") and REF.uid in line
+    ]  # fmt: skip
+    assert sum(by_container) == 2900 * 2**20  # this process, whatever container it runs in

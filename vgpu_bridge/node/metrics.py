@@ -7,6 +7,7 @@ size is skipped (reported by `vgpu_bridge_claim_region_readable`), never guessed
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ REGION_SIZE = SLOTS_OFFSET + SLOTS * SLOT_SIZE
 _HEADER = struct.Struct("<IIQ")  # magic, version, size
 _COUNTS = struct.Struct("<II")  # ndev, high_water at offset 56
 _DEVICE = struct.Struct("<48sQI")  # uuid, mem_limit, sm_limit
-_SLOT_PID = struct.Struct("<i")
+_SLOT_PIDS = struct.Struct("<ii")  # pid in the container, host pid
 _USED = struct.Struct(f"<{MAX_DEVICES}Q")  # at slot offset 24
 _LAUNCHES = struct.Struct("<Q")  # at slot offset 152
 
@@ -44,11 +45,13 @@ class RegionError(ValueError):
 
 @dataclass(frozen=True)
 class RegionUsage:
-    """A shared region's totals: bytes used per GPU uuid, live processes, kernel launches."""
+    """A shared region's totals: bytes used per GPU uuid, live processes, kernel launches; and
+    bytes per uuid by the host pid of each live process (0 where libvgpu could not tell)."""
 
     used: dict[str, int]
     processes: int
     launches: int
+    by_host_pid: dict[int, dict[str, int]]
 
 
 def read_region(data: bytes) -> RegionUsage:
@@ -65,21 +68,59 @@ def read_region(data: bytes) -> RegionUsage:
         raw_uuid, _, _ = _DEVICE.unpack_from(data, DEVICES_OFFSET + d * DEVICE_SIZE)
         uuids.append(raw_uuid.split(b"\0", 1)[0].decode(errors="replace"))
     used = dict.fromkeys(uuids, 0)
+    by_host_pid: dict[int, dict[str, int]] = {}
     processes = launches = 0
     for s in range(high_water):
         base = SLOTS_OFFSET + s * SLOT_SIZE
-        if _SLOT_PID.unpack_from(data, base)[0] == 0:
+        pid, host_pid = _SLOT_PIDS.unpack_from(data, base)
+        if pid == 0:
             continue
         processes += 1
         per_device = _USED.unpack_from(data, base + 24)
+        mine = by_host_pid.setdefault(max(host_pid, 0), dict.fromkeys(uuids, 0))
         for d, uuid in enumerate(uuids):
             used[uuid] += per_device[d]
+            mine[uuid] += per_device[d]
         launches += _LAUNCHES.unpack_from(data, base + 152)[0]
-    return RegionUsage(used, processes, launches)
+    return RegionUsage(used, processes, launches, by_host_pid)
+
+
+_CONTAINER_ID = re.compile(r"([0-9a-f]{64})")
+
+
+def container_of(host_pid: int, proc: Path = Path("/proc")) -> str:
+    """The container id (64 hex digits, as CRI runtimes name cgroups) of a host process; "" when
+    unknown (pid 0, gone, or not in a container)."""
+    if host_pid <= 0:
+        return ""
+    try:
+        text = (proc / str(host_pid) / "cgroup").read_text()
+    except OSError:
+        return ""
+    found = _CONTAINER_ID.findall(text)
+    return found[-1] if found else ""
+
+
+def _by_container(usage: RegionUsage, proc: Path) -> dict[str, dict[str, int]]:
+    totals: dict[str, dict[str, int]] = {}
+    for host_pid, per_uuid in usage.by_host_pid.items():
+        mine = totals.setdefault(container_of(host_pid, proc), {})
+        for uuid, value in per_uuid.items():
+            mine[uuid] = mine.get(uuid, 0) + value
+    return totals
 
 
 class NodeCollector(Collector):
-    def __init__(self, state: DeviceState, gpus: Sequence[Gpu], *, node: str, vgpu_dir: Path):
+    def __init__(
+        self,
+        state: DeviceState,
+        gpus: Sequence[Gpu],
+        *,
+        node: str,
+        vgpu_dir: Path,
+        proc: Path = Path("/proc"),
+    ):
+        self._proc = proc
         self._state = state
         self._gpus = tuple(gpus)
         self._node = node
@@ -126,6 +167,11 @@ class NodeCollector(Collector):
         launches = GaugeMetricFamily(
             "vgpu_bridge_claim_kernel_launches", "kernel launches of live processes", labels=region
         )
+        by_container = GaugeMetricFamily(
+            "vgpu_bridge_container_memory_used_bytes",
+            "memory each container (by runtime container id; empty if unknown) uses in a claim",
+            labels=[*region, "container_id", "uuid"],
+        )
         readable = GaugeMetricFamily(
             "vgpu_bridge_claim_region_readable",
             "1 when the claim's shared region was read, 0 when absent or not a v1 region",
@@ -146,7 +192,10 @@ class NodeCollector(Collector):
                     used.add_metric([*labels, uuid], value)
                 processes.add_metric(labels, usage.processes)
                 launches.add_metric(labels, usage.launches)
-        yield from (limit, sm, used, processes, launches, readable, prepared)
+                for container, per_uuid in _by_container(usage, self._proc).items():
+                    for uuid, value in per_uuid.items():
+                        by_container.add_metric([*labels, container, uuid], value)
+        yield from (limit, sm, used, processes, launches, by_container, readable, prepared)
 
     def _usage(self, claim_uid: str) -> RegionUsage | None:
         path = self._vgpu_dir / "claims" / claim_uid / SHARED_REGION_FILE

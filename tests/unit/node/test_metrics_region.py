@@ -19,6 +19,7 @@ from vgpu_bridge.node.metrics import (
     SLOTS,
     SLOTS_OFFSET,
     RegionError,
+    container_of,
     read_region,
 )
 
@@ -34,7 +35,7 @@ def _region(
         struct.pack_into("<48sQI", data, DEVICES_OFFSET + d * 64, uuid.encode(), 2**30, 30)
     for s, (pid, used, launches) in enumerate(slots):
         base = SLOTS_OFFSET + s * SLOT_SIZE
-        struct.pack_into("<i", data, base, pid)
+        struct.pack_into("<ii", data, base, pid, pid + 1000 if pid else 0)  # host pid
         struct.pack_into(f"<{len(used)}Q", data, base + 24, *used)
         struct.pack_into("<Q", data, base + 152, launches)
     return bytes(data)
@@ -49,6 +50,24 @@ def test_usage_is_summed_over_live_slots_below_the_high_water_mark() -> None:
     usage = read_region(data)
     assert usage.used == {"GPU-aaaa": 120, "GPU-bbbb": 7}
     assert (usage.processes, usage.launches) == (2, 6)
+    assert usage.by_host_pid == {
+        1101: {"GPU-aaaa": 100, "GPU-bbbb": 7},
+        1103: {"GPU-aaaa": 20, "GPU-bbbb": 0},
+    }
+
+
+def test_a_process_is_attributed_to_the_container_its_cgroup_names(tmp_path: Path) -> None:
+    container = "a" * 64
+    (tmp_path / "1101").mkdir()
+    (tmp_path / "1101" / "cgroup").write_text(
+        f"0::/kubepods.slice/kubepods-burstable.slice/cri-containerd-{container}.scope\n"
+    )
+    (tmp_path / "1102").mkdir()
+    (tmp_path / "1102" / "cgroup").write_text("0::/user.slice/session-1.scope\n")
+    assert container_of(1101, tmp_path) == container
+    assert container_of(1102, tmp_path) == ""  # not in a container
+    assert container_of(1199, tmp_path) == ""  # gone
+    assert container_of(0, tmp_path) == ""  # libvgpu could not tell
 
 
 @pytest.mark.parametrize(
