@@ -14,14 +14,16 @@ import pytest
 
 from e2e.cluster import KubeClient, KubeletStandIn, LocalCluster
 from e2e.cluster.client import Json
-from e2e.dra_objects import quantity
+from e2e.dra_objects import pod_with_claim_template, quantity, share_template
 from e2e.kai.real_kai import QUEUES, KaiBuild, install_crds, pod_group, queue, running_kai
 from e2e.pods import claim_of, get_pod, only_result, running_pod, unschedulable_condition
 from e2e.waiting import wait_for
 from e2e.webhook.our_driver import Card
 from vgpu_bridge.adapters.kai.adapter import has_consumable_capacity
+from vgpu_bridge.core import DEFAULT
 
 pytestmark = [pytest.mark.e2e]
+RESOURCE = "/apis/resource.k8s.io/v1"
 PARENT, UNLIMITED, ONE_GPU, HALF_GPU = "e2e-parent", "e2e-unlimited", "e2e-one-gpu", "e2e-half-gpu"
 
 
@@ -166,3 +168,52 @@ def test_one_gpu_queue_runs_one_share_at_a_time(
     assert "currently 1 GPUs allocated" in message, message
     kube.delete(f"/api/v1/namespaces/{kai_ns}/pods/small-a", grace_period_s=0)
     running_pod(kube, kai_ns, "small-b", timeout_s=90)
+
+
+@pytest.fixture
+def plain_class(kube: KubeClient, kai_ns: str) -> Iterator[str]:
+    """A class of our driver's devices without our class's `allowMultipleAllocations` selector
+    (as other drivers' classes are), and a template asking it for a 1Gi share."""
+    name = "gpu-plain.e2e.vgpu-bridge.io"
+    expression = f'device.driver == "{DEFAULT.driver}"'
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+    kube.create(f"{RESOURCE}/deviceclasses", body)
+    template = share_template("plain", device_class_name=name, capacity={"memory": "1Gi"})
+    kube.create(f"{RESOURCE}/namespaces/{kai_ns}/resourceclaimtemplates", template)
+    yield "plain"
+    kube.delete(f"{RESOURCE}/deviceclasses/{name}")
+
+
+def test_capacity_requests_of_another_class_without_consumable_capacity(
+    kube: KubeClient, kai_ns: str, real_kai: KaiBuild, plain_class: str
+) -> None:
+    """The version gate's premise for classes that do not insist on shareable devices: KAI
+    without #2102 places them, binds them and its binder writes the allocation, but each gets a
+    whole device (no shareID, capacity ignored); with #2102 they are shares."""
+    names = ["plain-a", "plain-b"]
+    for name in names:
+        kube.create(
+            f"/apis/scheduling.run.ai/v2alpha2/namespaces/{kai_ns}/podgroups",
+            pod_group(name, UNLIMITED),
+        )
+        body = pod_with_claim_template(name, template=plain_class)
+        body["metadata"]["labels"] = {"kai.scheduler/queue": UNLIMITED}
+        body["metadata"]["annotations"] = {"pod-group-name": name}
+        body["spec"]["schedulerName"] = "kai-scheduler"
+        body["spec"]["terminationGracePeriodSeconds"] = 0
+        kube.create(f"/api/v1/namespaces/{kai_ns}/pods", body)
+    results = results_of(kube, kai_ns, names)
+    if has_consumable_capacity(real_kai.version):
+        for result in results:
+            assert result["shareID"]
+            assert quantity(result["consumedCapacity"]["memory"]) == quantity("1Gi")
+    else:
+        assert len({(r["pool"], r["device"]) for r in results}) == 2, results
+        for result in results:
+            assert "shareID" not in result, result
+            assert "consumedCapacity" not in result, result
