@@ -5,6 +5,7 @@ claims), recovery from a corrupt checkpoint, and per-claim errors when the API c
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -191,3 +192,26 @@ def test_a_second_agent_on_the_same_plugin_dir_refuses_to_start(agent: RunningAg
         pass
     response = agent.registration().GetInfo(pluginregistration_v1_pb2.InfoRequest(), timeout=5)
     assert response.name == DEFAULT.driver  # the first one serves on
+
+
+def test_an_unwritable_cdi_dir_at_start_fails_the_claim_not_the_agent(dirs: AgentDirs) -> None:
+    _seed_prepared(dirs)
+    cdi = dirs.layout.cdi_dir
+    cdi.mkdir(parents=True, exist_ok=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(cdi)],
+                      capture_output=True, check=False).returncode:  # fmt: skip
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        with running_agent(dirs, GPUS, node=NODE) as agent:  # starts despite the read-only dir
+            request = dra_v1_pb2.NodePrepareResourcesRequest(
+                claims=[dra_v1_pb2.Claim(namespace="team-a", name="c1", uid="uid-1")]
+            )
+            refused = agent.v1().NodePrepareResources(request, timeout=10).claims["uid-1"]
+            assert "cannot rewrite the CDI spec" in refused.error
+            assert "Read-only file system" in refused.error
+            subprocess.run(["mount", "-o", "remount,rw", str(cdi)], check=True)
+            prepared = agent.v1().NodePrepareResources(request, timeout=10).claims["uid-1"]
+            assert prepared.error == ""
+            assert dirs.layout.spec_path("uid-1").exists()
+    finally:
+        subprocess.run(["umount", str(cdi)], check=False)

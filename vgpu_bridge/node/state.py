@@ -113,10 +113,15 @@ class DeviceState:
                 self._claims, complete = self._rebuild_from_api()
                 checkpoint.save(self._checkpoint_file, self._claims)
             for uid, claim in self._claims.items():
-                if not spec_is_current(claim.cdi_spec, uid, self._layout):
+                if spec_is_current(claim.cdi_spec, uid, self._layout):
+                    continue
+                try:
                     write_spec(claim.cdi_spec, uid, self._layout)
-                    log.info("rewrote CDI spec", claim_uid=uid, namespace=claim.namespace,
-                             claim=claim.name)  # fmt: skip
+                except OSError as error:  # Prepare of this claim retries (and reports) it
+                    log.error("cannot rewrite CDI spec", claim_uid=uid, error=str(error))
+                    continue
+                log.info("rewrote CDI spec", claim_uid=uid, namespace=claim.namespace,
+                         claim=claim.name)  # fmt: skip
             if complete:
                 self._remove_orphans()
 
