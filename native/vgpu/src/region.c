@@ -205,8 +205,10 @@ static int init_locked(int fd, const char *path)
 			(unsigned long long)region->size, VGPU_REGION_VERSION);
 		goto fail_unmap;
 	}
-	/* New, or its creator died before finishing: (re)initialise under the file lock. */
-	memset(region, 0, sizeof(*region));
+	/* New (ftruncate zero-fills), or its creator died before finishing: (re)initialise under
+	 * the file lock. */
+	if (st.st_size != 0)
+		memset(region, 0, sizeof(*region));
 	pthread_mutexattr_init(&attr);
 	pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
 	pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);

@@ -115,13 +115,17 @@ for variant in plain san; do
 			for lim in 25 50 75; do
 				run "test_sm[$lim%,$sms SMs]" "${SM[@]}" FAKE_CUDA_SM_COUNT=$sms \
 					CUDA_DEVICE_SM_LIMIT=$lim TEST_EXPECT_UTIL=$lim \
-					CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_sm"
+					CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_sm" \
+					device_utilisation_follows_the_limit
 			done
 		done
+		run "test_sm[2 processes, 50%]" "${SM[@]}" CUDA_DEVICE_SM_LIMIT=50 TEST_EXPECT_UTIL=50 \
+			FAKE_GPU_STATE="$(region).gpu" CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
+			timeout 60 "$T/test_sm" processes_share_one_sm_limit
 		for kind in ptsz ex coop graph; do
 			run "test_sm[$kind]" "${SM[@]}" CUDA_DEVICE_SM_LIMIT_0=50 TEST_EXPECT_UTIL=50 \
 				TEST_LAUNCH=$kind CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
-				timeout 60 "$T/test_sm"
+				timeout 60 "$T/test_sm" device_utilisation_follows_the_limit
 		done
 		# in a pid namespace of our own (as in a container) the host pid is unknown
 		if unshare -p -f --mount-proc true 2>/dev/null; then
@@ -131,22 +135,22 @@ for variant in plain san; do
 				unshare -p -f --mount-proc "$T/unit_region_lock" host_pid_comes_from_nstgid
 			run "test_sm[50%, pid namespace]" "${SM[@]}" CUDA_DEVICE_SM_LIMIT=50 \
 				TEST_EXPECT_UTIL=50 CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
-				unshare -p -f --mount-proc timeout 60 "$T/test_sm"
+				unshare -p -f --mount-proc timeout 60 "$T/test_sm" device_utilisation_follows_the_limit
 		else
 			echo "skip pid-namespace cases (unshare -p needs privileges here)"
 		fi
 		run "test_sm[device utilisation fallback]" "${SM[@]}" FAKE_NVML_NO_PROCESS_UTIL=1 \
 			CUDA_DEVICE_SM_LIMIT=40 TEST_EXPECT_UTIL=40 \
-			CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_sm"
+			CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_sm" device_utilisation_follows_the_limit
 		for lim in unset 0 100; do
 			run "test_sm[limit $lim: no throttling]" "${SM[@]}" \
 				$([ $lim = unset ] || echo CUDA_DEVICE_SM_LIMIT=$lim) TEST_EXPECT_UTIL=100 \
 				TEST_TOLERANCE=3 CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
-				timeout 60 "$T/test_sm"
+				timeout 60 "$T/test_sm" device_utilisation_follows_the_limit
 		done
 	else
 		run "test_sm[50%]" "${SM[@]}" CUDA_DEVICE_SM_LIMIT=50 TEST_EXPECT_UTIL=50 \
-			CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_sm"
+			CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_sm" device_utilisation_follows_the_limit
 	fi
 	run test_dlsym "${FAKE[@]}" TEST_LIB_DIR="$B/testlib" \
 		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_dlsym"

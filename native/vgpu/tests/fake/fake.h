@@ -10,18 +10,22 @@
  *   FAKE_CUDA_GRANULARITY    allocation granularity (default 2M)
  *   FAKE_CUDA_FAST_ALLOC     1: allocations are addresses only, no memory (benchmarks)
  *   FAKE_CUDA_PROC_INTERNAL  1: cuGetProcAddress hands out internal entry points, not exports
+ *   FAKE_GPU_STATE           a file: every process naming it shares one device (kernel queue,
+ *                            busy time per pid for NVML, physical memory in use)
  *   FAKE_NVML_UTIL           force nvmlDeviceGetUtilizationRates/ProcessUtilization to this %
  *   FAKE_NVML_NO_PROCESS_UTIL 1: nvmlDeviceGetProcessUtilization is not supported
  *   FAKE_NVML_WINDOW_MS      utilisation sampling window (default 100)
  * Device memory is reserved address space (mmap, MAP_NORESERVE): usable, cheap until touched.
- * The device's busy time is per process (a kernel queue per device), which is what one
- * process's NVML samples show.
+ * Without FAKE_GPU_STATE the device is private to the process.
  */
 #ifndef FAKE_H
 #define FAKE_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "abi.h"
 
@@ -45,12 +49,35 @@ static inline uint64_t fake_env_bytes(const char *name, uint64_t dflt)
 	return n;
 }
 
+/* What NVML calls a process: its host pid, the outermost NStgid entry (cached per process). */
+static inline uint32_t fake_host_pid(void)
+{
+	static pid_t cached_for;
+	static uint32_t host;
+	char line[256];
+	FILE *f;
+
+	if (cached_for == getpid())
+		return host;
+	host = (uint32_t)getpid();
+	if ((f = fopen("/proc/self/status", "r")) != NULL) {
+		while (fgets(line, sizeof(line), f))
+			if (strncmp(line, "NStgid:", 7) == 0)
+				host = (uint32_t)strtoul(line + 7, NULL, 10);
+		fclose(f);
+	}
+	cached_for = getpid();
+	return host;
+}
+
 /* Exported by the fake libcuda for the fake NVML and for tests. */
 uint64_t fake_cuda_memory_used(int dev);
 uint64_t fake_cuda_memory_total(void);
 int fake_cuda_device_count(void);
 /* Busy nanoseconds of device `dev` within the last `window_ns`, and the total since start. */
 uint64_t fake_cuda_busy_ns(int dev, uint64_t window_ns);
+uint64_t fake_cuda_busy_ns_pid(int dev, uint64_t window_ns, uint32_t pid);
+int fake_cuda_active_pids(int dev, uint64_t window_ns, uint32_t *out, int max);
 uint64_t fake_cuda_busy_total_ns(int dev);
 uint64_t fake_cuda_launches(int dev);
 uint64_t fake_now_ns(void);

@@ -1,6 +1,10 @@
 /* Fake libcuda.so.1 (see fake.h). Implements the driver API libvgpu and its tests use. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -18,6 +22,7 @@ struct mem {
 
 struct busy_seg {
 	uint64_t start, end;
+	uint32_t pid; /* host pid of the launching process */
 };
 
 #define NSEG 8192
@@ -38,8 +43,16 @@ static struct {
 	uint64_t kernel_ns;
 } cfg;
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static struct device devs[FAKE_MAX_DEVICES];
+/* The GPU: process-local, or shared by every process naming the same FAKE_GPU_STATE file, so
+ * that their kernels queue on one device and NVML sees all of them. */
+struct gpu {
+	pthread_mutex_t lock;
+	struct device dev[FAKE_MAX_DEVICES];
+};
+static struct gpu local_gpu = {.lock = PTHREAD_MUTEX_INITIALIZER};
+static struct gpu *gpu = &local_gpu;
+#define mu (gpu->lock)
+#define devs (gpu->dev)
 static struct mem *mems;
 static __thread int current = -1; /* device of the thread's current context */
 
@@ -56,6 +69,28 @@ static void read_cfg(void)
 	cfg.granularity = fake_env_bytes("FAKE_CUDA_GRANULARITY", 2ULL << 20);
 	cfg.proc_internal = (int)fake_env_bytes("FAKE_CUDA_PROC_INTERNAL", 0);
 	cfg.fast_alloc = (int)fake_env_bytes("FAKE_CUDA_FAST_ALLOC", 0);
+	const char *state = getenv("FAKE_GPU_STATE");
+	if (state && *state) {
+		int fd = open(state, O_RDWR | O_CREAT, 0666);
+		struct stat st;
+		void *p;
+		if (fd < 0 || flock(fd, LOCK_EX) < 0 || fstat(fd, &st) < 0)
+			abort();
+		if (st.st_size == 0 && ftruncate(fd, sizeof(struct gpu)) < 0)
+			abort();
+		p = mmap(NULL, sizeof(struct gpu), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED)
+			abort();
+		if (st.st_size == 0) {
+			pthread_mutexattr_t a;
+			pthread_mutexattr_init(&a);
+			pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+			pthread_mutex_init(&((struct gpu *)p)->lock, &a);
+		}
+		flock(fd, LOCK_UN);
+		close(fd);
+		gpu = p;
+	}
 }
 
 static void config(void)
@@ -454,6 +489,7 @@ static CUresult launch(unsigned int kernels)
 	uint64_t now, start, wait_until = 0;
 
 	CHECK_CTX();
+	uint32_t pid = fake_host_pid();
 	pthread_mutex_lock(&mu);
 	d = &devs[current];
 	for (unsigned int k = 0; k < kernels; k++) {
@@ -465,10 +501,10 @@ static CUresult launch(unsigned int kernels)
 		if (cfg.kernel_ns == 0)
 			continue;
 		struct busy_seg *last = d->nseg ? &d->seg[(d->head + NSEG - 1) % NSEG] : NULL;
-		if (last && last->end == start) {
+		if (last && last->end == start && last->pid == pid) {
 			last->end = d->busy_until;
 		} else {
-			d->seg[d->head] = (struct busy_seg){start, d->busy_until};
+			d->seg[d->head] = (struct busy_seg){start, d->busy_until, pid};
 			d->head = (d->head + 1) % NSEG;
 			if (d->nseg < NSEG)
 				d->nseg++;
@@ -566,6 +602,7 @@ EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule module, const char *
 EXPORT uint64_t fake_cuda_memory_used(int dev)
 {
 	uint64_t u;
+	config();
 	pthread_mutex_lock(&mu);
 	u = dev >= 0 && dev < FAKE_MAX_DEVICES ? devs[dev].used : 0;
 	pthread_mutex_unlock(&mu);
@@ -584,11 +621,13 @@ EXPORT int fake_cuda_device_count(void)
 	return cfg.ndev;
 }
 
-EXPORT uint64_t fake_cuda_busy_ns(int dev, uint64_t window)
+/* Busy time of device `dev` in the last `window` ns, of process `pid` (0 = all). */
+EXPORT uint64_t fake_cuda_busy_ns_pid(int dev, uint64_t window, uint32_t pid)
 {
 	uint64_t now = fake_now_ns(), from = now > window ? now - window : 0, busy = 0;
 	struct device *d;
 
+	config();
 	if (dev < 0 || dev >= FAKE_MAX_DEVICES)
 		return 0;
 	pthread_mutex_lock(&mu);
@@ -596,7 +635,7 @@ EXPORT uint64_t fake_cuda_busy_ns(int dev, uint64_t window)
 	for (unsigned int i = 0; i < d->nseg; i++) {
 		struct busy_seg *s = &d->seg[(d->head + NSEG - 1 - i) % NSEG];
 		uint64_t a = s->start > from ? s->start : from, b = s->end < now ? s->end : now;
-		if (b > a)
+		if (b > a && (pid == 0 || s->pid == pid))
 			busy += b - a;
 		if (s->end < from)
 			break;
@@ -605,9 +644,40 @@ EXPORT uint64_t fake_cuda_busy_ns(int dev, uint64_t window)
 	return busy;
 }
 
+EXPORT uint64_t fake_cuda_busy_ns(int dev, uint64_t window)
+{
+	return fake_cuda_busy_ns_pid(dev, window, 0);
+}
+
+/* Distinct pids that kept device `dev` busy in the last `window` ns; returns the count. */
+EXPORT int fake_cuda_active_pids(int dev, uint64_t window, uint32_t *out, int max)
+{
+	uint64_t now = fake_now_ns(), from = now > window ? now - window : 0;
+	int n = 0;
+
+	config();
+	if (dev < 0 || dev >= FAKE_MAX_DEVICES)
+		return 0;
+	pthread_mutex_lock(&mu);
+	struct device *d = &devs[dev];
+	for (unsigned int i = 0; i < d->nseg; i++) {
+		struct busy_seg *s = &d->seg[(d->head + NSEG - 1 - i) % NSEG];
+		if (s->end < from)
+			break;
+		int seen = 0;
+		for (int k = 0; k < n; k++)
+			seen |= out[k] == s->pid;
+		if (!seen && n < max)
+			out[n++] = s->pid;
+	}
+	pthread_mutex_unlock(&mu);
+	return n;
+}
+
 EXPORT uint64_t fake_cuda_busy_total_ns(int dev)
 {
 	uint64_t b, now = fake_now_ns();
+	config();
 	pthread_mutex_lock(&mu);
 	/* only the part that has already run */
 	b = devs[dev].busy_total - (devs[dev].busy_until > now ? devs[dev].busy_until - now : 0);
@@ -618,6 +688,7 @@ EXPORT uint64_t fake_cuda_busy_total_ns(int dev)
 EXPORT uint64_t fake_cuda_launches(int dev)
 {
 	uint64_t n;
+	config();
 	pthread_mutex_lock(&mu);
 	n = devs[dev].launches;
 	pthread_mutex_unlock(&mu);

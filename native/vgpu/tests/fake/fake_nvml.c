@@ -177,46 +177,47 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtili
 	return NVML_SUCCESS;
 }
 
-/* NVML reports host pids: the outermost pid of NStgid. */
-static unsigned int host_pid(void)
-{
-	char line[256];
-	unsigned int pid = (unsigned int)getpid();
-	FILE *f = fopen("/proc/self/status", "r");
-
-	while (f && fgets(line, sizeof(line), f))
-		if (strncmp(line, "NStgid:", 7) == 0)
-			pid = (unsigned int)strtoul(line + 7, NULL, 10);
-	if (f)
-		fclose(f);
-	return pid;
-}
-
-/* One sample, for this process (the only one this fake device knows), under its host pid. */
+/* One sample per process that kept the device busy in the window, under its host pid. */
 EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
 						    nvmlProcessUtilizationSample_t *samples,
 						    unsigned int *count, unsigned long long last_seen)
 {
+	uint64_t (*busy)(int, uint64_t, uint32_t) =
+		(uint64_t(*)(int, uint64_t, uint32_t))cuda_fn("fake_cuda_busy_ns_pid");
+	int (*active)(int, uint64_t, uint32_t *, int) =
+		(int (*)(int, uint64_t, uint32_t *, int))cuda_fn("fake_cuda_active_pids");
+	uint64_t window = fake_env_bytes("FAKE_NVML_WINDOW_MS", 100) * 1000000ULL;
+	const char *forced = getenv("FAKE_NVML_UTIL");
+	uint32_t pids[64];
 	struct timespec ts;
-	unsigned int util;
+	int n = 0;
 
 	if (fake_env_bytes("FAKE_NVML_NO_PROCESS_UTIL", 0))
 		return NVML_ERROR_NOT_SUPPORTED;
 	if (!valid(device) || count == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	util = util_of(device->index);
-	if (util == 0)
+	if (forced && *forced) {
+		pids[0] = fake_host_pid();
+		n = 1;
+	} else if (busy && active && window) {
+		n = active((int)device->index, window, pids, 64);
+	}
+	if (n == 0)
 		return NVML_ERROR_NOT_FOUND;
-	if (samples == NULL || *count < 1) {
-		*count = 1;
+	if (samples == NULL || *count < (unsigned int)n) {
+		*count = (unsigned int)n;
 		return NVML_ERROR_INSUFFICIENT_SIZE;
 	}
 	clock_gettime(CLOCK_REALTIME, &ts);
-	memset(samples, 0, sizeof(*samples));
-	samples[0].pid = host_pid();
-	samples[0].timeStamp = (unsigned long long)ts.tv_sec * 1000000ULL +
-			       (unsigned long long)ts.tv_nsec / 1000;
-	samples[0].smUtil = util;
-	*count = 1;
+	for (int i = 0; i < n; i++) {
+		memset(&samples[i], 0, sizeof(samples[i]));
+		samples[i].pid = pids[i];
+		samples[i].timeStamp = (unsigned long long)ts.tv_sec * 1000000ULL +
+				       (unsigned long long)ts.tv_nsec / 1000;
+		samples[i].smUtil = forced && *forced ? (unsigned int)atoi(forced)
+				    : (unsigned int)((busy((int)device->index, window, pids[i]) * 100 +
+						       window / 2) / window);
+	}
+	*count = (unsigned int)n;
 	return NVML_SUCCESS;
 }
