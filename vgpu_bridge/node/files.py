@@ -12,13 +12,9 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomic(
-    path: Path, data: bytes, *, mode: int = 0o644, durable: bool = True, sync_dir: bool = True
-) -> None:
-    """Replace `path` with `data`. `durable=False` skips the fsyncs, for files on a tmpfs (CDI's
-    /var/run/cdi) that a reboot empties anyway; the rename is atomic all the same.
-    `sync_dir=False` keeps the file's fsync (never a torn file) but lets a crash undo the rename:
-    for files whose previous version is still correct to start from."""
+def write_atomic(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = True) -> None:
+    """Replace `path` with `data`. `durable=False` skips the fsyncs, for files a crash may lose
+    (CDI specs on a tmpfs, the checkpoint: both rebuilt); the rename is atomic all the same."""
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -32,7 +28,7 @@ def write_atomic(
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
         raise
-    if durable and sync_dir:
+    if durable:
         _fsync_dir(path.parent)
 
 
