@@ -14,10 +14,9 @@ from e2e.demo.table import render
 NOTES = """\
 What ran: kube-apiserver, kube-scheduler and kube-controller-manager (built from upstream; Volcano's
 vc-scheduler too, when logged above), `vgpu-bridge webhook`, and one `vgpu-bridge node` per fake
-node with mock GPUs. No kubelet and no
-container runtime run here: a kubelet stand-in calls each agent's DRA socket as the kubelet would,
-so "limits" are read from the CDI spec the agent wrote, which a runtime would inject (with
-libvgpu.so preloaded through the mounted /etc/ld.so.preload)."""
+node with mock GPUs. No kubelet and no container runtime run here: a kubelet stand-in calls each
+agent's DRA socket as the kubelet would, so "limits" are read from the CDI spec the agent wrote,
+which a runtime would inject (with libvgpu.so preloaded through the mounted /etc/ld.so.preload)."""
 
 
 def main(argv: list[str], out: TextIO = sys.stdout) -> int:
@@ -40,7 +39,8 @@ def main(argv: list[str], out: TextIO = sys.stdout) -> int:
             log("removing the demo's namespace, nodes, agents and webhook")
     finally:
         if args.keep or already_up:
-            print(f"cluster kept: export KUBECONFIG={cluster.kubeconfig}", file=out)
+            why = "--keep" if args.keep else "it was running before the demo"
+            print(f"cluster kept ({why}): export KUBECONFIG={cluster.kubeconfig}", file=out)
             print("stop it with: python -m e2e.cluster down", file=out)
         else:
             down(settings)
