@@ -3,6 +3,7 @@ calls it over its real unix sockets (`GrpcPreparer`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -16,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
-import yaml
 
 from e2e.cluster import BoundPod
 from e2e.waiting import wait_for
@@ -64,9 +64,9 @@ class AgentProcess:
         return self.log_file.read_text() if self.log_file.exists() else ""
 
     def start(self) -> None:
-        gpus_file = self.root / "gpus.yaml"
-        gpus_file.write_text(yaml.safe_dump(self.gpus))
-        environ = {  # flags for some settings, env vars for others: both paths are exercised
+        # flags for some settings, env vars for others: both paths are exercised
+        environ = {
+            "VGPU_BRIDGE_MOCK_GPUS": json.dumps(self.gpus),  # inline YAML (JSON is YAML)
             "VGPU_BRIDGE_CDI_DIR": str(self.root / "cdi"),
             "VGPU_BRIDGE_VGPU_DIR": str(self.root / "vgpu"),
             "VGPU_BRIDGE_RESYNC_SECONDS": "1",
@@ -76,7 +76,6 @@ class AgentProcess:
             "--node-name", self.node,
             "--plugin-dir", str(self.dra_socket.parent),
             "--registry-dir", str(self.registration_socket.parent),
-            "--mock-gpus", str(gpus_file),
             "--kubeconfig", str(self.kubeconfig),
             "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
         ]  # fmt: skip

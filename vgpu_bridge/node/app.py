@@ -21,7 +21,7 @@ from vgpu_bridge.core.profiles import DEFAULT, DriverProfile
 from vgpu_bridge.kube import KubeApi
 from vgpu_bridge.node.cdi import CdiLayout
 from vgpu_bridge.node.grpc import PluginServer
-from vgpu_bridge.node.inventory import Gpu, InventoryError, load_mock_gpus, nvml_gpus
+from vgpu_bridge.node.inventory import Gpu, InventoryError, mock_gpus, nvml_gpus
 from vgpu_bridge.node.metrics import CallMetrics, serve_metrics
 from vgpu_bridge.node.publisher import SlicePublisher
 from vgpu_bridge.node.settings import ENV_PREFIX, Settings
@@ -47,7 +47,7 @@ def profile_for(settings: Settings) -> DriverProfile:
 
 
 def discover(settings: Settings) -> tuple[Gpu, ...]:
-    return load_mock_gpus(settings.mock_gpus) if settings.mock_gpus else nvml_gpus()
+    return mock_gpus(settings.mock_gpus) if settings.mock_gpus else nvml_gpus()
 
 
 def every(seconds: float, stop: threading.Event, what: str, work: Callable[[], object]) -> None:

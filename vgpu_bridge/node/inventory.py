@@ -1,7 +1,8 @@
 """The node's GPUs: read from NVML on a real node, or from a mock file for tests and the demo.
 
 The mock file is YAML, a list of `{uuid, productName, memory}` (memory a Kubernetes quantity),
-optionally with `architecture`, `computeCapability` and `driverVersion`. GPUs are indexed in the
+optionally with `architecture`, `computeCapability` and `driverVersion`; the same list may be
+given inline instead of a file's path. GPUs are indexed in the
 order listed (NVML's order on a real node), and the device published for GPU `i` is `gpu-<i>`.
 """
 
@@ -104,6 +105,18 @@ def load_mock_gpus(path: Path) -> tuple[Gpu, ...]:
     except (OSError, yaml.YAMLError) as exc:
         raise InventoryError(f"{path}: {exc}") from None
     return parse_mock_gpus(document, source=str(path))
+
+
+def mock_gpus(value: str) -> tuple[Gpu, ...]:
+    """`--mock-gpus`: a YAML file's path, or the YAML list itself when it starts with `[`, handy
+    in an env var: `VGPU_BRIDGE_MOCK_GPUS='[{uuid: GPU-0, productName: X, memory: 8Gi}]'`."""
+    if value.lstrip().startswith("["):
+        try:
+            document = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise InventoryError(f"inline mock GPUs: {exc}") from None
+        return parse_mock_gpus(document, source="inline mock GPUs")
+    return load_mock_gpus(Path(value))
 
 
 def nvml_gpus(nvml: Any = None) -> tuple[Gpu, ...]:

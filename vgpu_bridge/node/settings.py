@@ -29,8 +29,9 @@ class Settings(BaseModel):
         default=Path("/var/lib/kubelet/plugins_registry"), description="kubelet plugin registry"
     )
     cdi_dir: Path = Field(default=Path("/var/run/cdi"), description="where CDI specs are written")
-    mock_gpus: Path | None = Field(
-        default=None, description="YAML list of {uuid, productName, memory}; NVML if unset"
+    mock_gpus: str | None = Field(
+        default=None,
+        description="YAML file (or inline list) of {uuid, productName, memory}; NVML if unset",
     )
     kubeconfig: str | None = Field(default=None, description="kubeconfig; in-cluster if unset")
     vgpu_dir: Path = Field(

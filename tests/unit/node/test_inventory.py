@@ -11,6 +11,7 @@ from vgpu_bridge.node.inventory import (
     Gpu,
     InventoryError,
     load_mock_gpus,
+    mock_gpus,
     nvml_gpus,
     parse_mock_gpus,
 )
@@ -118,3 +119,13 @@ def test_the_real_nvml_module_imports_and_fails_cleanly_without_a_gpu() -> None:
     else:  # a machine with a GPU: the real backend must list it
         pynvml.nvmlShutdown()
         assert nvml_gpus()
+
+
+def test_mock_gpus_come_from_a_file_or_inline_yaml(tmp_path: Path) -> None:
+    listed = "[{uuid: GPU-a, productName: NVIDIA L4, memory: 24Gi}]"
+    (tmp_path / "gpus.yaml").write_text(listed)
+    expected = (Gpu(index=0, uuid="GPU-a", product_name="NVIDIA L4", memory=24 * 2**30),)
+    assert mock_gpus(str(tmp_path / "gpus.yaml")) == expected
+    assert mock_gpus(listed) == expected
+    with pytest.raises(InventoryError, match="inline mock GPUs"):
+        mock_gpus("[{uuid: GPU-a")

@@ -36,7 +36,7 @@ def test_every_flag_is_also_an_env_var_and_flags_win() -> None:
     assert settings.node_name == "from-flag"
     assert settings.dra_socket == Path("/p/dra.sock")
     assert settings.registration_socket == Path("/r/gpu.example.com-reg.sock")
-    assert settings.mock_gpus == Path("/gpus.yaml")
+    assert settings.mock_gpus == "/gpus.yaml"
     assert settings.metrics_host_port is None
     assert Settings.from_env(environ).node_name == "from-env"
 
