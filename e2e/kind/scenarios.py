@@ -14,7 +14,7 @@ import yaml
 from kubernetes import client, config
 
 from e2e.cluster.settings import REPO_ROOT, Settings
-from e2e.kind.cluster import Kind
+from e2e.kind.cluster import MOCK_GPU_LABEL, Kind
 from vgpu_bridge.kube import KubeApi, KubeError
 
 pytestmark = pytest.mark.e2e
@@ -77,6 +77,37 @@ def test_share_pod_runs_with_the_limits_in_its_environment(
     log = pod_log(kind, namespace, pod["metadata"]["name"])
     assert "CUDA_DEVICE_MEMORY_LIMIT_0=3000m" in log
     assert "CUDA_DEVICE_SM_LIMIT_0=30" in log
+
+
+def test_each_mock_gpu_worker_publishes_its_gpus_through_the_agent(api: KubeApi) -> None:
+    nodes = api.list("/api/v1/nodes", labelSelector=MOCK_GPU_LABEL)["items"]
+    assert nodes
+    slices = api.list(
+        "/apis/resource.k8s.io/v1/resourceslices", fieldSelector="spec.driver=gpu.vgpu-bridge.io"
+    )["items"]
+    published = {s["spec"]["nodeName"]: len(s["spec"].get("devices") or []) for s in slices}
+    assert published == {n["metadata"]["name"]: 2 for n in nodes}
+
+
+def test_deployment_replicas_see_a_quarter_of_an_80gi_card(
+    kind: Kind, api: KubeApi, namespace: str
+) -> None:
+    deployment = example("plain/deployment-percentage.yaml")
+    api.create(f"/apis/apps/v1/namespaces/{namespace}/deployments", deployment)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        pods = api.list(f"/api/v1/namespaces/{namespace}/pods")["items"]
+        running = [p for p in pods if p.get("status", {}).get("phase") == "Running"]
+        if len(running) == 2:
+            break
+        time.sleep(2)
+    else:
+        raise AssertionError(f"replicas not Running: {[p.get('status') for p in pods]}")
+    time.sleep(3)
+    for pod in running:
+        log = pod_log(kind, namespace, pod["metadata"]["name"])
+        assert "CUDA_DEVICE_MEMORY_LIMIT_0=20480m" in log
+        assert "CUDA_DEVICE_SM_LIMIT_0=25" in log
 
 
 def test_mig_mode_is_refused_at_admission(api: KubeApi, namespace: str) -> None:
