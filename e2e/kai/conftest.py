@@ -105,7 +105,7 @@ def kai_namespace(
 
     def under(name: str) -> str:
         _our_webhooks(name)
-        label_namespace(kube, namespace, name)
+        label_namespace(kube, namespace, name, kai_admission)
         return namespace
 
     return under

@@ -209,9 +209,11 @@ def _warning_text(header: str) -> str:
     return quoted.strip().strip('"').replace('\\"', '"')
 
 
-def label_namespace(kube: KubeClient, namespace: str, value: str) -> None:
-    """Put `namespace` under our webhook `value` (and the KAI stand-in) and wait until a dry run
-    shows our webhook answering there: the API server loads configurations asynchronously."""
+def label_namespace(
+    kube: KubeClient, namespace: str, value: str, recorder: KaiAdmissionRecorder
+) -> None:
+    """Put `namespace` under our webhook `value` and the KAI stand-in, and wait until a dry run
+    passes through both there: the API server loads configurations asynchronously."""
     labels = {"metadata": {"labels": {NAMESPACE_LABEL: value}}}
     kube.patch(f"/api/v1/namespaces/{namespace}", labels)
     container = {
@@ -232,7 +234,8 @@ def label_namespace(kube: KubeClient, namespace: str, value: str) -> None:
                 "POST", f"/api/v1/namespaces/{namespace}/pods", body=probe, query={"dryRun": "All"}
             )
         except ApiError as error:
-            return "KAI" in error.body  # refused by our webhook's version gate
-        return "resourceClaims" in created["spec"]
+            return "KAI" in error.body  # refused by our version gate, before KAI is called
+        ours = "resourceClaims" in created["spec"]
+        return ours and bool(recorder.pods_named(namespace, "probe"))
 
     wait_for(answering, timeout_s=20, what=f"our webhook to answer in {namespace}")
