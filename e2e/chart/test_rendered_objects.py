@@ -106,6 +106,7 @@ def test_agent_sees_host_paths_at_the_same_paths(defaults: list[Json]) -> None:
                 assert mount["mountPath"] == host[mount["name"]]
     assert host["cdi"] == "/var/run/cdi"
     assert host["vgpu"] == "/usr/local/vgpu"
+    assert spec["hostPID"] is True  # the metrics read /proc/<host pid>/cgroup
 
 
 def test_init_container_installs_libvgpu_and_preload_file_into_the_vgpu_dir(
