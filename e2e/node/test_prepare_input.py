@@ -43,6 +43,7 @@ def test_each_bad_claim_gets_its_own_reason_and_good_ones_are_prepared(
 ) -> None:
     node = agent_on_node.node
     unknown, unsized = result(node, "gpu-9"), result(node, memory=None, cores=None)
+    foreign = result(node, driver="gpu.example.com")
     claims = [
         allocated_claim(kube, namespace, "good", node=node),
         allocated_claim(kube, namespace, "unallocated", node=node, allocate=False),
@@ -51,6 +52,7 @@ def test_each_bad_claim_gets_its_own_reason_and_good_ones_are_prepared(
         ),
         allocated_claim(kube, namespace, "unknown-device", node=node, results=[unknown]),
         allocated_claim(kube, namespace, "no-size", node=node, results=[unsized]),
+        allocated_claim(kube, namespace, "other-driver", node=node, results=[foreign]),
     ]
     gone = {"metadata": {"namespace": namespace, "name": "deleted", "uid": "0000-gone"}}
     replaced = {**claims[0], "metadata": {**claims[0]["metadata"], "uid": "0000-old-uid"}}
@@ -61,6 +63,7 @@ def test_each_bad_claim_gets_its_own_reason_and_good_ones_are_prepared(
     assert "allocated to node ['other-node'], not " + node in errors["elsewhere"]
     assert "device 'gpu-9' is not a GPU of this node" in errors["unknown-device"]
     assert "no consumedCapacity[memory]" in errors["no-size"]
+    assert "has no device of driver gpu.vgpu-bridge.io" in errors["other-driver"]
     assert "not found" in errors["deleted"]
     layout = agent_on_node.agent.layout
     written = {p.name for p in layout.cdi_dir.iterdir()}

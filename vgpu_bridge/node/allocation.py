@@ -73,6 +73,8 @@ def claim_shares(
         for index, result in enumerate(devices.get("results") or [])
         if result.get("driver") == profile.driver
     )
+    if not shares:
+        raise ClaimError(f"{ref} has no device of driver {profile.driver}: not ours to prepare")
     priority = _priority(devices.get("config") or [], profile, ref)
     return ClaimShares(uid, meta.get("namespace", ""), meta.get("name", ""), shares, priority)
 

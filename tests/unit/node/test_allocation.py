@@ -44,6 +44,11 @@ def test_a_whole_card_share_is_the_whole_card() -> None:
 BAD = [
     ("replaced", allocated_claim(uid="uid-2"), "has uid uid-2, not uid-1"),
     ("not allocated", {**allocated_claim(), "status": {}}, "is not allocated"),
+    (
+        "other driver",
+        allocated_claim({**result(), "driver": "gpu.example.com"}),
+        "has no device of driver gpu.vgpu-bridge.io",
+    ),
     ("other node", allocated_claim(node="node-b"), r"allocated to node \['node-b'\], not node-a"),
     ("other pool", allocated_claim(result(pool="node-b")), "pool 'node-b' is not this node"),
     ("unknown device", allocated_claim(result("gpu-7")), "device 'gpu-7' is not a GPU"),
