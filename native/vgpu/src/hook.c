@@ -89,10 +89,15 @@ static void atfork_child(void)
 	vgpu_sm_atfork_child();
 }
 
+/* Set while this thread initialises: a driver constructor that calls dlsym on its own handle
+ * then gets the plain answer instead of re-entering pthread_once (a self-deadlock). */
+static __thread int initialising;
+
 static void do_init(void)
 {
 	void *cuda, *nvml;
 
+	initialising = 1;
 	resolve_real_dlsym();
 	vgpu_config_parse(&vgpu_cfg, environ);
 	vgpu_log_level = vgpu_cfg.log_level;
@@ -118,6 +123,7 @@ static void do_init(void)
 	pthread_atfork(NULL, NULL, atfork_child);
 	LOG_DEBUG("initialised: libcuda %s, libnvidia-ml %s", cuda ? "found" : "missing",
 		  nvml ? "found" : "missing");
+	initialising = 0;
 }
 
 void vgpu_init(void)
@@ -139,7 +145,7 @@ void *vgpu_dlsym_lookup(void *handle, const char *name)
 		return NULL; /* global scope already finds our exports first */
 	if (!(name[0] == 'c' && name[1] == 'u') && strncmp(name, "nvml", 4) != 0)
 		return NULL;
-	if ((e = hook_by_name(name)) == NULL)
+	if ((e = hook_by_name(name)) == NULL || initialising)
 		return NULL;
 	vgpu_init();
 	p = vgpu_real_dlsym(handle, name);

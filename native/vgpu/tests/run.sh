@@ -142,9 +142,11 @@ for variant in plain san; do
 		run "test_sm[device utilisation fallback]" "${SM[@]}" FAKE_NVML_NO_PROCESS_UTIL=1 \
 			CUDA_DEVICE_SM_LIMIT=40 TEST_EXPECT_UTIL=40 \
 			CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_sm" device_utilisation_follows_the_limit
+		# a real queue's depth (1024), so a busy 2-core box cannot starve the fake device
 		for lim in unset 0 100; do
 			run "test_sm[limit $lim: no throttling]" "${SM[@]}" \
 				$([ $lim = unset ] || echo CUDA_DEVICE_SM_LIMIT=$lim) TEST_EXPECT_UTIL=100 \
+				FAKE_CUDA_QUEUE=1024 \
 				TEST_TOLERANCE=3 CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
 				timeout 60 "$T/test_sm" device_utilisation_follows_the_limit
 		done
@@ -155,6 +157,28 @@ for variant in plain san; do
 	run test_dlsym "${FAKE[@]}" TEST_LIB_DIR="$B/testlib" \
 		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_dlsym"
 done
+
+# vgpu-region prints what a process left in the region: its device, its slot, its usage
+region_dump_shows_usage() {
+	local r pid
+	r=$(region)
+	LD_LIBRARY_PATH=$B/fake LD_PRELOAD=$B/libvgpu.so CUDA_DEVICE_MEMORY_LIMIT=1Gi \
+		CUDA_DEVICE_MEMORY_SHARED_CACHE="$r" FAKE_CUDA_KERNEL_US=1000 \
+		"$B/gpu_check" hold $((512 << 20)) 1 >"$TMP/hold" 2>&1 &
+	pid=$!
+	for _ in $(seq 100); do grep -q held "$TMP/hold" && break; sleep 0.05; done
+	"$B/vgpu-region" "$r" | tee "$TMP/dump"
+	wait $pid || return 1
+	"$B/vgpu-region" "$r" | tee "$TMP/dump2"
+	# 512 MiB + gpu_check's 1056 × 256 × 4-byte output buffer, charged to the live process
+	grep -q "^region $r version 1 " "$TMP/dump" &&
+		grep -q "^device 0 uuid GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae00 mem_limit 1073741824 sm_limit 0 used 537952256$" \
+			"$TMP/dump" &&
+		grep -Eq "^slot 0 pid $pid host_pid [0-9]+ priority 1 .* used0 537952256$" "$TMP/dump" &&
+		grep -q "used 0$" "$TMP/dump2" && ! grep -q "^slot" "$TMP/dump2" && # handed back at exit
+		! "$B/vgpu-region" "$TMP/old-region"
+}
+check "vgpu_region_dump" region_dump_shows_usage
 
 # The CUDA runtime's own path: it finds cuGetProcAddress_v2 by dlsym on the driver's handle and
 # must be handed our wrapper for every entry point we account or throttle, with the right
