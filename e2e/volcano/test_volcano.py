@@ -216,43 +216,44 @@ def quota_queue(kube: KubeClient) -> Iterator[str]:
     kube.delete(f"{QUEUES}/{name}")
 
 
+def queued_job(kube: KubeClient, ns: str, name: str, queue_name: str, memory_mi: int) -> None:
+    job = vcjob(name, [task("w", 1, {"limits": {"nvidia.com/gpumem": memory_mi}})], min_available=1)
+    job["spec"]["queue"] = queue_name
+    create_job(kube, ns, job)
+
+
+def waits_for_quota(kube: KubeClient, ns: str, job: str) -> None:
+    """The job is admitted (its PodGroup and pod exist) but its pod stays unbound."""
+    wait_for(lambda: job_pods(kube, ns, job), timeout_s=30, what=f"the pod of {job}")
+
+    def unbound() -> bool:
+        return all(not p["spec"].get("nodeName") for p in job_pods(kube, ns, job))
+
+    stays(unbound, for_s=8, what=f"{job} waiting for quota")
+
+
 def test_queue_capacity_on_our_device_class_holds(
     kube: KubeClient, vns: str, quota_queue: str
 ) -> None:
-    """(e) `memory.deviceclass/<our class>` caps the queue: 30Gi runs, 20Gi more waits (while
-    the cards have 170Gi free) until the first job is gone."""
-    first = vcjob(
-        "first", [task("w", 1, {"limits": {"nvidia.com/gpumem": 30720}})], min_available=1
-    )
-    first["spec"]["queue"] = quota_queue
-    create_job(kube, vns, first)
+    """(e) The queue may hold 40Gi and 2 shares of our class (the cards have 200Gi and room for
+    many more): 30Gi runs, 20Gi more waits until the first job is gone; then a second share of
+    5Gi runs, and a third of 5Gi waits on the share count though memory would allow it."""
+    queued_job(kube, vns, "first", quota_queue, 30720)
     all_running(kube, vns, "first", 1)
-
-    second = vcjob(
-        "second", [task("w", 1, {"limits": {"nvidia.com/gpumem": 20480}})], min_available=1
-    )
-    second["spec"]["queue"] = quota_queue
-    create_job(kube, vns, second)
-
-    def second_pod_waits() -> bool:
-        pods = job_pods(kube, vns, "second")
-        return all(not p["spec"].get("nodeName") for p in pods)
-
-    wait_for(lambda: job_podgroup(kube, vns, "second"), timeout_s=30, what="second's PodGroup")
-    stays(second_pod_waits, for_s=10, what="the second job waiting for quota")
-    group = job_podgroup(kube, vns, "second")
-    print(f"second PodGroup status: {group and group.get('status')}")
-    print(f"second pods: {[p['metadata']['name'] for p in job_pods(kube, vns, 'second')]}")
-    assert not running(job_pods(kube, vns, "second"))
-    status = kube.get(f"{QUEUES}/{quota_queue}").get("status", {})
-    allocated_memory = (status.get("allocated") or {}).get(f"memory.deviceclass/{CLASS}")
-    print(f"queue status: {status}")
+    queued_job(kube, vns, "second", quota_queue, 20480)
+    waits_for_quota(kube, vns, "second")
+    status = kube.get(f"{QUEUES}/{quota_queue}")["status"]
+    assert quantity(status["allocated"][f"memory.deviceclass/{CLASS}"]) == quantity("30Gi")
+    assert quantity(status["allocated"][f"deviceclass/{CLASS}"]) == 1
 
     kube.delete(f"/apis/batch.volcano.sh/v1alpha1/namespaces/{vns}/jobs/first")
     [pod] = all_running(kube, vns, "second", 1, timeout_s=120)
     assert quantity(share(kube, vns, pod)["consumedCapacity"]["memory"]) == quantity("20Gi")
-    assert allocated_memory is not None
-    assert quantity(allocated_memory) == quantity("30Gi")
+
+    queued_job(kube, vns, "third", quota_queue, 5120)
+    all_running(kube, vns, "third", 1)
+    queued_job(kube, vns, "fourth", quota_queue, 5120)
+    waits_for_quota(kube, vns, "fourth")
 
 
 def test_user_podgroup_with_gpu_in_min_resources_is_stripped_and_the_gang_runs(
