@@ -10,7 +10,6 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -79,9 +78,13 @@ def _source_dir(settings: Settings) -> Path:
         return GOTOOLS_DIR
     work = settings.cache_root / f"k8s-{settings.k8s_version}" / "src"
     work.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(GOTOOLS_DIR / "main.go", work / "main.go")
-    if not (work / "go.sum").is_file():
+    main_go = (GOTOOLS_DIR / "main.go").read_bytes()
+    tidied = work / "tidied-for.sha256"  # the main.go that go.mod/go.sum were resolved for
+    digest = hashlib.sha256(main_go).hexdigest()
+    if not tidied.is_file() or tidied.read_text() != digest:
+        (work / "main.go").write_bytes(main_go)  # new imports need go mod tidy again
         write_gomod(work, settings.k8s_version, go_env=settings.go_env)
+        tidied.write_text(digest)
     return work
 
 

@@ -119,10 +119,13 @@ class KubeletStandIn:
             if pod["spec"].get("nodeName") not in self._nodes:
                 continue
             seen.add(pod["metadata"]["uid"])
-            if pod["metadata"].get("deletionTimestamp"):
-                self._terminate(pod)
-            elif pod.get("status", {}).get("phase", "Pending") == "Pending":
-                self._start(pod)
+            try:
+                if pod["metadata"].get("deletionTimestamp"):
+                    self._terminate(pod)
+                elif pod.get("status", {}).get("phase", "Pending") == "Pending":
+                    self._start(pod)
+            except ApiError as error:  # e.g. its namespace is going away; the others go on
+                self.errors.append(str(error))
         with self._lock:
             vanished = [bound for uid, bound in self._prepared.items() if uid not in seen]
         for bound in vanished:  # force-deleted: a kubelet still cleans up after them
