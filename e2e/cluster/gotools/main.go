@@ -1,5 +1,6 @@
 // Command vgpu-k8s is one multi-call binary holding the local control plane of the e2e tier:
-// etcd, kube-apiserver, kube-controller-manager and kube-scheduler, built from the published
+// etcd, kube-apiserver, kube-controller-manager and kube-scheduler (plus the kubelet, for the
+// real-node tier in e2e/realnode), built from the published
 // upstream Go modules (k8s.io/kubernetes and go.etcd.io/etcd/server/v3). Linking once is much
 // faster than linking four binaries on a two-core machine.
 //
@@ -7,6 +8,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	_ "time/tzdata" // CronJob time zones, as upstream kube-apiserver
@@ -20,17 +22,19 @@ import (
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
 var kubeCommands = map[string]func() *cobra.Command{
 	"kube-apiserver":          apiserver.NewAPIServerCommand,
 	"kube-controller-manager": controllermanager.NewControllerManagerCommand,
 	"kube-scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
+	"kubelet":                 func() *cobra.Command { return kubelet.NewKubeletCommand(context.Background()) },
 }
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: vgpu-k8s etcd|kube-apiserver|kube-controller-manager|kube-scheduler [flags...]")
+		fmt.Fprintln(os.Stderr, "usage: vgpu-k8s etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubelet [flags...]")
 		os.Exit(2)
 	}
 	component, args := os.Args[1], os.Args[2:]
