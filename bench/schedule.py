@@ -34,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from e2e.cluster import KubeClient, LocalCluster, Settings, create_fake_nodes, running_cluster
 from e2e.cluster.client import Json
 from e2e.dra_objects import pod_with_claim_template, share_template
+from e2e.kai.bench_runner import SCHEDULER_NAME as KAI_SCHEDULER_NAME
+from e2e.kai.bench_runner import kai_starter
 from e2e.volcano.build import VolcanoBuild, ensure_binary
 from e2e.volcano.components import install_crds, running_volcano
 from e2e.webhook.our_driver import RESOURCE, Card, publish
@@ -86,6 +88,12 @@ RUNNERS: list[Runner] = [
     Runner("kube-scheduler", "default-scheduler", _nothing),
     Runner("volcano", "volcano", _volcano),
 ]
+
+# KAI: only when a build is given (KAI_BIN_DIR, KAI_CRD_DIR, KAI_VERSION), as its module is not
+# served here (docs/kai.md); the bench's bare pods are grouped as KAI's podgrouper would group them.
+_kai = kai_starter("bench")
+if _kai is not None:
+    RUNNERS.append(Runner("kai", KAI_SCHEDULER_NAME, _kai))
 
 
 def _prepare(kube: KubeClient) -> None:
