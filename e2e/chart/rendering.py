@@ -28,18 +28,22 @@ class Helm:
     binary: Path
 
     def run(self, *args: str, values: Mapping[str, Any] | None = None) -> str:
-        """helm's stdout; HelmFailed (with stderr) when it exits non-zero."""
+        """helm's stdout; HelmFailed (with stderr) when it exits non-zero. ``values`` (if given)
+        go in as a values file."""
         with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
             json.dump(dict(values or {}), file)  # JSON is YAML
             file.flush()
-            command = [str(self.binary), *args, "--values", file.name]
+            extra = [] if values is None else ["--values", file.name]
+            command = [str(self.binary), *args, *extra]
             done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise HelmFailed(done.stderr + done.stdout)
         return done.stdout
 
     def lint(self, values: Mapping[str, Any] | None = None) -> str:
-        return self.run("lint", "--strict", str(CHART), "--namespace", "vgpu-bridge", values=values)
+        return self.run(
+            "lint", "--strict", str(CHART), "--namespace", "vgpu-bridge", values=values or {}
+        )
 
     def template(
         self,
@@ -51,7 +55,7 @@ class Helm:
         """The rendered objects, in helm's order."""
         out = self.run(
             "template", release, str(CHART), "--namespace", namespace,
-            "--kube-version", KUBE_VERSION, values=values,
+            "--kube-version", KUBE_VERSION, values=values or {},
         )  # fmt: skip
         return [doc for doc in yaml.safe_load_all(out) if doc]
 
