@@ -500,43 +500,44 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 	return r;
 }
 
+/* The container's view of an NVML device; false when it has no limit (the driver's view). */
+static bool nvml_view(nvmlDevice_t device, unsigned long long *total, unsigned long long *free_,
+		      unsigned long long *used)
+{
+	uint64_t limit, usage;
+	int didx;
+
+	if (!vgpu_cfg.any_mem_limit || (didx = vgpu_nvml_dev_index(device, &limit)) < 0 || limit == 0)
+		return false;
+	usage = current_usage(didx);
+	virtual_info(limit, usage, total, free_);
+	*used = min_u64(usage, *total);
+	return true;
+}
+
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
-	uint64_t limit, used;
 	nvmlReturn_t r;
-	int didx;
 
 	vgpu_init();
 	if (vgpu_cfg.failed)
 		return NVML_ERROR_NO_PERMISSION;
 	r = real_nvmlDeviceGetMemoryInfo(device, memory);
-	if (r != NVML_SUCCESS || memory == NULL || !vgpu_cfg.any_mem_limit)
-		return r;
-	if ((didx = vgpu_nvml_dev_index(device, &limit)) < 0 || limit == 0)
-		return r;
-	used = current_usage(didx);
-	virtual_info(limit, used, &memory->total, &memory->free);
-	memory->used = min_u64(used, memory->total);
+	if (r == NVML_SUCCESS && memory)
+		nvml_view(device, &memory->total, &memory->free, &memory->used);
 	return r;
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
-	uint64_t limit, used;
 	nvmlReturn_t r;
-	int didx;
 
 	vgpu_init();
 	if (vgpu_cfg.failed)
 		return NVML_ERROR_NO_PERMISSION;
 	r = real_nvmlDeviceGetMemoryInfo_v2(device, memory);
-	if (r != NVML_SUCCESS || memory == NULL || !vgpu_cfg.any_mem_limit)
-		return r;
-	if ((didx = vgpu_nvml_dev_index(device, &limit)) < 0 || limit == 0)
-		return r;
-	used = current_usage(didx);
-	virtual_info(limit, used, &memory->total, &memory->free);
-	memory->used = min_u64(used, memory->total);
-	memory->reserved = 0; /* driver reservations are outside the container's share */
+	if (r == NVML_SUCCESS && memory &&
+	    nvml_view(device, &memory->total, &memory->free, &memory->used))
+		memory->reserved = 0; /* driver reservations are outside the container's share */
 	return r;
 }

@@ -139,6 +139,12 @@ for variant in plain san; do
 		else
 			echo "skip pid-namespace cases (unshare -p needs privileges here)"
 		fi
+		# throttling follows what NVML measures, not what the library expects: a device NVML
+		# reports 90% busy (a neighbour, say) holds a 50% share back to almost nothing
+		run "test_sm[NVML says 90%, limit 50%: held back]" "${SM[@]}" FAKE_NVML_UTIL=90 \
+			CUDA_DEVICE_SM_LIMIT=50 TEST_EXPECT_UTIL=0 TEST_TOLERANCE=15 \
+			CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_sm" \
+			device_utilisation_follows_the_limit
 		run "test_sm[device utilisation fallback]" "${SM[@]}" FAKE_NVML_NO_PROCESS_UTIL=1 \
 			CUDA_DEVICE_SM_LIMIT=40 TEST_EXPECT_UTIL=40 \
 			CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_sm" device_utilisation_follows_the_limit
