@@ -65,22 +65,26 @@ int vgpu_current_device(void)
 
 int vgpu_nvml_dev_index(nvmlDevice_t device, uint64_t *limit)
 {
-	char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+	char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE], u[64];
 	unsigned int index;
-	int idx;
+	int count = 0, ordinal = -1;
 
 	*limit = 0;
 	if (real_nvmlDeviceGetUUID(device, uuid, sizeof(uuid)) != NVML_SUCCESS ||
 	    real_nvmlDeviceGetIndex(device, &index) != NVML_SUCCESS)
 		return -1;
-	/* The limit is this process's own, for the CUDA ordinal it knows this device by; before
-	 * CUDA has seen the device, the container's NVML index is its CUDA ordinal (no reordering
-	 * by CUDA_VISIBLE_DEVICES). Usage is the region's, keyed by UUID either way. */
-	if (index < VGPU_MAX_DEVICES)
-		*limit = vgpu_cfg.mem_limit[index];
-	idx = vgpu_region_device(uuid, *limit, index < VGPU_MAX_DEVICES ? vgpu_cfg.sm_limit[index] : 0);
-	for (int d = 0; idx >= 0 && d < VGPU_MAX_DEVICES; d++)
-		if (__atomic_load_n(&dev_index[d], __ATOMIC_ACQUIRE) == idx + 1)
-			*limit = vgpu_cfg.mem_limit[d];
-	return idx;
+	/* NVML numbers devices as the machine does, CUDA as CUDA_VISIBLE_DEVICES says: the
+	 * limit is the one of the CUDA ordinal with this UUID. Before cuInit, the container's NVML
+	 * index stands in for the ordinal (the runtime exposes the container's devices in order). */
+	if (real_cuDeviceGetCount(&count) == CUDA_SUCCESS) {
+		for (int d = 0; d < count && d < VGPU_MAX_DEVICES && ordinal < 0; d++)
+			if (vgpu_dev_uuid(d, u, sizeof(u)) == 0 && strcmp(u, uuid) == 0)
+				ordinal = d;
+	} else if (index < VGPU_MAX_DEVICES) {
+		ordinal = (int)index;
+	}
+	if (ordinal < 0)
+		return vgpu_region_device(uuid, 0, 0); /* not this process's device: usage only */
+	*limit = vgpu_mem_limit(ordinal);
+	return vgpu_region_device(uuid, *limit, vgpu_sm_limit(ordinal));
 }

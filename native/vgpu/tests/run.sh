@@ -87,7 +87,12 @@ for variant in plain san; do
 		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
 		timeout 60 "$T/test_hooks" missing_real_symbols_report_not_supported
 	run test_memory "${FAKE[@]}" "${LIM[@]}" CUDA_DEVICE_MEMORY_LIMIT_1=256m FAKE_CUDA_DEVICES=2 \
-		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_memory"
+		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_memory" \
+		$(sed -n 's/^[[:space:]]*CASE(\([a-z_]*\)),$/\1/p' "$HERE/test_memory.c" | grep -v reordered)
+	run "test_memory[CUDA_VISIBLE_DEVICES=1,0]" "${FAKE[@]}" FAKE_CUDA_DEVICES=2 \
+		CUDA_VISIBLE_DEVICES=1,0 CUDA_DEVICE_MEMORY_LIMIT_0=256m CUDA_DEVICE_MEMORY_LIMIT_1=1Gi \
+		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_memory" \
+		reordered_devices_keep_their_limits
 	run test_fail_closed "${FAKE[@]}" CUDA_DEVICE_MEMORY_LIMIT=4GX \
 		'TEST_EXPECT_MSG=CUDA_DEVICE_MEMORY_LIMIT="4GX": unknown unit' \
 		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \

@@ -227,6 +227,33 @@ static void nvml_reports_the_container_view(void)
 	CHECK_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
 }
 
+/* Run with CUDA_VISIBLE_DEVICES=1,0, CUDA_DEVICE_MEMORY_LIMIT_0=256m, _1=1Gi: CUDA ordinal 0 is
+ * the machine's device 1. Limits follow CUDA ordinals, NVML numbers the machine's way, and both
+ * views agree because devices are matched by UUID (HAMi-core #225/#319). */
+static void reordered_devices_keep_their_limits(void)
+{
+	nvmlDevice_t n0, n1;
+	nvmlMemory_t m;
+	CUdeviceptr p = 0;
+	size_t f, t;
+
+	CHECK(ctx_on(0) == 0);
+	CHECK_EQ(cuMemGetInfo_v2(&f, &t), CUDA_SUCCESS);
+	CHECK_EQ(t, 256 * MiB);
+	CHECK_EQ(cuMemAlloc_v2(&p, 100 * MiB), CUDA_SUCCESS);
+	CHECK_EQ(fake_cuda_memory_used(1), 100 * MiB); /* it landed on the machine's device 1 */
+	CHECK_EQ(nvmlInit_v2(), NVML_SUCCESS);
+	CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(0, &n0), NVML_SUCCESS);
+	CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(1, &n1), NVML_SUCCESS);
+	CHECK_EQ(nvmlDeviceGetMemoryInfo(n1, &m), NVML_SUCCESS);
+	CHECK_EQ(m.total, 256 * MiB);
+	CHECK_EQ(m.used, 100 * MiB);
+	CHECK_EQ(nvmlDeviceGetMemoryInfo(n0, &m), NVML_SUCCESS);
+	CHECK_EQ(m.total, GiB);
+	CHECK_EQ(m.used, 0);
+	CHECK_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct check_case cases[] = {
@@ -243,6 +270,7 @@ int main(int argc, char **argv)
 		CASE(unknown_pointers_are_forwarded_to_the_driver),
 		CASE(each_device_has_its_own_limit),
 		CASE(nvml_reports_the_container_view),
+		CASE(reordered_devices_keep_their_limits),
 	};
 	return check_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]));
 }

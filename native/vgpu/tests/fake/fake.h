@@ -2,6 +2,7 @@
  * The fake driver: libcuda.so.1 and libnvidia-ml.so.1 over host memory, for tests without a GPU.
  * Configured by environment variables (read once per process):
  *   FAKE_CUDA_DEVICES        device count (default 1)
+ *   CUDA_VISIBLE_DEVICES     honoured (indices): renumbers devices for CUDA, not for NVML
  *   FAKE_CUDA_MEMORY         bytes per device, suffixes K/M/G (default 16G)
  *   FAKE_CUDA_SM_COUNT       multiprocessors per device (default 132)
  *   FAKE_CUDA_KERNEL_US      simulated busy time of one kernel launch, µs (default 0)

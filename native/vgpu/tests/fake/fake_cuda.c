@@ -37,7 +37,9 @@ struct device {
 
 static struct {
 	int initialised;
-	int ndev;
+	int ndev;                     /* devices CUDA shows (after CUDA_VISIBLE_DEVICES) */
+	int nphys;                    /* devices there are (what NVML shows) */
+	int phys[FAKE_MAX_DEVICES];   /* CUDA ordinal → physical index */
 	uint64_t memory, granularity;
 	int sm_count, graph_kernels, queue, proc_internal, fast_alloc;
 	uint64_t kernel_ns;
@@ -58,9 +60,25 @@ static __thread int current = -1; /* device of the thread's current context */
 
 static void read_cfg(void)
 {
-	cfg.ndev = (int)fake_env_bytes("FAKE_CUDA_DEVICES", 1);
-	if (cfg.ndev > FAKE_MAX_DEVICES)
-		cfg.ndev = FAKE_MAX_DEVICES;
+	cfg.nphys = (int)fake_env_bytes("FAKE_CUDA_DEVICES", 1);
+	if (cfg.nphys > FAKE_MAX_DEVICES)
+		cfg.nphys = FAKE_MAX_DEVICES;
+	/* CUDA_VISIBLE_DEVICES (indices only) renumbers devices for CUDA, not for NVML */
+	const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+	cfg.ndev = 0;
+	for (const char *p = vis; p && *p && cfg.ndev < FAKE_MAX_DEVICES;) {
+		char *end;
+		long i = strtol(p, &end, 10);
+		if (end == p || i < 0 || i >= cfg.nphys)
+			break;
+		cfg.phys[cfg.ndev++] = (int)i;
+		p = *end == ',' ? end + 1 : end;
+	}
+	if (vis == NULL) {
+		for (int i = 0; i < cfg.nphys; i++)
+			cfg.phys[i] = i;
+		cfg.ndev = cfg.nphys;
+	}
 	cfg.memory = fake_env_bytes("FAKE_CUDA_MEMORY", 16ULL << 30);
 	cfg.sm_count = (int)fake_env_bytes("FAKE_CUDA_SM_COUNT", 132);
 	cfg.kernel_ns = fake_env_bytes("FAKE_CUDA_KERNEL_US", 0) * 1000;
@@ -97,6 +115,8 @@ static void config(void)
 {
 	pthread_once(&cfg_once, read_cfg);
 }
+
+#define PHYS(ordinal) (cfg.phys[(ordinal)])
 
 EXPORT uint64_t fake_now_ns(void)
 {
@@ -195,7 +215,7 @@ EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 		return CUDA_ERROR_INVALID_DEVICE;
 	for (int i = 0; i < 16; i++)
 		uuid->bytes[i] = (char)(0xa0 + i);
-	uuid->bytes[15] = (char)dev;
+	uuid->bytes[15] = (char)PHYS(dev);
 	return CUDA_SUCCESS;
 }
 
@@ -253,7 +273,7 @@ EXPORT CUresult cuCtxSynchronize(void)
 
 	CHECK_CTX();
 	pthread_mutex_lock(&mu);
-	until = devs[current].busy_until;
+	until = devs[PHYS(current)].busy_until;
 	pthread_mutex_unlock(&mu);
 	sleep_until(until);
 	return CUDA_SUCCESS;
@@ -329,7 +349,7 @@ static CUresult alloc_kind(CUdeviceptr *dptr, size_t bytesize, int kind)
 	CHECK_CTX();
 	if (dptr == NULL || bytesize == 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	if ((r = mem_add(current, bytesize, kind, &a)) == CUDA_SUCCESS)
+	if ((r = mem_add(PHYS(current), bytesize, kind, &a)) == CUDA_SUCCESS)
 		*dptr = a;
 	return r;
 }
@@ -413,7 +433,7 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 	host = prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE;
 	if (!host && (prop->location.id < 0 || prop->location.id >= cfg.ndev))
 		return CUDA_ERROR_INVALID_DEVICE;
-	if ((r = mem_add(host ? 0 : prop->location.id, size, host ? 5 : 3, &a)) == CUDA_SUCCESS)
+	if ((r = mem_add(host ? 0 : PHYS(prop->location.id), size, host ? 5 : 3, &a)) == CUDA_SUCCESS)
 		*handle = a;
 	return r;
 }
@@ -432,7 +452,7 @@ static CUresult array_create(CUarray *h, uint64_t bytes)
 	CHECK_CTX();
 	if (h == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	if ((r = mem_add(current, bytes, 4, &a)) == CUDA_SUCCESS)
+	if ((r = mem_add(PHYS(current), bytes, 4, &a)) == CUDA_SUCCESS)
 		*h = (CUarray)(uintptr_t)a;
 	return r;
 }
@@ -477,7 +497,7 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_, size_t *total)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&mu);
 	*total = cfg.memory;
-	*free_ = cfg.memory - devs[current].used;
+	*free_ = cfg.memory - devs[PHYS(current)].used;
 	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;
 }
@@ -491,7 +511,7 @@ static CUresult launch(unsigned int kernels)
 	CHECK_CTX();
 	uint32_t pid = fake_host_pid();
 	pthread_mutex_lock(&mu);
-	d = &devs[current];
+	d = &devs[PHYS(current)];
 	for (unsigned int k = 0; k < kernels; k++) {
 		now = fake_now_ns();
 		start = d->busy_until > now ? d->busy_until : now;
@@ -618,7 +638,7 @@ EXPORT uint64_t fake_cuda_memory_total(void)
 EXPORT int fake_cuda_device_count(void)
 {
 	config();
-	return cfg.ndev;
+	return cfg.nphys;
 }
 
 /* Busy time of device `dev` in the last `window` ns, of process `pid` (0 = all). */
