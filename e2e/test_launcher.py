@@ -135,7 +135,7 @@ def test_killed_session_takes_its_components_along_and_the_next_one_sweeps_its_s
     assert_left_nothing(cluster)
 
 
-def test_component_pid_is_not_mistaken_for_ours_once_recycled(tmp_path: Path) -> None:
+def test_a_recycled_pid_running_another_program_is_not_ours(tmp_path: Path) -> None:
     other = subprocess.Popen(["sleep", "30"])
     try:
         impostor = Running("etcd", other.pid, tmp_path / "log", Path("/nonexistent/vgpu-k8s"))
@@ -143,3 +143,12 @@ def test_component_pid_is_not_mistaken_for_ours_once_recycled(tmp_path: Path) ->
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_recycled_pid_running_our_binary_in_another_cluster_is_not_ours(
+    e2e_cluster: LocalCluster,
+) -> None:
+    live = e2e_cluster.components[0]
+    assert live.alive()
+    stale = Running(live.name, live.pid, live.log, live.binary, started=live.started - 1)
+    assert not stale.alive()

@@ -102,7 +102,13 @@ class LocalCluster:
             "version": self.version,
             "ports": asdict(self.ports),
             "components": [
-                {"name": c.name, "pid": c.pid, "log": str(c.log), "binary": str(c.binary)}
+                {
+                    "name": c.name,
+                    "pid": c.pid,
+                    "log": str(c.log),
+                    "binary": str(c.binary),
+                    "started": c.started,
+                }
                 for c in self.components
             ],
         }
@@ -116,7 +122,9 @@ class LocalCluster:
         except (OSError, ValueError):
             return None
         components = tuple(
-            Running(c["name"], int(c["pid"]), Path(c["log"]), Path(c["binary"]))
+            Running(
+                c["name"], int(c["pid"]), Path(c["log"]), Path(c["binary"]), c.get("started", -1)
+            )
             for c in state["components"]
         )
         return cls(

@@ -29,15 +29,22 @@ class ComponentExitedError(RuntimeError):
 
 @dataclass(frozen=True)
 class Running:
-    """A started component: its name, pid, log file and the binary that identifies it."""
+    """A started component: its name, pid, log file, and what tells it from a recycled pid.
+
+    Pids wrap quickly here (``pid_max`` 32768, busy Go builds), and every cluster runs the same
+    binary, so identity is the pid *and* the binary *and* the process's start time.
+    """
 
     name: str
     pid: int
     log: Path
     binary: Path
+    started: int = -1  # /proc/<pid>/stat starttime (clock ticks since boot); -1: not checked
 
     def alive(self) -> bool:
-        return _is_ours(self.pid, self.binary)
+        if not _is_ours(self.pid, self.binary):
+            return False
+        return self.started == -1 or start_ticks(self.pid) == self.started
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -99,7 +106,17 @@ def start(name: str, argv: list[str], *, log: Path, die_with_parent: bool) -> Ru
             preexec_fn=_die_with_parent if die_with_parent else None,
         )
     _children[process.pid] = process
-    return Running(name=name, pid=process.pid, log=log, binary=Path(argv[0]))
+    started = start_ticks(process.pid)
+    return Running(name, process.pid, log, Path(argv[0]), -1 if started is None else started)
+
+
+def start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (field 22 of /proc/<pid>/stat)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[-1].split()[19])
 
 
 def exit_status(component: Running) -> str:
