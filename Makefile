@@ -90,5 +90,14 @@ e2e-kind: venv helm-bin
 	$(PY) -m e2e.kind up
 	$(PY) -m pytest e2e/kind/scenarios.py -q
 
+.PHONY: e2e-realnode
+# The real-node tier (issue 10, e2e/realnode): a real kubelet + containerd 2.3 + runc 1.4 built
+# from their Go modules (into ~/.cache/vgpu-bridge/realnode-*), joined to a private control plane;
+# pods run as real containers. Needs root; changes three kernel tunables while it runs and puts
+# them back. Not part of `make test`. `python -m e2e.realnode down` cleans up after a crash.
+e2e-realnode: venv cluster-bin
+	$(PY) -m e2e.realnode build
+	VGPU_REALNODE=1 $(PY) -m pytest e2e/realnode -q
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,145 @@
+"""Build (or reuse) the real node's runtime: containerd, its runc shim, ctr and runc, plus the two C
+programs of the images (a static pause and a dynamic probe).
+
+The Go binaries come from their own modules through the Go proxy (``go install pkg@version``, each
+module with its own go.mod and go.sum; never merged into the Kubernetes tools module), into
+``<cache>/realnode-<containerd>-<runc>/bin``. The kubelet is ``vgpu-k8s kubelet`` from the control
+plane's tools module (``e2e.cluster.ensure_binary``). runc needs cgo and libseccomp
+(``ensure_libseccomp`` installs ``libseccomp-dev`` with apt on a fresh machine).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from e2e.cluster.settings import Settings
+
+CONTAINERD_VERSION = "v2.3.7"
+RUNC_VERSION = "v1.4.4"
+CONTAINERD_MODULE = "github.com/containerd/containerd/v2"
+RUNC_MODULE = "github.com/opencontainers/runc"
+CSRC = Path(__file__).resolve().parent / "csrc"
+GO_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr", "runc")
+C_PROGRAMS = ("pause", "probe")
+
+
+class BuildError(RuntimeError):
+    """A build step failed; the message carries the tail of its output."""
+
+
+@dataclass(frozen=True)
+class RuntimeBinaries:
+    bin_dir: Path
+    reused: bool
+    seconds: float
+    #: step -> seconds, for the steps that ran (empty when everything was reused)
+    steps: dict[str, float]
+
+    def path(self, name: str) -> Path:
+        return self.bin_dir / name
+
+
+def bin_dir(settings: Settings) -> Path:
+    return settings.cache_root / f"realnode-{CONTAINERD_VERSION}-{RUNC_VERSION}" / "bin"
+
+
+def ensure_runtime(settings: Settings) -> RuntimeBinaries:
+    """containerd, shim, ctr, runc and the C programs, built when missing or stale (file lock)."""
+    directory = bin_dir(settings)
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / "build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure_locked(settings, directory)
+
+
+def _ensure_locked(settings: Settings, directory: Path) -> RuntimeBinaries:
+    started = time.monotonic()
+    stamp = directory / "realnode.stamp"
+    wanted = _wanted_stamp()
+    try:
+        recorded = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        recorded = {}
+    steps: dict[str, float] = {}
+    present = all((directory / name).is_file() for name in (*GO_BINARIES, *C_PROGRAMS))
+    if present and all(recorded.get(key) == value for key, value in wanted.items()):
+        return RuntimeBinaries(directory, True, time.monotonic() - started, steps)
+    go_env = {**os.environ, **settings.go_env, "GOBIN": str(directory)}
+    if recorded.get("runc") != wanted["runc"] or not (directory / "runc").is_file():
+        ensure_libseccomp()
+        steps["runc"] = _run(
+            [
+                "go",
+                "install",
+                "-trimpath",
+                "-ldflags=-s -w",
+                "-tags=seccomp urfave_cli_no_docs",
+                f"{RUNC_MODULE}@{RUNC_VERSION}",
+            ],
+            env={**go_env, "CGO_ENABLED": "1"},
+        )
+    containerd_missing = any(
+        not (directory / name).is_file()
+        for name in ("containerd", "ctr", "containerd-shim-runc-v2")
+    )
+    if recorded.get("containerd") != wanted["containerd"] or containerd_missing:
+        packages = [
+            f"{CONTAINERD_MODULE}/cmd/{name}@{CONTAINERD_VERSION}"
+            for name in ("containerd", "ctr", "containerd-shim-runc-v2")
+        ]
+        steps["containerd"] = _run(
+            ["go", "install", "-trimpath", "-ldflags=-s -w", "-tags=no_btrfs", *packages],
+            # static like upstream's release binaries; btrfs (the one cgo piece) is left out
+            env={**go_env, "CGO_ENABLED": "0"},
+        )
+    started_c = time.monotonic()
+    _run(["gcc", "-static", "-O2", "-o", str(directory / "pause"), str(CSRC / "pause.c")])
+    _run(["gcc", "-O2", "-o", str(directory / "probe"), str(CSRC / "probe.c")])
+    steps["c"] = time.monotonic() - started_c
+    stamp.write_text(json.dumps({**wanted, "steps": steps}))
+    return RuntimeBinaries(directory, False, time.monotonic() - started, steps)
+
+
+def _wanted_stamp() -> dict[str, str]:
+    sha = hashlib.sha256()
+    for name in sorted(p.name for p in CSRC.glob("*.c")):
+        sha.update(name.encode() + b"\0" + (CSRC / name).read_bytes())
+    return {"containerd": CONTAINERD_VERSION, "runc": RUNC_VERSION, "csrc": sha.hexdigest()}
+
+
+def ensure_libseccomp() -> None:
+    """runc's seccomp support links libseccomp: install the Debian dev package if it is missing."""
+    if Path("/usr/include/seccomp.h").is_file():
+        return
+    apt = shutil.which("apt-get")
+    if apt is None:
+        raise BuildError("runc needs libseccomp-dev (seccomp.h) and there is no apt-get")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = [apt, "install", "-y", "-q", "libseccomp-dev"]
+    if subprocess.run(install, env=env, capture_output=True, check=False).returncode != 0:
+        _run([apt, "update", "-q"], env=env)
+        _run(install, env=env)
+
+
+def _run(command: list[str], *, env: dict[str, str] | None = None) -> float:
+    started = time.monotonic()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, cwd="/")
+    if done.returncode != 0:
+        output = (done.stdout + done.stderr)[-4000:]
+        raise BuildError(f"{' '.join(command)} failed ({done.returncode}):\n{output}")
+    return round(time.monotonic() - started, 1)
+
+
+def report(result: RuntimeBinaries) -> str:
+    if result.reused:
+        return f"realnode-bin: warm, reused {result.bin_dir} in {result.seconds:.2f}s"
+    steps = ", ".join(f"{name} {seconds:.0f}s" for name, seconds in result.steps.items())
+    return f"realnode-bin: built {result.bin_dir} in {result.seconds:.1f}s ({steps})"

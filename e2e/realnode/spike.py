@@ -1,0 +1,192 @@
+"""The spike of issue 10: a plain hostNetwork pod runs and exits on the real node.
+
+Recipe of shared/reference/realnode.md §6, steps 1-7 and 9: host facts, builds, images, stale
+state wiped and sysctls saved, containerd, a private control plane, the kubelet as
+``system:node:<name>`` until the Node is Ready, one pod from the local test image placed by
+kube-scheduler (``imagePullPolicy: Never``) that prints and exits 0, then teardown.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from e2e.cluster import LocalCluster, Settings, ensure_binary, start_cluster
+from e2e.cluster.client import ApiError, Json, KubeClient
+from e2e.realnode import build, host
+from e2e.realnode.node import TEST_IMAGE, RealNode, start_node, stop_node
+
+POD_TIMEOUT_S = 120.0
+
+
+def cluster_state_dir(settings: Settings) -> Path:
+    return settings.cache_root / "state" / "realnode-cluster"
+
+
+@contextmanager
+def node_and_cluster(
+    settings: Settings, *, log: list[str]
+) -> Iterator[tuple[LocalCluster, RealNode]]:
+    """A private control plane plus the real node; both torn down however the block ends."""
+    binaries = build.ensure_runtime(settings)
+    log.append(build.report(binaries))
+    kube = ensure_binary(settings)
+    log.append(f"vgpu-k8s (with kubelet): {kube.binary}, reused={kube.reused}")
+    stale = LocalCluster.load(cluster_state_dir(settings))
+    if stale is not None:
+        stale.stop()
+    started = time.monotonic()
+    cluster = start_cluster(
+        kube.binary,
+        settings.k8s_version,
+        state_dir=cluster_state_dir(settings),
+        die_with_parent=True,
+    )
+    log.append(f"control plane up in {time.monotonic() - started:.1f}s at {cluster.server}")
+    try:
+        node = start_node(cluster, bin_dir=binaries.bin_dir, kubelet_binary=kube.binary)
+        try:
+            log += [f"{what}: {seconds:.1f}s" for what, seconds in node.timings.items()]
+            yield cluster, node
+        finally:
+            teardown = stop_node(node, cluster.client())
+            log += [f"teardown: {line}" for line in teardown.lines()]
+            if not teardown.clean:
+                raise RuntimeError("teardown left things behind: " + "; ".join(teardown.lines()))
+    finally:
+        cluster.stop()
+
+
+def probe_pod(name: str, node_name: str, *, args: tuple[str, ...] = ()) -> Json:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node_name},
+            "hostNetwork": True,
+            "dnsPolicy": "Default",
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "probe",
+                    "image": TEST_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "args": list(args),
+                }
+            ],
+        },
+    }
+
+
+@dataclass
+class PodRun:
+    name: str
+    phase: str
+    node_name: str
+    log: str
+    seconds: float
+    events: list[str] = field(default_factory=list)
+
+    def values(self) -> dict[str, str]:
+        """The probe's ``key=value`` lines."""
+        found = {}
+        for line in self.log.splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                found[key] = value
+        return found
+
+
+def run_pod(client: KubeClient, node: RealNode, pod: Json, namespace: str = "default") -> PodRun:
+    """Create ``pod``, wait until it Succeeded or Failed, read its log from the node, delete it."""
+    name = pod["metadata"]["name"]
+    path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+    started = time.monotonic()
+    client.create(f"/api/v1/namespaces/{namespace}/pods", pod)
+    current: Json = {}
+    deadline = started + POD_TIMEOUT_S
+    while time.monotonic() < deadline:
+        current = client.get(path)
+        if current.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            break
+        time.sleep(0.25)
+    seconds = time.monotonic() - started
+    events = [
+        f"{e.get('reason')}: {e.get('message')}"
+        for e in client.items(
+            f"/api/v1/namespaces/{namespace}/events",
+            fieldSelector=f"involvedObject.name={name}",
+        )
+    ]
+    uid = current.get("metadata", {}).get("uid", "")
+    log_file = node.layout.pod_logs / f"{namespace}_{name}_{uid}" / "probe" / "0.log"
+    text = ""
+    if log_file.is_file():
+        # CRI log format: "<time> stdout F <line>"
+        text = "\n".join(
+            line.split(" ", 3)[3]
+            for line in log_file.read_text().splitlines()
+            if line.count(" ") >= 3
+        )
+    run = PodRun(
+        name,
+        current.get("status", {}).get("phase", "?"),
+        current.get("spec", {}).get("nodeName", ""),
+        text,
+        seconds,
+        events,
+    )
+    delete_and_wait(client, path)
+    return run
+
+
+def delete_and_wait(client: KubeClient, path: str, timeout_s: float = 60.0) -> None:
+    """Graceful delete; the real kubelet finishes it. Force after ``timeout_s``."""
+    try:
+        client.delete(path)
+    except ApiError:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            client.get(path)
+        except ApiError:
+            return
+        time.sleep(0.25)
+    client.delete(path, grace_period_s=0)
+    raise TimeoutError(f"{path} not deleted by the kubelet within {timeout_s:.0f}s")
+
+
+def run_spike(settings: Settings) -> tuple[bool, list[str]]:
+    """Steps 1-7 + 9; returns (passed, report lines)."""
+    log: list[str] = []
+    facts = host.host_facts()
+    log += [f"host: {line}" for line in facts.lines()]
+    passed = False
+    with node_and_cluster(settings, log=log) as (cluster, node):
+        client = cluster.client()
+        run = run_pod(client, node, probe_pod("spike-probe", node.name, args=("spike",)))
+        values = run.values()
+        log.append(
+            f"pod {run.name}: phase {run.phase} on {run.node_name} in {run.seconds:.1f}s; "
+            f"log {values}"
+        )
+        log += [f"  event {event}" for event in run.events]
+        passed = (
+            run.phase == "Succeeded"
+            and run.node_name == node.name
+            and values.get("probe") == "spike"
+            and values.get("hostname") == _hostname()
+        )
+    return passed, log
+
+
+def _hostname() -> str:
+    return Path("/proc/sys/kernel/hostname").read_text().strip()
