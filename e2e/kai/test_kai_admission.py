@@ -281,3 +281,44 @@ def test_kai_build_with_capacity_gets_no_warning(
     )
     assert_handed_to_kai(pod)
     assert not [w for w in warnings if "KAI" in w], warnings
+
+
+def test_deployment_pods_reach_kai_translated(
+    kube: KubeClient, kai_namespace: Callable[[str], str], kai_admission: KaiAdmissionRecorder
+) -> None:
+    """A workload is translated at its pod template (annotations there removed too), so the pods
+    its ReplicaSet makes, the ones KAI's podgrouper groups by their top owner, are already
+    translated when KAI's mutator sees them."""
+    ns = kai_namespace("first")
+    template = kai_pod("ignored", {"gpu-memory": "4096"})
+    template["metadata"] = {
+        "labels": {"app": "infer", QUEUE: "team-a"},
+        "annotations": template["metadata"]["annotations"],
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "infer", "labels": {QUEUE: "team-a"}},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "infer"}},
+            "template": template,
+        },
+    }
+    created = kube.create(f"/apis/apps/v1/namespaces/{ns}/deployments", deployment)
+    assert_handed_to_kai(created["spec"]["template"])
+
+    def two_pods() -> list[Json] | None:
+        pods = kube.items(f"/api/v1/namespaces/{ns}/pods", labelSelector="app=infer")
+        return pods if len(pods) == 2 else None
+
+    pods = wait_for(two_pods, timeout_s=60, what="the deployment's two pods")
+    for pod in pods:
+        assert_handed_to_kai(pod)
+    # Admission sees a ReplicaSet's pods before their names are generated.
+    [prefix] = {pod["metadata"]["generateName"] for pod in pods}
+    seen = kai_admission.pods_named(ns, "")
+    seen = [p for p in seen if p["metadata"].get("generateName") == prefix]
+    assert len(seen) >= 2, "KAI's mutating webhook was not called for both pods"
+    for version in seen:
+        assert_handed_to_kai(version)

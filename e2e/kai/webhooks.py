@@ -92,7 +92,8 @@ class KaiAdmissionRecorder:
             return [
                 p
                 for p in self.seen
-                if p["metadata"].get("namespace") == namespace and p["metadata"].get("name") == name
+                if p["metadata"].get("namespace") == namespace
+                and p["metadata"].get("name", "") == name
             ]
 
 
@@ -150,7 +151,9 @@ def kai_admission_recorder(kube: KubeClient, workdir: Path) -> Iterator[KaiAdmis
             length = int(self.headers.get("Content-Length") or 0)
             review: Json = json.loads(self.rfile.read(length))
             request = review["request"]
-            recorder.record(request["object"])
+            pod = request["object"]
+            pod["metadata"].setdefault("namespace", request.get("namespace"))
+            recorder.record(pod)
             answer = {
                 "apiVersion": "admission.k8s.io/v1",
                 "kind": "AdmissionReview",
