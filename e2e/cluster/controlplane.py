@@ -51,7 +51,7 @@ class Ports:
 
     @classmethod
     def pick(cls) -> Ports:
-        return cls(*(processes.free_port() for _ in range(5)))
+        return cls(*processes.free_ports(5))
 
 
 @dataclass(frozen=True)
