@@ -99,16 +99,18 @@ class AgentProcess:
                 return False
         return True
 
-    def stop(self) -> None:
+    def stop(self) -> int | None:
+        """SIGTERM, as the kubelet stops a pod; the exit code (None when it was not running)."""
         if self.process is None:
-            return
+            return None
         self.process.terminate()
         try:
-            self.process.wait(timeout=15)
+            code = self.process.wait(timeout=15)
         except subprocess.TimeoutExpired:
             self.process.kill()
-            self.process.wait()
+            code = self.process.wait()
         self.process = None
+        return code
 
 
 def _base_env() -> dict[str, str]:

@@ -89,7 +89,9 @@ def test_a_corrupt_checkpoint_is_rebuilt_from_the_api_on_restart(
     agent, uid = agent_on_node.agent, claim["metadata"]["uid"]
     before = json.loads(agent.layout.spec_path(uid).read_text())
 
-    agent.stop()
+    assert agent.stop() == 0  # SIGTERM: a clean exit that takes its sockets along
+    assert not agent.dra_socket.exists()
+    assert not agent.registration_socket.exists()
     checkpoint = agent.dra_socket.parent / "checkpoint.json"
     checkpoint.write_text(checkpoint.read_text()[:-30])  # torn by a bad disk, say
     agent.layout.spec_path(uid).unlink()
