@@ -25,22 +25,29 @@ struct vgpu_region *vgpu_region_get(void)
 	return region;
 }
 
+/* Reads a small /proc file into buf, NUL-terminated; -1 if it cannot. */
+static int read_proc(const char *path, char *buf, size_t len)
+{
+	ssize_t n;
+	int fd;
+
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return -1;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	return 0;
+}
+
 uint64_t vgpu_proc_start_time(int pid)
 {
 	char path[64], buf[1024], *p;
 	unsigned long long start = 0;
-	ssize_t n;
-	int fd;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	if ((p = strrchr(buf, ')')) == NULL)
+	if (read_proc(path, buf, sizeof(buf)) < 0 || (p = strrchr(buf, ')')) == NULL)
 		return 0;
 	/* after ')' come fields 3 (state) .. 22 (starttime) */
 	for (int field = 3; field <= 22 && p; field++)
@@ -58,15 +65,10 @@ int32_t vgpu_host_pid(void)
 	unsigned long ino = 0;
 	ssize_t n;
 	long pid;
-	int fd, count = 0;
+	int count = 0;
 
-	if ((fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC)) < 0)
+	if (read_proc("/proc/self/status", buf, sizeof(buf)) < 0)
 		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
 	/* NStgid lists this process's pid in each pid namespace visible from this /proc, outermost
 	 * first. More than one entry: the first is the host's (or the outermost we can see). One
 	 * entry: it is the host pid only if we live in the initial pid namespace. */

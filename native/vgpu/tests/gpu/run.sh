@@ -12,6 +12,7 @@
 # OOM while a neighbour keeps running; two processes share one limit; SM limits 25/50/75% give
 # throughput within ±10% of target; with no limits the overhead is under 2% (busy kernels,
 # launch microbenchmark, matmul loop). Results: bench/results/vgpu-gpu-<UTC time>.txt.
+# SM runs also leave the controller's trace in bench/results/vgpu-gpu-<time>-sm<limit>.log.
 # Last line: "N passed, N failed"; exit status 1 if anything failed.
 set -u
 ROOT=$(cd "$(dirname "$0")/../../../.." && pwd)
@@ -114,7 +115,9 @@ if [ $torch_oom = skip ]; then skip "pytorch_raises_OutOfMemoryError_past_the_li
 base=$(with CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" "$CHECK" throughput "$SECONDS_PER_RUN")
 log "# busy-kernel throughput, unlimited: $base kernels/s"
 for lim in 25 50 75; do
-	t=$(with CUDA_DEVICE_SM_LIMIT=$lim CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" "$CHECK" throughput "$SECONDS_PER_RUN")
+	# the controller's trace (one line per 100 ms tick) goes next to the results, for tuning
+	t=$(with CUDA_DEVICE_SM_LIMIT=$lim CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
+		LIBVGPU_LOG_LEVEL=debug "$CHECK" throughput "$SECONDS_PER_RUN" 2>"${OUT%.txt}-sm$lim.log")
 	r=$(ratio "$t" "$base")
 	verdict "sm_limit_${lim}_gives_${lim}%_throughput" "$(within "$r" "0.$lim" 0.10 && echo 1)" \
 		"$t kernels/s = $(awk -v r="$r" 'BEGIN{printf "%.1f", r*100}')% of unlimited"
