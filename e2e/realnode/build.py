@@ -29,6 +29,11 @@ RUNC_MODULE = "github.com/opencontainers/runc"
 CSRC = Path(__file__).resolve().parent / "csrc"
 GO_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr", "runc")
 C_PROGRAMS = ("pause", "probe")
+NATIVE_DIR = Path(__file__).resolve().parents[2] / "native" / "vgpu"
+#: what the scenario's image and host need from native/vgpu (built by its own Makefile)
+NATIVE_TARGETS = ("build/libvgpu.so", "build/fake/libcuda.so.1", "build/fake/libnvidia-ml.so.1")
+#: where the fake driver sits in the scenario image (cudaprobe's RUNPATH, LD_LIBRARY_PATH)
+IMAGE_DRIVER_DIR = "/usr/lib/vgpu-test"
 
 
 class BuildError(RuntimeError):
@@ -106,6 +111,35 @@ def _ensure_locked(settings: Settings, directory: Path) -> RuntimeBinaries:
     steps["c"] = time.monotonic() - started_c
     stamp.write_text(json.dumps({**wanted, "steps": steps}))
     return RuntimeBinaries(directory, False, time.monotonic() - started, steps)
+
+
+@dataclass(frozen=True)
+class NativeParts:
+    libvgpu: Path
+    fake_cuda: Path
+    fake_nvml: Path
+    cudaprobe: Path
+
+
+def ensure_native(runtime: RuntimeBinaries) -> NativeParts:
+    """libvgpu.so and the fake driver (``make -C native/vgpu``, which knows when they are stale),
+    and cudaprobe linked against the fake libcuda.so.1 (RUNPATH ``IMAGE_DRIVER_DIR``)."""
+    _run(["make", "-C", str(NATIVE_DIR), "--no-print-directory", *NATIVE_TARGETS])
+    libvgpu, fake_cuda, fake_nvml = (NATIVE_DIR / target for target in NATIVE_TARGETS)
+    cudaprobe = runtime.path("cudaprobe")
+    _run(
+        [
+            "gcc",
+            "-O2",
+            "-o",
+            str(cudaprobe),
+            str(CSRC / "cudaprobe.c"),
+            f"-L{fake_cuda.parent}",
+            "-l:libcuda.so.1",
+            f"-Wl,-rpath,{IMAGE_DRIVER_DIR}",
+        ]
+    )
+    return NativeParts(libvgpu, fake_cuda, fake_nvml, cudaprobe)
 
 
 def _wanted_stamp() -> dict[str, str]:

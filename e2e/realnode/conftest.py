@@ -20,7 +20,7 @@ from e2e.realnode.spike import node_and_cluster
 
 ENABLED = os.environ.get("VGPU_REALNODE") == "1"
 #: the tests that need root and a real node; not even collected unless enabled
-collect_ignore = [] if ENABLED else ["test_real_node.py", "test_real_node_teardown.py"]
+collect_ignore_glob = [] if ENABLED else ["test_real_node*.py"]
 
 
 @pytest.fixture(scope="module")

@@ -90,6 +90,5 @@ def argv(
         f"--root-dir={layout.kubelet_dir}",
         f"--cert-dir={layout.kubelet_dir / 'pki'}",
         f"--hostname-override={node_name}",
-        "--node-ip=127.0.0.1",
         "--v=2",
     ]

@@ -21,10 +21,12 @@ from e2e.cluster.client import ApiError, KubeClient
 from e2e.cluster.controlplane import LocalCluster
 from e2e.cluster.processes import free_port
 from e2e.realnode import containerd, host, kubelet
+from e2e.realnode.build import IMAGE_DRIVER_DIR, NativeParts
 from e2e.realnode.host import Layout
 from e2e.realnode.images import ImageSpec, WrittenImage, shared_libraries, write_oci_archive
 
 TEST_IMAGE = "localhost/vgpu-realnode-probe:1"
+CUDA_IMAGE = "localhost/vgpu-realnode-cuda:1"
 #: argv[0] basenames of the processes the node starts (checked together with our paths)
 OUR_PROGRAMS = frozenset({"containerd", "containerd-shim-runc-v2", "vgpu-k8s", "runc"})
 START_TIMEOUT_S = 120.0
@@ -63,6 +65,7 @@ class RealNode:
     components: list[Component]
     images: dict[str, WrittenImage]
     timings: dict[str, float]
+    native: NativeParts | None = None
 
     def component(self, name: str) -> Component:
         return next(c for c in self.components if c.name == name)
@@ -75,20 +78,22 @@ def start_node(
     kubelet_binary: Path,
     layout: Layout | None = None,
     node_name: str = kubelet.NODE_NAME,
+    native: NativeParts | None = None,
 ) -> RealNode:
     """containerd, images, kubelet; waits until the Node is Ready. On failure tears down first."""
     layout = layout or Layout()
     down(layout, bin_dir, client=None)
-    node = RealNode(layout, bin_dir, kubelet_binary, node_name, [], {}, {})
+    node = RealNode(layout, bin_dir, kubelet_binary, node_name, [], {}, {}, native)
     try:
-        _start(node, cluster)
+        _start(node, cluster, native)
     except BaseException:
+        save_logs(layout)
         down(layout, bin_dir, client=cluster.client(), node_name=node_name)
         raise
     return node
 
 
-def _start(node: RealNode, cluster: LocalCluster) -> None:
+def _start(node: RealNode, cluster: LocalCluster, native: NativeParts | None) -> None:
     layout, bin_dir = node.layout, node.bin_dir
     for directory in (layout.root, layout.run, layout.cdi_dir, layout.logs, layout.pod_logs):
         directory.mkdir(parents=True, exist_ok=True)
@@ -99,7 +104,7 @@ def _start(node: RealNode, cluster: LocalCluster) -> None:
     config = containerd.write_files(layout, bin_dir)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
     ctd = _launch(node, "containerd", bin_dir / "containerd", ["--config", str(config)], env=env)
-    _wait(
+    wait_started(
         lambda: layout.containerd_socket.exists() and _ctr_ok(layout, bin_dir),
         what="containerd socket",
         component=ctd,
@@ -107,7 +112,7 @@ def _start(node: RealNode, cluster: LocalCluster) -> None:
     node.timings["containerd ready"] = time.monotonic() - started
 
     started = time.monotonic()
-    for image in build_images(layout, bin_dir):
+    for image in build_images(layout, bin_dir, native):
         containerd.import_image(layout, bin_dir, image.archive)
         node.images[image.name] = image
     names = containerd.image_names(layout, bin_dir)
@@ -133,7 +138,7 @@ def _start(node: RealNode, cluster: LocalCluster) -> None:
     )
     component = _launch(node, "kubelet", node.kubelet_binary, argv[1:], env=env)
     client = cluster.client()
-    _wait(
+    wait_started(
         lambda: node_ready(client, node.name),
         what=f"node {node.name} Ready",
         component=component,
@@ -141,11 +146,49 @@ def _start(node: RealNode, cluster: LocalCluster) -> None:
     node.timings["kubelet to node Ready"] = time.monotonic() - started
 
 
-def build_images(layout: Layout, bin_dir: Path) -> list[WrittenImage]:
-    """The sandbox image (static pause) and the test image (dynamic probe + its loader/libc)."""
+#: where ``save_logs`` copies the node's logs (teardown removes the node's directories)
+SAVED_LOGS = Path(__file__).resolve().parents[2] / ".cache" / "e2e-artifacts" / "realnode"
+
+
+def save_logs(layout: Layout) -> Path:
+    """Copy the components' logs out of the node's directories before teardown removes them."""
+    SAVED_LOGS.mkdir(parents=True, exist_ok=True)
+    for log in layout.logs.glob("*.log"):
+        shutil.copy2(log, SAVED_LOGS / log.name)
+    return SAVED_LOGS
+
+
+def build_images(
+    layout: Layout, bin_dir: Path, native: NativeParts | None = None
+) -> list[WrittenImage]:
+    """The sandbox image (static pause), the test image (dynamic probe + its loader/libc) and,
+    given ``native``, the CUDA image: cudaprobe over the fake driver, plus every library that
+    cudaprobe and libvgpu.so need (libvgpu itself is not in it: CDI mounts it)."""
     out = layout.root / "images"
     probe = bin_dir / "probe"
+    images = []
+    if native is not None:
+        driver = IMAGE_DRIVER_DIR
+        files = {
+            "/cudaprobe": native.cudaprobe,
+            f"{driver}/libcuda.so.1": native.fake_cuda,
+            f"{driver}/libnvidia-ml.so.1": native.fake_nvml,
+            **shared_libraries(native.cudaprobe),
+            **shared_libraries(native.libvgpu),
+        }
+        images.append(
+            write_oci_archive(
+                ImageSpec(
+                    CUDA_IMAGE,
+                    entrypoint=("/cudaprobe",),
+                    files=files,
+                    env=("PATH=/usr/bin:/bin", f"LD_LIBRARY_PATH={driver}"),
+                ),
+                out / "cuda.tar",
+            )
+        )
     return [
+        *images,
         write_oci_archive(
             ImageSpec(
                 containerd.SANDBOX_IMAGE,
@@ -192,16 +235,16 @@ def _launch(
         )
     component = Component(name, process.pid, binary, log, process)
     node.components.append(component)
-    _record_pids(node)
+    record_pids(node)
     return component
 
 
-def _record_pids(node: RealNode) -> None:
+def record_pids(node: RealNode) -> None:
     state = [{"name": c.name, "pid": c.pid, "binary": str(c.binary)} for c in node.components]
     node.layout.pids.write_text(json.dumps(state))
 
 
-def _wait(ready: object, *, what: str, component: Component) -> None:
+def wait_started(ready: object, *, what: str, component: Component) -> None:
     assert callable(ready)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:

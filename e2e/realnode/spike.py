@@ -17,7 +17,7 @@ from pathlib import Path
 from e2e.cluster import LocalCluster, Settings, ensure_binary, start_cluster
 from e2e.cluster.client import ApiError, Json, KubeClient
 from e2e.realnode import build, host
-from e2e.realnode.node import TEST_IMAGE, RealNode, start_node, stop_node
+from e2e.realnode.node import TEST_IMAGE, RealNode, save_logs, start_node, stop_node
 
 POD_TIMEOUT_S = 120.0
 
@@ -28,11 +28,15 @@ def cluster_state_dir(settings: Settings) -> Path:
 
 @contextmanager
 def node_and_cluster(
-    settings: Settings, *, log: list[str]
+    settings: Settings, *, log: list[str], with_native: bool = False
 ) -> Iterator[tuple[LocalCluster, RealNode]]:
-    """A private control plane plus the real node; both torn down however the block ends."""
+    """A private control plane plus the real node; both torn down however the block ends.
+
+    ``with_native``: libvgpu.so and the fake driver are built and the CUDA image is imported too.
+    """
     binaries = build.ensure_runtime(settings)
     log.append(build.report(binaries))
+    native = build.ensure_native(binaries) if with_native else None
     kube = ensure_binary(settings)
     log.append(f"vgpu-k8s (with kubelet): {kube.binary}, reused={kube.reused}")
     stale = LocalCluster.load(cluster_state_dir(settings))
@@ -47,11 +51,14 @@ def node_and_cluster(
     )
     log.append(f"control plane up in {time.monotonic() - started:.1f}s at {cluster.server}")
     try:
-        node = start_node(cluster, bin_dir=binaries.bin_dir, kubelet_binary=kube.binary)
+        node = start_node(
+            cluster, bin_dir=binaries.bin_dir, kubelet_binary=kube.binary, native=native
+        )
         try:
             log += [f"{what}: {seconds:.1f}s" for what, seconds in node.timings.items()]
             yield cluster, node
         finally:
+            log.append(f"component logs copied to {save_logs(node.layout)}")
             teardown = stop_node(node, cluster.client())
             log += [f"teardown: {line}" for line in teardown.lines()]
             if not teardown.clean:
@@ -104,46 +111,58 @@ class PodRun:
         return found
 
 
-def run_pod(client: KubeClient, node: RealNode, pod: Json, namespace: str = "default") -> PodRun:
-    """Create ``pod``, wait until it Succeeded or Failed, read its log from the node, delete it."""
-    name = pod["metadata"]["name"]
+def wait_pod_done(
+    client: KubeClient, namespace: str, name: str, *, timeout_s: float = POD_TIMEOUT_S
+) -> Json:
+    """The pod once its phase is Succeeded or Failed (or as it is at the timeout)."""
     path = f"/api/v1/namespaces/{namespace}/pods/{name}"
-    started = time.monotonic()
-    client.create(f"/api/v1/namespaces/{namespace}/pods", pod)
     current: Json = {}
-    deadline = started + POD_TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         current = client.get(path)
         if current.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             break
         time.sleep(0.25)
-    seconds = time.monotonic() - started
-    events = [
+    return current
+
+
+def pod_log(node: RealNode, pod: Json, container: str) -> str:
+    """A container's output, read from the kubelet's log file on the node (CRI log format)."""
+    meta = pod.get("metadata", {})
+    directory = f"{meta.get('namespace')}_{meta.get('name')}_{meta.get('uid')}"
+    log_file = node.layout.pod_logs / directory / container / "0.log"
+    if not log_file.is_file():
+        return ""
+    # "<time> stdout F <line>"
+    lines = log_file.read_text().splitlines()
+    return "\n".join(line.split(" ", 3)[3] for line in lines if line.count(" ") >= 3)
+
+
+def events_of(client: KubeClient, namespace: str, name: str) -> list[str]:
+    return [
         f"{e.get('reason')}: {e.get('message')}"
         for e in client.items(
             f"/api/v1/namespaces/{namespace}/events",
             fieldSelector=f"involvedObject.name={name}",
         )
     ]
-    uid = current.get("metadata", {}).get("uid", "")
-    log_file = node.layout.pod_logs / f"{namespace}_{name}_{uid}" / "probe" / "0.log"
-    text = ""
-    if log_file.is_file():
-        # CRI log format: "<time> stdout F <line>"
-        text = "\n".join(
-            line.split(" ", 3)[3]
-            for line in log_file.read_text().splitlines()
-            if line.count(" ") >= 3
-        )
+
+
+def run_pod(client: KubeClient, node: RealNode, pod: Json, namespace: str = "default") -> PodRun:
+    """Create ``pod``, wait until it Succeeded or Failed, read its log from the node, delete it."""
+    name = pod["metadata"]["name"]
+    started = time.monotonic()
+    client.create(f"/api/v1/namespaces/{namespace}/pods", pod)
+    current = wait_pod_done(client, namespace, name)
     run = PodRun(
         name,
         current.get("status", {}).get("phase", "?"),
         current.get("spec", {}).get("nodeName", ""),
-        text,
-        seconds,
-        events,
+        pod_log(node, current, pod["spec"]["containers"][0]["name"]),
+        time.monotonic() - started,
+        events_of(client, namespace, name),
     )
-    delete_and_wait(client, path)
+    delete_and_wait(client, f"/api/v1/namespaces/{namespace}/pods/{name}")
     return run
 
 

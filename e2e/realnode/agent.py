@@ -1,0 +1,89 @@
+"""Our node agent on the real node: ``vgpu-bridge node`` as a root host process with mock GPUs.
+
+It registers through the real kubelet's plugin registry (``<kubelet root>/plugins_registry``),
+serves DRA on ``<kubelet root>/plugins/<driver>/dra.sock``, writes CDI specs where the node's
+containerd reads them, and mounts ``libvgpu.so`` + ``ld.so.preload`` from the node's vgpu dir,
+installed here as the chart's init container does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from e2e.cluster.client import KubeClient
+from e2e.cluster.controlplane import LocalCluster
+from e2e.cluster.processes import free_port
+from e2e.realnode.build import NativeParts
+from e2e.realnode.host import Layout
+from e2e.realnode.node import Component, RealNode, record_pids, wait_started
+from vgpu_bridge.core import DEFAULT
+
+RESOURCE = "/apis/resource.k8s.io/v1"
+CONTAINER_LIBVGPU = "/usr/local/vgpu/libvgpu.so"
+
+
+def vgpu_dir(layout: Layout) -> Path:
+    return layout.root / "vgpu"
+
+
+def install_libvgpu(layout: Layout, native: NativeParts) -> Path:
+    """libvgpu.so and the ld.so.preload that CDI mounts as the container's /etc/ld.so.preload."""
+    directory = vgpu_dir(layout)
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(native.libvgpu, directory / "libvgpu.so")
+    (directory / "ld.so.preload").write_text(CONTAINER_LIBVGPU + "\n")
+    return directory
+
+
+def start_agent(
+    node: RealNode, cluster: LocalCluster, native: NativeParts, gpus: list[dict[str, str]]
+) -> Component:
+    """Start the agent (recorded with the node's components, so ``down`` stops it) and wait
+    until it has published ``len(gpus)`` devices in the node's ResourceSlice."""
+    layout = node.layout
+    install_libvgpu(layout, native)
+    environ = {key: value for key, value in os.environ.items() if not key.startswith("VGPU_")}
+    environ["VGPU_BRIDGE_MOCK_GPUS"] = json.dumps(gpus)
+    command = [
+        "-m", "vgpu_bridge.cli", "node",
+        "--node-name", node.name,
+        "--plugin-dir", str(layout.kubelet_dir / "plugins" / DEFAULT.driver),
+        "--registry-dir", str(layout.kubelet_dir / "plugins_registry"),
+        "--cdi-dir", str(layout.cdi_dir),
+        "--vgpu-dir", str(vgpu_dir(layout)),
+        "--kubeconfig", str(cluster.kubeconfig),
+        "--metrics-listen", f"127.0.0.1:{free_port()}",
+        "--resync-seconds", "2",
+    ]  # fmt: skip
+    log = layout.logs / "node-agent.log"
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, *command],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=environ,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+    component = Component("node-agent", process.pid, Path(sys.executable), log, process)
+    node.components.append(component)
+    record_pids(node)
+    client = cluster.client()
+    wait_started(
+        lambda: published_devices(client, node.name) == len(gpus),
+        what="the agent's ResourceSlice",
+        component=component,
+    )
+    return component
+
+
+def published_devices(client: KubeClient, node_name: str) -> int:
+    selector = f"spec.nodeName={node_name},spec.driver={DEFAULT.driver}"
+    slices = client.items(f"{RESOURCE}/resourceslices", fieldSelector=selector)
+    return sum(len(s["spec"].get("devices", [])) for s in slices)
