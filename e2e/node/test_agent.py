@@ -140,3 +140,44 @@ def test_slices_the_kubelet_wipes_are_republished_by_the_running_agent(
         what="the agent to republish its slices",
     )
     assert sorted(d["name"] for s in slices for d in s["spec"]["devices"]) == ["gpu-0", "gpu-1"]
+
+
+def test_a_claim_shared_by_two_pods_is_prepared_once_and_kept_until_the_last_pod_goes(
+    kube: KubeClient, namespace: str, agent_on_node: AgentOnNode
+) -> None:
+    claim_body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "shared"},
+        "spec": share_template(
+            "x", device_class_name=DEFAULT.device_class, capacity={"memory": "4Gi", "cores": "40"}
+        )["spec"]["spec"],
+    }
+    kube.create(f"{RESOURCE}/namespaces/{namespace}/resourceclaims", claim_body)
+    for name in ("first", "second"):
+        pod = pod_with_claim_template(name, template="unused", node=agent_on_node.node)
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared"}]
+        kube.create(f"/api/v1/namespaces/{namespace}/pods", pod)
+    for name in ("first", "second"):
+        running_pod(kube, namespace, name)
+    claim = kube.get(f"{RESOURCE}/namespaces/{namespace}/resourceclaims/shared")
+    uid, layout = claim["metadata"]["uid"], agent_on_node.agent.layout
+    [device] = _spec(agent_on_node, uid)["devices"]
+    assert device["containerEdits"]["env"] == [
+        "CUDA_DEVICE_MEMORY_LIMIT_0=4096m",
+        "CUDA_DEVICE_SM_LIMIT_0=40",
+    ]
+
+    kube.delete(f"/api/v1/namespaces/{namespace}/pods/first")
+    wait_for(
+        lambda: (
+            not kube.items(
+                f"/api/v1/namespaces/{namespace}/pods", fieldSelector="metadata.name=first"
+            )
+        ),
+        timeout_s=30,
+        what="the first pod to be gone",
+    )
+    assert layout.spec_path(uid).exists()  # the second pod still uses the share
+    kube.delete(f"/api/v1/namespaces/{namespace}/pods/second")
+    wait_for(lambda: not layout.spec_path(uid).exists(), timeout_s=30, what="the spec removed")
