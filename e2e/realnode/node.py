@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -244,15 +245,16 @@ def record_pids(node: RealNode) -> None:
     node.layout.pids.write_text(json.dumps(state))
 
 
-def wait_started(ready: object, *, what: str, component: Component) -> None:
-    assert callable(ready)
+def wait_started(ready: Callable[[], bool], *, what: str, component: Component) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if ready():
             return
         if not component.alive():
+            code = None if component.process is None else component.process.poll()
+            how = f"signal {-code}" if code is not None and code < 0 else f"status {code}"
             raise NodeStartError(
-                f"{component.name} exited while waiting for {what}; log tail:\n"
+                f"{component.name} exited ({how}) while waiting for {what}; log tail:\n"
                 f"{component.log_tail()}"
             )
         time.sleep(0.25)

@@ -26,6 +26,22 @@ def cluster_state_dir(settings: Settings) -> Path:
     return settings.cache_root / "state" / "realnode-cluster"
 
 
+def start_private_cluster(
+    settings: Settings, binary: Path, *, die_with_parent: bool
+) -> LocalCluster:
+    """The real node's own control plane (never the shared one: other people's pods must not
+    land on this node); a stale one left by a crash is stopped first."""
+    stale = LocalCluster.load(cluster_state_dir(settings))
+    if stale is not None:
+        stale.stop()
+    return start_cluster(
+        binary,
+        settings.k8s_version,
+        state_dir=cluster_state_dir(settings),
+        die_with_parent=die_with_parent,
+    )
+
+
 @contextmanager
 def node_and_cluster(
     settings: Settings, *, log: list[str], with_native: bool = False
@@ -39,16 +55,8 @@ def node_and_cluster(
     native = build.ensure_native(binaries) if with_native else None
     kube = ensure_binary(settings)
     log.append(f"vgpu-k8s (with kubelet): {kube.binary}, reused={kube.reused}")
-    stale = LocalCluster.load(cluster_state_dir(settings))
-    if stale is not None:
-        stale.stop()
     started = time.monotonic()
-    cluster = start_cluster(
-        kube.binary,
-        settings.k8s_version,
-        state_dir=cluster_state_dir(settings),
-        die_with_parent=True,
-    )
+    cluster = start_private_cluster(settings, kube.binary, die_with_parent=True)
     log.append(f"control plane up in {time.monotonic() - started:.1f}s at {cluster.server}")
     try:
         node = start_node(

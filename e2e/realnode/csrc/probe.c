@@ -2,7 +2,7 @@
  * only reaches dynamic programs). It prints what a test asserts on, one "key=value" a line:
  *   probe=<argv[1] or "hello">   uid, pid, whether the host network is shared (hostname),
  *   every CUDA_* environment variable, and each mapped object whose path has "vgpu" in it.
- * Exit status: 0, or the number given as argv[2]. */
+ * Then it sleeps argv[3] seconds (default 0). Exit status: 0, or the number given as argv[2]. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,5 +35,8 @@ int main(int argc, char **argv) {
         fclose(maps);
     }
     fflush(stdout);
+    if (argc > 3) {
+        sleep((unsigned int)atoi(argv[3]));
+    }
     return argc > 2 ? atoi(argv[2]) : 0;
 }
