@@ -234,5 +234,17 @@ gpu_script_dry_run() {
 }
 check "gpu_script_dry_run_over_fake_driver" gpu_script_dry_run
 
+# ... and it fails when the library does nothing (here: a preload that does not exist)
+gpu_script_catches_a_missing_library() {
+	local out=$TMP/gpu-none.out
+	! GPU_CHECK_FAKE=1 GPU_CHECK_ONLY=memory GPU_CHECK_LIB=$TMP/no-such-libvgpu.so \
+		"$HERE/gpu/run.sh" >"$out" 2>&1 || return 1
+	cat "$out"
+	grep -q "^FAIL cuda_and_nvml_see_the_4Gi_limit" "$out" &&
+		grep -q "^FAIL over_the_limit_is_cuda_error_out_of_memory" "$out" &&
+		grep -q "^FAIL two_processes_share_one_limit" "$out" && ! grep -q "sm_limit" "$out"
+}
+check "gpu_script_catches_a_missing_library" gpu_script_catches_a_missing_library
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -12,6 +12,8 @@
 # OOM while a neighbour keeps running; two processes share one limit; SM limits 25/50/75% give
 # throughput within ±10% of target; with no limits the overhead is under 2% (busy kernels,
 # launch microbenchmark, matmul loop). Results: bench/results/vgpu-gpu-<UTC time>.txt.
+# GPU_CHECK_ONLY=memory,sm,overhead runs only those groups (to rerun part within a budget);
+# GPU_CHECK_LIB=path tests another build of the library.
 # SM runs also leave the controller's trace in bench/results/vgpu-gpu-<time>-sm<limit>.log.
 # Last line: "N passed, N failed"; exit status 1 if anything failed.
 set -u
@@ -39,8 +41,10 @@ within() { awk -v v="$1" -v t="$2" -v tol="$3" 'BEGIN { exit !(v >= t * (1 - tol
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.4f", (b > 0 ? a / b : 0) }'; }
 
 make -s -C "$V" build/libvgpu.so build/gpu_check >/dev/null || { echo "build failed"; exit 1; }
-LIB=$B/libvgpu.so
+LIB=${GPU_CHECK_LIB:-$B/libvgpu.so}
 CHECK=$B/gpu_check
+ONLY=${GPU_CHECK_ONLY:-memory,sm,overhead}
+group() { [[ ",$ONLY," == *",$1,"* ]]; }
 if [ -n "${GPU_CHECK_FAKE:-}" ]; then
 	export LD_LIBRARY_PATH=$B/fake FAKE_CUDA_KERNEL_US=2000 FAKE_CUDA_MEMORY=80G
 fi
@@ -60,6 +64,28 @@ if [ -z "${GPU_CHECK_FAKE:-}" ] && "$PY" -c "import torch; assert torch.cuda.is_
 	have_torch=1
 fi
 
+cat >"$TMP/mm.py" <<'PYEOF'
+import sys, time, torch
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+b = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+seconds = float(sys.argv[1])
+for _ in range(20):
+    a @ b
+torch.cuda.synchronize()
+end = time.time() + 3
+while time.time() < end:
+    a @ b
+torch.cuda.synchronize()
+n, t0 = 0, time.time()
+while time.time() - t0 < seconds:
+    for _ in range(10):
+        a @ b
+    n += 10
+    torch.cuda.synchronize()
+print(f"{n * 2 * 8192**3 / (time.time() - t0) / 1e12:.2f}")
+PYEOF
+
+if group memory; then
 # 1. the limited total is what everyone sees
 read -r _ ct _ cf _ dt _ nt _ nu < <(with CUDA_DEVICE_MEMORY_LIMIT=4Gi \
 	CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" "$CHECK" info)
@@ -111,6 +137,9 @@ verdict "two_processes_share_one_limit" \
 if [ $torch_oom = skip ]; then skip "pytorch_raises_OutOfMemoryError_past_the_limit" "no PyTorch"; else
 	verdict "pytorch_raises_OutOfMemoryError_past_the_limit" "$torch_oom" ""; fi
 
+fi
+
+if group sm; then
 # 4. SM limits: throughput relative to the unthrottled run, within ±10% of the target
 base=$(with CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" "$CHECK" throughput "$SECONDS_PER_RUN")
 log "# busy-kernel throughput, unlimited: $base kernels/s"
@@ -123,26 +152,6 @@ for lim in 25 50 75; do
 		"$t kernels/s = $(awk -v r="$r" 'BEGIN{printf "%.1f", r*100}')% of unlimited"
 done
 if [ $have_torch = 1 ]; then
-	cat >"$TMP/mm.py" <<'PYEOF'
-import sys, time, torch
-a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
-b = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
-seconds = float(sys.argv[1])
-for _ in range(20):
-    a @ b
-torch.cuda.synchronize()
-end = time.time() + 3
-while time.time() < end:
-    a @ b
-torch.cuda.synchronize()
-n, t0 = 0, time.time()
-while time.time() - t0 < seconds:
-    for _ in range(10):
-        a @ b
-    n += 10
-    torch.cuda.synchronize()
-print(f"{n * 2 * 8192**3 / (time.time() - t0) / 1e12:.2f}")
-PYEOF
 	mbase=$(with CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" "$PY" "$TMP/mm.py" "$SECONDS_PER_RUN")
 	log "# matmul fp16 8192³, unlimited: $mbase TFLOPS"
 	for lim in 25 50 75; do
@@ -155,6 +164,9 @@ else
 	skip "sm_limit_matmul_throughput" "no PyTorch"
 fi
 
+fi
+
+if group overhead; then
 # 5. no limits set: overhead under 2%
 plain=$("$CHECK" throughput "$SECONDS_PER_RUN")
 hooked=$(with CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" "$CHECK" throughput "$SECONDS_PER_RUN")
@@ -180,6 +192,8 @@ if [ $have_torch = 1 ]; then
 		"$mp → $mh TFLOPS (×$r)"
 else
 	skip "no_limit_matmul_overhead_under_2%" "no PyTorch"
+fi
+
 fi
 
 log "# results in $OUT; $skipped skipped"
