@@ -30,9 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_webhook_arguments(parser: argparse.ArgumentParser) -> None:
-    from vgpu_bridge.webhook.settings import add_arguments
+    from vgpu_bridge.webhook.settings import Settings
 
-    add_arguments(parser)
+    Settings.add_arguments(parser)
 
 
 def _run_webhook(args: argparse.Namespace) -> int:
@@ -42,9 +42,9 @@ def _run_webhook(args: argparse.Namespace) -> int:
 
 
 def _add_node_arguments(parser: argparse.ArgumentParser) -> None:
-    from vgpu_bridge.node.settings import add_arguments
+    from vgpu_bridge.node.settings import Settings
 
-    add_arguments(parser)
+    Settings.add_arguments(parser)
 
 
 def _run_node(args: argparse.Namespace) -> int:

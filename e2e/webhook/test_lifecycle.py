@@ -20,7 +20,7 @@ from e2e.webhook.helpers import create_pod, gpu_pod, templates
 from e2e.webhook.our_driver import Card, shareable_card
 from e2e.webhook.process import WebhookProcess
 from vgpu_bridge.core import DEFAULT, Inventory, TranslationContext, translate
-from vgpu_bridge.webhook.kube import KubeApi
+from vgpu_bridge.kube import KubeApi
 from vgpu_bridge.webhook.templates import Sweeper, TemplateStore
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("kubelet_standin")]

@@ -16,8 +16,8 @@ from kubernetes import client
 
 from tests.tls import write_self_signed
 from vgpu_bridge.core import Inventory
+from vgpu_bridge.kube import KubeApi
 from vgpu_bridge.webhook.app import build
-from vgpu_bridge.webhook.kube import KubeApi
 from vgpu_bridge.webhook.server import TLSFiles, WebhookServer
 from vgpu_bridge.webhook.settings import Settings
 

@@ -18,13 +18,14 @@ from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
 from vgpu_bridge.core.profiles import DEFAULT, DriverProfile
+from vgpu_bridge.flag_settings import ENV_PREFIX
 from vgpu_bridge.kube import KubeApi
 from vgpu_bridge.node.cdi import CdiLayout
 from vgpu_bridge.node.grpc import PluginServer
 from vgpu_bridge.node.inventory import Gpu, InventoryError, mock_gpus, nvml_gpus
 from vgpu_bridge.node.metrics import CallMetrics, serve_metrics
 from vgpu_bridge.node.publisher import SlicePublisher
-from vgpu_bridge.node.settings import ENV_PREFIX, Settings
+from vgpu_bridge.node.settings import Settings
 from vgpu_bridge.node.state import DeviceState, StateLocked
 
 log = structlog.get_logger("vgpu_bridge.node")

@@ -1,24 +1,20 @@
-"""Node agent settings: every flag is also an env var `VGPU_BRIDGE_<FLAG>`; flags win over env.
-
-Read once, at start-up, from an injectable environment mapping; nothing else reads `os.environ`.
-"""
+"""Node agent settings (flags and `VGPU_BRIDGE_*` env vars, see `flag_settings`)."""
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from vgpu_bridge.core.profiles import DEFAULT
+from vgpu_bridge.flag_settings import FlagSettings, split_host_port
 
-ENV_PREFIX = "VGPU_BRIDGE_"
 KUBELET_PLUGINS = Path("/var/lib/kubelet/plugins")
 
 
-class Settings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class Settings(FlagSettings):
+    prog: ClassVar[str] = "vgpu-bridge node"
 
     node_name: str = Field(min_length=1, description="this node's name (the pool's name)")
     driver_name: str = Field(default=DEFAULT.driver, description="DRA driver name")
@@ -64,40 +60,4 @@ class Settings(BaseModel):
 
     @property
     def metrics_host_port(self) -> tuple[str, int] | None:
-        if not self.metrics_listen:
-            return None
-        host, _, port = self.metrics_listen.rpartition(":")
-        return host.strip("[]") or "0.0.0.0", int(port)
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> Settings:
-        """Settings from `VGPU_BRIDGE_*` variables alone."""
-        return cls.from_args([], environ)
-
-    @classmethod
-    def from_args(cls, argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
-        parser = argparse.ArgumentParser(prog="vgpu-bridge node")
-        add_arguments(parser)
-        return cls.from_namespace(parser.parse_args(list(argv)), environ)
-
-    @classmethod
-    def from_namespace(cls, args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
-        values: dict[str, object] = {}
-        for name in cls.model_fields:
-            flag_value = getattr(args, name, None)
-            env_value = environ.get(ENV_PREFIX + name.upper())
-            value = flag_value if flag_value is not None else env_value
-            if value is not None:
-                values[name] = value
-        return cls.model_validate(values)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per field; unset flags fall back to the env var, then the default."""
-    for name, field in Settings.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        env = ENV_PREFIX + name.upper()
-        default = "required" if field.is_required() else f"default {field.default}"
-        parser.add_argument(
-            flag, dest=name, default=None, help=f"{field.description} ({env}; {default})"
-        )
+        return split_host_port(self.metrics_listen) if self.metrics_listen else None

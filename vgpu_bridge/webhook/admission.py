@@ -19,8 +19,8 @@ from vgpu_bridge.core import (
 )
 from vgpu_bridge.core.names import TRANSLATED_LABEL
 from vgpu_bridge.core.workloads import pod_templates
+from vgpu_bridge.kube import KubeApi, KubeError
 from vgpu_bridge.webhook import review
-from vgpu_bridge.webhook.kube import KubeApi, KubeError
 from vgpu_bridge.webhook.metrics import WebhookMetrics
 from vgpu_bridge.webhook.settings import Settings
 from vgpu_bridge.webhook.templates import TemplateConflict, TemplateStore

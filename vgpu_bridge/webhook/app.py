@@ -11,9 +11,9 @@ import structlog
 
 from vgpu_bridge.adapters import default_registry
 from vgpu_bridge.core import TranslatorConfig, profile_named
+from vgpu_bridge.kube import KubeApi
 from vgpu_bridge.webhook.admission import Admitter
 from vgpu_bridge.webhook.inventory import InventoryCache
-from vgpu_bridge.webhook.kube import KubeApi
 from vgpu_bridge.webhook.legacy import legacy_hami_warnings
 from vgpu_bridge.webhook.metrics import WebhookMetrics
 from vgpu_bridge.webhook.server import TLSFiles, WebhookServer, watch_tls

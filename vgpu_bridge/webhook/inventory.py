@@ -9,7 +9,7 @@ import structlog
 from tenacity import Retrying, retry_if_exception_type, wait_exponential
 
 from vgpu_bridge.core import Inventory
-from vgpu_bridge.webhook.kube import Json, KubeApi
+from vgpu_bridge.kube import Json, KubeApi
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 log = structlog.get_logger("vgpu_bridge.webhook.inventory")

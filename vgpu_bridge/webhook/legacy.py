@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vgpu_bridge.webhook.kube import KubeApi
+from vgpu_bridge.kube import KubeApi
 
 HAMI_NODE_ANNOTATION = "hami.io/node-nvidia-register"  # written by HAMi's device plugin
 HAMI_SCHEDULER_SELECTOR = "app.kubernetes.io/component=hami-scheduler"

@@ -1,21 +1,16 @@
-"""Webhook settings: every flag is also an env var `VGPU_BRIDGE_<FLAG>`; flags win over env.
-
-Read once, at start-up, from an injectable environment mapping; nothing else reads `os.environ`.
-"""
+"""Webhook settings (flags and `VGPU_BRIDGE_*` env vars, see `flag_settings`)."""
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-ENV_PREFIX = "VGPU_BRIDGE_"
+from vgpu_bridge.flag_settings import FlagSettings, comma_list, split_host_port
 
 
-class Settings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class Settings(FlagSettings):
+    prog: ClassVar[str] = "vgpu-bridge webhook"
 
     listen: str = Field(default="0.0.0.0:8443", description="HOST:PORT to serve HTTPS on")
     tls_cert_file: str = Field(description="PEM certificate (reloaded when it changes)")
@@ -45,52 +40,13 @@ class Settings(BaseModel):
 
     @property
     def host_port(self) -> tuple[str, int]:
-        host, _, port = self.listen.rpartition(":")
-        return host.strip("[]") or "0.0.0.0", int(port)
+        return split_host_port(self.listen)
 
     def volcano_names(self) -> tuple[str, ...]:
-        return _names(self.volcano_scheduler_names)
+        return comma_list(self.volcano_scheduler_names)
 
     def kai_names(self) -> tuple[str, ...]:
-        return _names(self.kai_scheduler_names)
+        return comma_list(self.kai_scheduler_names)
 
     def excluded(self) -> frozenset[str]:
-        names = {n.strip() for n in self.excluded_namespaces.split(",") if n.strip()}
-        return frozenset({*names, self.namespace})
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> Settings:
-        """Settings from `VGPU_BRIDGE_*` variables alone."""
-        return cls.from_args([], environ)
-
-    @classmethod
-    def from_args(cls, argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
-        parser = argparse.ArgumentParser(prog="vgpu-bridge webhook")
-        add_arguments(parser)
-        return cls.from_namespace(parser.parse_args(list(argv)), environ)
-
-    @classmethod
-    def from_namespace(cls, args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
-        values: dict[str, object] = {}
-        for name in cls.model_fields:
-            flag_value = getattr(args, name, None)
-            env_value = environ.get(ENV_PREFIX + name.upper())
-            value = flag_value if flag_value is not None else env_value
-            if value is not None:
-                values[name] = value
-        return cls.model_validate(values)
-
-
-def _names(comma_list: str) -> tuple[str, ...]:
-    return tuple(n.strip() for n in comma_list.split(",") if n.strip())
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per field; unset flags fall back to the env var, then the default."""
-    for name, field in Settings.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        env = ENV_PREFIX + name.upper()
-        default = "required" if field.is_required() else f"default {field.default}"
-        parser.add_argument(
-            flag, dest=name, default=None, help=f"{field.description} ({env}; {default})"
-        )
+        return frozenset({*comma_list(self.excluded_namespaces), self.namespace})

@@ -17,7 +17,7 @@ from typing import Any
 
 from vgpu_bridge.core.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from vgpu_bridge.core.workloads import pod_templates
-from vgpu_bridge.webhook.kube import Json, KubeApi, KubeError
+from vgpu_bridge.kube import Json, KubeApi, KubeError
 
 LAST_ADMITTED = "vgpu-bridge.io/last-admitted"
 TEMPLATES = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates"
