@@ -72,6 +72,8 @@ bench: venv
 	$(PY) bench/translate.py
 	$(PY) bench/webhook.py
 	$(PY) bench/schedule.py
+	$(PY) bench/node.py
+	$(MAKE) -C native/vgpu bench
 
 # The demo (e2e/demo): builds or reuses the local cluster, runs the webhook and a node agent with
 # mock GPUs, applies examples/, prints what each workload got. KEEP=1 leaves the cluster up.
