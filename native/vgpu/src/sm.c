@@ -21,7 +21,7 @@
 #define BURST_S 0.02          /* bucket depth, seconds of rate */
 #define MAX_SLEEP_NS 200000000ULL
 #define MAX_SAMPLES 256
-#define HISTORY 5 /* ticks averaged for each rate update: NVML samples and bursts are noisy */
+#define HISTORY 10 /* measurements averaged per rate update: about NVML's own 1 s window */
 
 struct sm_dev {
 	pthread_mutex_t mu;
@@ -35,7 +35,8 @@ struct sm_dev {
 	uint64_t wave;   /* units of one full wave: SMs × max threads per SM */
 	nvmlDevice_t nvml;
 	unsigned long long last_seen_us;
-	double hist_consumed[HISTORY], hist_util[HISTORY]; /* last ticks with a measurement */
+	uint64_t measured_ns; /* when utilisation was last measured (or watching began) */
+	double hist_consumed[HISTORY], hist_util[HISTORY]; /* the last measurements */
 	unsigned int hist_n, hist_i;
 };
 
@@ -107,15 +108,18 @@ static double measure(struct sm_dev *s)
 	return -1;
 }
 
-static void tick(struct sm_dev *s, double dt)
+static void tick(struct sm_dev *s, uint64_t now)
 {
-	double consumed = (double)__atomic_exchange_n(&s->spent, 0, __ATOMIC_ACQ_REL) / dt;
 	uint64_t launches = __atomic_exchange_n(&s->launches, 0, __ATOMIC_ACQ_REL);
-	double u = measure(s), c_sum = 0, u_sum = 0, target;
+	double u = measure(s), consumed, dt, c_sum = 0, u_sum = 0, target;
 
 	vgpu_region_publish(launches, u < 0 ? 0 : (uint32_t)lround(u));
 	if (u < 0)
-		return;
+		return; /* no new sample: what was launched counts towards the next one */
+	/* consumption over the same span the new sample covers: since the previous one */
+	dt = (double)(now - s->measured_ns) / 1e9;
+	s->measured_ns = now;
+	consumed = dt > 0 ? (double)__atomic_exchange_n(&s->spent, 0, __ATOMIC_ACQ_REL) / dt : 0;
 	s->hist_consumed[s->hist_i] = consumed;
 	s->hist_util[s->hist_i] = u;
 	s->hist_i = (s->hist_i + 1) % HISTORY;
@@ -152,7 +156,7 @@ static void tick(struct sm_dev *s, double dt)
 
 static void *watcher(void *arg)
 {
-	uint64_t last = now_ns(), t;
+	uint64_t t;
 	sigset_t all;
 
 	(void)arg;
@@ -163,8 +167,7 @@ static void *watcher(void *arg)
 		t = now_ns();
 		for (int d = 0; d < VGPU_MAX_DEVICES; d++)
 			if (__atomic_load_n(&sm[d].watched, __ATOMIC_ACQUIRE))
-				tick(&sm[d], (double)(t - last) / 1e9);
-		last = t;
+				tick(&sm[d], t);
 	}
 	return NULL;
 }
@@ -195,6 +198,7 @@ static void watch(CUdevice dev)
 		goto out;
 	}
 	vgpu_dev_index(dev); /* so the device is in the region for metrics */
+	s->measured_ns = now_ns();
 	__atomic_store_n(&s->watched, 1, __ATOMIC_RELEASE);
 	if (!watcher_started) {
 		pthread_attr_init(&attr);

@@ -124,6 +124,11 @@ for variant in plain san; do
 					device_utilisation_follows_the_limit
 			done
 		done
+		# NVML averaging over a whole second (as real drivers may): slower, still on target
+		run "test_sm[50%, 1 s NVML window]" "${SM[@]}" FAKE_NVML_WINDOW_MS=1000 \
+			CUDA_DEVICE_SM_LIMIT=50 TEST_EXPECT_UTIL=50 TEST_WARMUP_S=4 TEST_MEASURE_S=3 \
+			CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_sm" \
+			device_utilisation_follows_the_limit
 		run "test_sm[2 processes, 50%]" "${SM[@]}" CUDA_DEVICE_SM_LIMIT=50 TEST_EXPECT_UTIL=50 \
 			FAKE_GPU_STATE="$(region).gpu" CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
 			timeout 60 "$T/test_sm" processes_share_one_sm_limit

@@ -37,7 +37,8 @@ static void device_utilisation_follows_the_limit(void)
 	const char *kind = getenv("TEST_LAUNCH") ? getenv("TEST_LAUNCH") : "kernel";
 	double expect = atof(getenv("TEST_EXPECT_UTIL") ? getenv("TEST_EXPECT_UTIL") : "100");
 	double tol = atof(getenv("TEST_TOLERANCE") ? getenv("TEST_TOLERANCE") : "5");
-	double warmup = 1.0, end = 3.0, t0, t1 = 0;
+	double warmup = atof(getenv("TEST_WARMUP_S") ? getenv("TEST_WARMUP_S") : "1");
+	double end = warmup + atof(getenv("TEST_MEASURE_S") ? getenv("TEST_MEASURE_S") : "2"), t0, t1 = 0;
 	uint64_t busy0 = 0, busy1, n = 0;
 	launch_ptsz_fn ptsz = NULL;
 	int measuring = 0;

@@ -4,7 +4,7 @@
  *   gpu_check info                    total/free as CUDA and NVML report them (bytes)
  *   gpu_check alloc BYTES             exit 0 if allocated, 2 if CUDA_ERROR_OUT_OF_MEMORY
  *   gpu_check hold BYTES SECONDS      allocate, print "held", keep the GPU busy, exit 0 if fine
- *   gpu_check throughput SECONDS      busy-kernel throughput, kernels/s after a 3 s warm-up
+ *   gpu_check throughput SECONDS      busy-kernel throughput, kernels/s after a 5 s warm-up (SM controller settles)
  *   gpu_check launch N                launch cost of an empty kernel, ns/launch
  */
 #include <stdio.h>
@@ -171,7 +171,7 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "throughput") == 0 && argc > 2) {
 		setup(1);
 		unsigned int iters = calibrate();
-		double warm = now_s() + 3, end = warm + atof(argv[2]), t0 = 0;
+		double warm = now_s() + 5, end = warm + atof(argv[2]), t0 = 0;
 		long n = 0;
 		int measuring = 0;
 		for (;;) {
