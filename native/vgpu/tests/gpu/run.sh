@@ -16,6 +16,8 @@
 # GPU_CHECK_LIB=path tests another build of the library.
 # SM runs also leave the controller's trace in bench/results/vgpu-gpu-<time>-sm<limit>.log.
 # Last line: "N passed, N failed"; exit status 1 if anything failed.
+# Through the project's device tool (files come back only from $OUT):
+#   native/vgpu/tests/gpu/run.sh; rc=$?; cp bench/results/vgpu-gpu-* "$OUT"/; exit $rc
 set -u
 ROOT=$(cd "$(dirname "$0")/../../../.." && pwd)
 V=$ROOT/native/vgpu
@@ -27,12 +29,12 @@ trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$TMP"' EXIT
 RESULTS=$ROOT/bench/results
 [ -z "${GPU_CHECK_FAKE:-}" ] || RESULTS=$TMP/results # a dry run leaves nothing behind
 mkdir -p "$RESULTS"
-OUT=$RESULTS/vgpu-gpu-$(date -u +%Y%m%dT%H%M%SZ).txt
+REPORT=$RESULTS/vgpu-gpu-$(date -u +%Y%m%dT%H%M%SZ).txt
 passed=0
 failed=0
 skipped=0
 
-log() { echo "$*" | tee -a "$OUT"; }
+log() { echo "$*" | tee -a "$REPORT"; }
 pass() { log "ok   $1${2:+  ($2)}"; passed=$((passed + 1)); }
 fail() { log "FAIL $1${2:+  ($2)}"; failed=$((failed + 1)); }
 skip() { log "skip $1${2:+  ($2)}"; skipped=$((skipped + 1)); }
@@ -54,7 +56,7 @@ MiB=$((1 << 20))
 	echo "# libvgpu GPU checks, $(date -u +%FT%TZ), $(hostname)"
 	echo "# commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)"
 	nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/# gpu: /'
-} | tee "$OUT"
+} | tee "$REPORT"
 
 # with: run with libvgpu preloaded and a fresh or given shared region
 region() { echo "$TMP/region.$RANDOM$RANDOM"; }
@@ -146,7 +148,7 @@ log "# busy-kernel throughput, unlimited: $base kernels/s"
 for lim in 25 50 75; do
 	# the controller's trace (one line per 100 ms tick) goes next to the results, for tuning
 	t=$(with CUDA_DEVICE_SM_LIMIT=$lim CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
-		LIBVGPU_LOG_LEVEL=debug "$CHECK" throughput "$SECONDS_PER_RUN" 2>"${OUT%.txt}-sm$lim.log")
+		LIBVGPU_LOG_LEVEL=debug "$CHECK" throughput "$SECONDS_PER_RUN" 2>"${REPORT%.txt}-sm$lim.log")
 	r=$(ratio "$t" "$base")
 	verdict "sm_limit_${lim}_gives_${lim}%_throughput" "$(within "$r" "0.$lim" 0.10 && echo 1)" \
 		"$t kernels/s = $(awk -v r="$r" 'BEGIN{printf "%.1f", r*100}')% of unlimited"
@@ -196,6 +198,6 @@ fi
 
 fi
 
-log "# results in $OUT; $skipped skipped"
+log "# results in $REPORT; $skipped skipped"
 log "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
