@@ -1,10 +1,10 @@
 /*
  * SM shares. A launch costs blocks × threads-per-block "work units". Per device, launches draw
- * on a token bucket refilled at `rate` units/s. A watcher thread measures the container's
- * utilisation U (NVML, summed over the container's host pids) every tick and sets
- *     rate = consumed_rate × limit / U
+ * on a token bucket refilled at `rate` units/s. A watcher thread polls the container's
+ * utilisation U (NVML, summed over the container's host pids) every tick; on each new sample
+ *     rate = consumed_rate × limit / U     (both averaged over the last HISTORY samples)
  * i.e. the rate that would have produced exactly the limit, smoothed and bounded to ×½..×2 per
- * tick. The controller is scale-free: nothing depends on SM count, so a 188-SM card throttles as
+ * update. The controller is scale-free: nothing depends on SM count, so a 188-SM card throttles as
  * accurately as a 16-SM one. Graph launches cost one full wave of the device each.
  */
 #include <errno.h>
@@ -28,7 +28,7 @@ struct sm_dev {
 	double rate;     /* units per second; 0 = not throttling yet */
 	double tokens;
 	uint64_t last_ns;
-	uint64_t spent;  /* units launched since the last tick (atomic) */
+	uint64_t spent;  /* units launched since the last measurement (atomic) */
 	uint64_t launches;
 	unsigned int limit;
 	int watched;     /* the watcher measures this device */
@@ -138,7 +138,7 @@ static void tick(struct sm_dev *s, uint64_t now)
 			s->hist_n = s->hist_i = 0; /* history from before throttling says little */
 		}
 	} else {
-		/* the rate that would have given exactly the limit over the recent ticks */
+		/* the rate that would have given exactly the limit over the recent samples */
 		if (u_sum >= s->hist_n && c_sum > 0)
 			target = c_sum * s->limit / u_sum;
 		else
