@@ -63,6 +63,15 @@ def cdi_limits(spec: Json | None) -> str:
     return " ".join(dict.fromkeys(limits)) or "-"
 
 
+def visible_uuids(spec: Json | None) -> list[str]:
+    """The GPU uuids a claim's CDI spec makes visible, in allocation order."""
+    env: list[str] = ((spec or {}).get("containerEdits") or {}).get("env") or []
+    for var in env:
+        if var.startswith("NVIDIA_VISIBLE_DEVICES="):
+            return var.split("=", 1)[1].split(",")
+    return []
+
+
 def pending_reason(pod: Json) -> str:
     for condition in (pod.get("status") or {}).get("conditions") or ():
         if condition["type"] == "PodScheduled" and condition["status"] != "True":
@@ -88,14 +97,16 @@ def rows_for_pod(
         if claim is None or allocation is None or not node:
             continue
         spec = spec_of(node, claim["metadata"]["uid"])
-        for result in allocation["devices"]["results"]:
+        uuids = visible_uuids(spec)
+        for index, result in enumerate(allocation["devices"]["results"]):
             consumed = result.get("consumedCapacity") or {}
+            uuid = f" ({uuids[index]})" if index < len(uuids) else ""
             rows.append(
                 Row(
                     workload,
                     scheduler,
                     node,
-                    result["device"],
+                    result["device"] + uuid,
                     consumed.get("memory", "whole"),
                     consumed.get("cores", "whole"),
                     cdi_limits(spec),

@@ -57,6 +57,7 @@ def test_share_pod_gets_3000mi_and_30_percent_and_its_cdi_limits(
     (row,) = [r for r in table_rows(demo_output[0]) if r["workload"] == "Pod/share-3000mi-30pct"]
     assert row["scheduler"] == "default-scheduler"
     assert row["node"].startswith("demo-gpu-")
+    assert re.fullmatch(r"gpu-[01] \(GPU-demo-[01]00[01]\)", row["device"]), row["device"]
     assert (row["memory"], row["cores"]) == ("3000Mi", "30")
     assert "CUDA_DEVICE_MEMORY_LIMIT_0=3000m" in row["limits"]
     assert "CUDA_DEVICE_SM_LIMIT_0=30" in row["limits"]
