@@ -1,7 +1,7 @@
 """containerd for the real node: its config, ``ctr`` calls, and stopping what it runs.
 
-The daemon uses the node's own root, state and socket (``Layout``), never /run/containerd's
-socket or /var/lib/containerd, and NRI is off (its socket would be the machine-wide
+The daemon, its shims and runc use the node's own root, state, sockets and runc root (``Layout``),
+never /run/containerd or /var/lib/containerd, and NRI is off (its socket would be the machine-wide
 /var/run/nri/nri.sock). Two settings are what this VM needs (shared/reference/realnode.md §1):
 ``restrict_oom_score_adj`` (no CAP_SYS_RESOURCE: runc could not write the sandbox's -998) and the
 pinned sandbox image ``localhost/pause:local``, imported from a tarball, so nothing is pulled.
@@ -38,6 +38,10 @@ def render_config(layout: Layout, bin_dir: Path) -> str:
             "[ttrpc]",
             f"  address = '{layout.containerd_socket}.ttrpc'",
             "",
+            # shim sockets and runc state: by default /run/containerd/s and /run/containerd/runc
+            "[plugins.'io.containerd.shim.v1.manager']",
+            f"  socket_dir = '{layout.run / 's'}'",
+            "",
             "[plugins.'io.containerd.internal.v1.opt']",
             f"  path = '{layout.root / 'opt'}'",
             "",
@@ -58,6 +62,7 @@ def render_config(layout: Layout, bin_dir: Path) -> str:
             "      runtime_type = 'io.containerd.runc.v2'",
             f"      [{runtime}.containerd.runtimes.runc.options]",
             f"        BinaryName = '{bin_dir / 'runc'}'",
+            f"        Root = '{layout.run / 'runc'}'",
             "        SystemdCgroup = false",
             f"  [{runtime}.cni]",
             f"    bin_dirs = ['{layout.root / 'cni-bin'}']",

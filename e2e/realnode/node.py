@@ -46,8 +46,10 @@ class Component:
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def alive(self) -> bool:
-        if self.process is not None and self.process.poll() is not None:
-            return False
+        if self.process is not None:
+            # our own unreaped child: its pid cannot be reused. (Its /proc cmdline is not a test:
+            # right after execve, before the kernel has set up the new argv, it reads empty.)
+            return self.process.poll() is None
         return _runs(self.pid, self.binary)
 
     def log_tail(self, lines: int = 30) -> str:

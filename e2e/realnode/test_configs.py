@@ -30,7 +30,12 @@ def test_containerd_config_clamps_oom_score_and_uses_our_paths_only() -> None:
     assert runtime["enable_cdi"] is True
     assert runtime["cdi_spec_dirs"] == ["/x/run/cdi"]
     runc = runtime["containerd"]["runtimes"]["runc"]
-    assert runc["options"] == {"BinaryName": "/bin-dir/runc", "SystemdCgroup": False}
+    assert runc["options"] == {
+        "BinaryName": "/bin-dir/runc",
+        "Root": "/x/run/runc",
+        "SystemdCgroup": False,
+    }
+    assert config["plugins"]["io.containerd.shim.v1.manager"]["socket_dir"] == "/x/run/s"
     images = config["plugins"]["io.containerd.cri.v1.images"]
     assert images["pinned_images"]["sandbox"] == containerd.SANDBOX_IMAGE
 

@@ -45,6 +45,14 @@ def test_down_puts_the_host_back(e2e_settings: Settings) -> None:
     assert not any(c.alive() for c in node.components)
 
 
+def _default_runtime_paths() -> set[str]:
+    found = set()
+    for top in (Path("/run/containerd"), Path("/run/runc"), Path("/var/lib/kubelet")):
+        if top.exists():
+            found |= {str(top), *(str(p) for p in top.rglob("*"))}
+    return found
+
+
 def _realnode(command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "e2e.realnode", command],
@@ -60,6 +68,7 @@ def test_down_from_another_process_after_the_starter_is_gone(e2e_settings: Setti
     """What a crashed harness leaves (node, a running pod, the control plane) goes with ``down``."""
     layout = Layout()
     before = host.read_sysctls()
+    default_paths = _default_runtime_paths()
     try:
         up = _realnode("up")
         assert up.returncode == 0, up.stdout + up.stderr
@@ -90,6 +99,8 @@ def test_down_from_another_process_after_the_starter_is_gone(e2e_settings: Setti
     assert not layout.root.exists()
     assert not layout.run.exists()
     assert not cluster_state_dir(e2e_settings).exists()
+    # shim sockets and runc state stay in our dirs, never in the default /run/containerd
+    assert _default_runtime_paths() == default_paths
     assert not any(
         (Path("/sys/fs/cgroup") / h / layout.cgroup_name).exists() for h in host.ALL_HIERARCHIES
     )
