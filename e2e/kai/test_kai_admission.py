@@ -322,3 +322,4 @@ def test_deployment_pods_reach_kai_translated(
     assert len(seen) >= 2, "KAI's mutating webhook was not called for both pods"
     for version in seen:
         assert_handed_to_kai(version)
+    kube.delete(f"/apis/apps/v1/namespaces/{ns}/deployments/infer")  # no pods recreated later
