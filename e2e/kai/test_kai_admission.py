@@ -258,7 +258,7 @@ def test_old_kai_build_gets_a_warning(
         kube, f"/api/v1/namespaces/{ns}/pods", kai_pod("old", {"gpu-memory": "4096"})
     )
     assert_handed_to_kai(pod)  # still translated: a warning, not a refusal
-    assert any("KAI v0.17.0 ignores capacity requests" in w for w in warnings), warnings
+    assert any("KAI v0.17.0 allocates without consumable capacity" in w for w in warnings), warnings
 
 
 def test_old_kai_build_is_refused_when_told_so(
@@ -267,7 +267,7 @@ def test_old_kai_build_is_refused_when_told_so(
     ns = kai_namespace("old-refuse")
     with pytest.raises(ApiError) as refused:
         create(kube, ns, kai_pod("old", {"gpu-fraction": "0.5"}))
-    assert "KAI v0.17.0 ignores capacity requests" in refused.value.body
+    assert "KAI v0.17.0 allocates without consumable capacity" in refused.value.body
     assert kube.items(f"/api/v1/namespaces/{ns}/pods") == []
     assert kube.items(f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates") == []
 

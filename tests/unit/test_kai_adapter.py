@@ -69,7 +69,9 @@ def test_fraction_with_two_card_sizes_is_refused() -> None:
         ("v0.17.0", False),
         ("v0.16.2", False),
         ("0.9.1", False),
-        ("v0.17.0-12-gabc1234", True),
+        ("v0.17.0-12-gabc1234", None),
+        ("v0.17.1-0.20260803101500-0123456789ab", False),
+        ("v0.17.1-0.20260826090000-0123456789ab", True),
         ("v0.17.1", True),
         ("v0.18.0-rc.1", True),
         ("v1.0.0", True),
@@ -83,8 +85,8 @@ def test_kai_versions_with_consumable_capacity(version: str, expected: bool | No
 def test_old_kai_is_warned_about_or_refused_as_configured() -> None:
     pod = kai_pod({"gpu-memory": "1024"})
     warned = KaiAdapter(version="v0.17.0").translate(pod, context=ONE_SIZE)
-    assert any("ignores capacity requests" in w for w in warned.warnings)
-    with pytest.raises(InvalidRequest, match=r"spec.schedulerName: KAI v0.17.0 ignores"):
+    assert any("allocates without consumable capacity" in w for w in warned.warnings)
+    with pytest.raises(InvalidRequest, match=r"spec.schedulerName: KAI v0.17.0 allocates without"):
         KaiAdapter(version="v0.17.0", refuse_without_capacity=True).translate(pod, context=ONE_SIZE)
     assert not KaiAdapter(version="v0.18.0").translate(pod, context=ONE_SIZE).warnings
 

@@ -6,12 +6,14 @@
   a fraction or percentage needs a cluster with one card size.
 - Templates only (KAI's queue-label check applies to standalone claims, not to claims made from
   templates); the pod's queue label and schedulerName are left as they are.
-- KAI honours capacity requests only in builds after v0.17.0 (its PR #2102): older ones hand every
-  share a whole device, so the adapter warns, or refuses when told to.
+- KAI honours capacity requests only in builds with its PR #2102 (after v0.17.0): older ones
+  allocate no share of a shareable device (our DeviceClass takes only those, so the pod stays
+  unschedulable), so the adapter warns, or refuses when told to.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -21,21 +23,25 @@ from vgpu_bridge.core.workloads import object_ref, pod_templates
 
 QUEUE_LABEL = "kai.scheduler/queue"
 LAST_WITHOUT_CAPACITY = (0, 17, 0)
+FIX_MERGED = "20260825"  # KAI PR #2102, the day main gained consumable capacity
+_PSEUDO = re.compile(r"^0\.(\d{8})\d{6}-[0-9a-f]{12}$")  # Go pseudo-version: 0.yyyymmddhhmmss-sha
 
 
 def has_consumable_capacity(version: str) -> bool | None:
-    """True for KAI builds after v0.17.0 (a later release, or `v0.17.0-N-g<sha>` from git
-    describe), False for v0.17.0 and older, None when the text is not a version."""
+    """True for KAI builds with PR #2102, False for builds without it, None when the text does not
+    tell (not a version, or `git describe` output such as `v0.17.0-12-gabc`, which does not say
+    whether those commits include the fix)."""
     base, _, suffix = version.strip().lstrip("v").partition("-")
     try:
         major, minor, patch = (int(p) for p in base.split("."))
     except ValueError:
         return None
-    release = (major, minor, patch)
-    if release != LAST_WITHOUT_CAPACITY:
-        return release > LAST_WITHOUT_CAPACITY
-    commits = suffix.split("-")[0]
-    return commits.isdigit() and int(commits) > 0  # v0.17.0-12-gabc: 12 commits after the tag
+    pseudo = _PSEUDO.match(suffix)
+    if pseudo:  # a build of main: judge by the commit's date
+        return pseudo.group(1) >= FIX_MERGED
+    if suffix and suffix.split("-")[0].isdigit():
+        return None
+    return (major, minor, patch) > LAST_WITHOUT_CAPACITY
 
 
 @dataclass(frozen=True)
@@ -62,8 +68,9 @@ class KaiAdapter:
         if has_consumable_capacity(self.version) is not False:
             return plan
         reason = (
-            f"KAI {self.version} ignores capacity requests (support came after v0.17.0): "
-            "each GPU share would get a whole device; upgrade KAI"
+            f"KAI {self.version} allocates without consumable capacity (it came after v0.17.0): "
+            "a claim for a shareable GPU share stays unschedulable there (with a DeviceClass "
+            "that also takes unshared devices, it would get a whole device); upgrade KAI"
         )
         if self.refuse_without_capacity:
             raise InvalidRequest(object_ref(obj), [FieldError("spec.schedulerName", reason)])
