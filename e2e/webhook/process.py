@@ -127,7 +127,7 @@ def running_webhook(
     ]  # fmt: skip
     with webhook.log_file.open("w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    name = f"vgpu-bridge-e2e-{webhook.port}"
+    name = f"gpu-sharing-e2e-{webhook.port}"  # sorts before Volcano's and KAI's
     try:
         wait_for(
             lambda: process.poll() is None and webhook.ready(), timeout_s=30, what="webhook ready"
