@@ -22,7 +22,7 @@ from e2e.webhook.our_driver import Card
 from vgpu_bridge.adapters.kai.adapter import has_consumable_capacity
 from vgpu_bridge.core import DEFAULT
 
-pytestmark = [pytest.mark.e2e]
+pytestmark = [pytest.mark.e2e, pytest.mark.needs_kai_build]
 RESOURCE = "/apis/resource.k8s.io/v1"
 PARENT, UNLIMITED, ONE_GPU, HALF_GPU = "e2e-parent", "e2e-unlimited", "e2e-one-gpu", "e2e-half-gpu"
 
