@@ -42,9 +42,11 @@ class Running:
     started: int = -1  # /proc/<pid>/stat starttime (clock ticks since boot); -1: not checked
 
     def alive(self) -> bool:
-        if not _is_ours(self.pid, self.binary):
-            return False
-        return self.started == -1 or start_ticks(self.pid) == self.started
+        child = _children.get(self.pid)
+        # Started by us: its Popen knows, also right after fork, when /proc/<pid>/cmdline is
+        # still python's or empty (execve not done yet): reading it then made starts fail.
+        running = child.poll() is None if child is not None else _is_ours(self.pid, self.binary)
+        return running and (self.started == -1 or start_ticks(self.pid) == self.started)
 
     def log_tail(self, lines: int = 40) -> str:
         try:
