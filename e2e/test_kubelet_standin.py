@@ -131,4 +131,6 @@ def test_a_force_deleted_pod_is_still_unprepared(
 
     kube.delete(f"/api/v1/namespaces/{namespace}/pods/forced", grace_period_s=0)
 
-    wait_for(lambda: [p.uid for p in preparer.unprepared] == [uid], what="unprepare called")
+    # earlier tests' pods, force-deleted with their namespaces, may be unprepared here too
+    wait_for(lambda: uid in [p.uid for p in preparer.unprepared], what="unprepare called")
+    assert [p.uid for p in preparer.unprepared].count(uid) == 1
