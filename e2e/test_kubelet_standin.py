@@ -85,7 +85,7 @@ def test_standin_hands_the_reserved_claims_to_the_preparer_then_marks_the_pod_ru
 
     kube.delete(f"/api/v1/namespaces/{namespace}/pods/worker")
 
-    wait_for(lambda: [p.uid for p in preparer.unprepared] == [bound.uid], what="unprepare called")
+    wait_for(lambda: bound.uid in [p.uid for p in preparer.unprepared], what="unprepare called")
     wait_for(
         lambda: not kube.items(f"/api/v1/namespaces/{namespace}/pods"), what="pod deletion finished"
     )
@@ -131,6 +131,23 @@ def test_a_force_deleted_pod_is_still_unprepared(
 
     kube.delete(f"/api/v1/namespaces/{namespace}/pods/forced", grace_period_s=0)
 
-    # earlier tests' pods, force-deleted with their namespaces, may be unprepared here too
     wait_for(lambda: uid in [p.uid for p in preparer.unprepared], what="unprepare called")
     assert [p.uid for p in preparer.unprepared].count(uid) == 1
+
+
+def test_a_pod_is_unprepared_by_the_preparer_that_prepared_it(
+    kube: KubeClient,
+    namespace: str,
+    fake_gpu_driver: FakeGpuDriver,
+    kubelet_standin: KubeletStandIn,
+) -> None:
+    first, second = RecordingPreparer(), RecordingPreparer()
+    kubelet_standin.preparer = first
+    create_pod(kube, namespace, "owned", template=half_template(kube, namespace, fake_gpu_driver))
+    uid = running_pod(kube, namespace, "owned")["metadata"]["uid"]
+    kubelet_standin.preparer = second
+
+    kube.delete(f"/api/v1/namespaces/{namespace}/pods/owned")
+
+    wait_for(lambda: uid in [p.uid for p in first.unprepared], what="unprepare by the first")
+    assert uid not in [p.uid for p in second.unprepared]

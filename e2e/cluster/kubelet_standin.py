@@ -3,7 +3,8 @@
 For each pod bound to one of its nodes it waits until every ResourceClaim of the pod exists, is
 allocated and reserved for the pod (the kubelet refuses to start a pod otherwise), hands the pod to
 a ``NodePreparer`` (the kubelet's DRA manager calling the node agent's ``NodePrepareResources``),
-then marks the pod Running. When a pod is being deleted it calls ``unprepare`` and finishes the
+then marks the pod Running. When a pod is being deleted it calls ``unprepare`` (on the preparer
+that prepared it, even if another one is plugged in by then) and finishes the
 deletion, as a kubelet confirms termination; a pod that vanished (force-deleted) is unprepared
 too. A preparer that raises leaves the pod Pending (or,
 in ``unprepare``, undeleted); the error is kept in ``failures`` by pod uid and the call retried.
@@ -82,7 +83,8 @@ class KubeletStandIn:
         self._interval_s = interval_s
         self._lock = threading.Lock()
         self._preparer: NodePreparer = preparer or MarkRunningOnly()
-        self._prepared: dict[str, BoundPod] = {}
+        #: pod uid → the pod as prepared and the preparer that did it (which also unprepares it)
+        self._prepared: dict[str, tuple[BoundPod, NodePreparer]] = {}
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="kubelet-standin", daemon=True)
         self.failures: dict[str, str] = {}
@@ -127,9 +129,9 @@ class KubeletStandIn:
             except ApiError as error:  # e.g. its namespace is going away; the others go on
                 self.errors.append(str(error))
         with self._lock:
-            vanished = [bound for uid, bound in self._prepared.items() if uid not in seen]
-        for bound in vanished:  # force-deleted: a kubelet still cleans up after them
-            self._unprepare(bound)
+            vanished = [entry for uid, entry in self._prepared.items() if uid not in seen]
+        for bound, preparer in vanished:  # force-deleted: a kubelet still cleans up after them
+            self._unprepare(bound, preparer)
 
     def _loop(self) -> None:
         while not self._stopping.wait(self._interval_s):
@@ -142,30 +144,31 @@ class KubeletStandIn:
         bound = self._bound(pod)
         if bound is None:
             return
+        preparer = self.preparer
         try:
-            self.preparer.prepare(bound)
+            preparer.prepare(bound)
         except Exception as error:  # any preparer failure keeps the pod Pending (retried)
             self.failures[bound.uid] = f"{type(error).__name__}: {error}"
             return
         self.failures.pop(bound.uid, None)
         with self._lock:
-            self._prepared[bound.uid] = bound
+            self._prepared[bound.uid] = (bound, preparer)
         path = f"/api/v1/namespaces/{bound.namespace}/pods/{bound.name}/status"
         self._client.patch(path, {"status": _running_status(pod)})
 
     def _terminate(self, pod: Json) -> None:
         meta = pod["metadata"]
         with self._lock:
-            bound = self._prepared.get(meta["uid"])
-        if bound is not None and not self._unprepare(bound):
+            entry = self._prepared.get(meta["uid"])
+        if entry is not None and not self._unprepare(*entry):
             return  # like a kubelet: the pod stays until unprepare succeeds
         self._client.delete(
             f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", grace_period_s=0
         )
 
-    def _unprepare(self, bound: BoundPod) -> bool:
+    def _unprepare(self, bound: BoundPod, preparer: NodePreparer) -> bool:
         try:
-            self.preparer.unprepare(bound)
+            preparer.unprepare(bound)
         except Exception as error:  # recorded and retried on the next pass
             self.failures[bound.uid] = f"{type(error).__name__}: {error}"
             return False
