@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import tomllib
 from pathlib import Path
@@ -13,7 +15,8 @@ import yaml
 
 from e2e.realnode import containerd, kubelet
 from e2e.realnode.host import Layout, mounts_under, read_sysctls
-from e2e.realnode.node import remove_tree
+from e2e.realnode.node import our_processes, remove_tree
+from e2e.waiting import wait_for
 
 LAYOUT = Layout(root=Path("/x/root"), run=Path("/x/run"), cgroup_name="cg")
 
@@ -84,3 +87,28 @@ def test_remove_tree_never_deletes_through_a_mount(tmp_path: Path) -> None:
     assert remove_tree(top) == []
     assert not top.exists()
     assert (outside / "precious").read_text() == "keep"
+
+
+def test_only_our_programs_naming_our_paths_count_as_ours(tmp_path: Path) -> None:
+    layout = Layout(root=tmp_path / "root", run=tmp_path / "run", cgroup_name="no-such-cgroup")
+    fake_containerd = tmp_path / "containerd"
+    shutil.copy2("/bin/sh", fake_containerd)  # a shell named like one of our programs
+    hold = "sleep 300; :"
+
+    def start(*argv: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(argv, start_new_session=True)  # a group: the shell and its sleep
+
+    ours = start(str(fake_containerd), "-c", hold, f"{layout.root}/config")
+    # a process of someone else that merely names our path (an editor, a shell) is never ours
+    theirs = start("/bin/sh", "-c", hold, str(layout.root))
+    unrelated = start(str(fake_containerd), "-c", hold, "/var/lib/elsewhere")
+    try:
+        wait_for(lambda: ours.pid in our_processes(layout), timeout_s=10, what="our process")
+        found = our_processes(layout)
+        assert theirs.pid not in found
+        assert unrelated.pid not in found
+    finally:
+        for process in (ours, theirs, unrelated):
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert not our_processes(layout)
