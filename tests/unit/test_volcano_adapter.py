@@ -150,3 +150,13 @@ def test_percentage_in_a_vcjob_uses_first_available_like_any_pod() -> None:
     alternatives = template["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"]
     shares = [parse_quantity(a["capacity"]["requests"]["memory"]) for a in alternatives]
     assert shares == [Decimal(2**33), Decimal(2**34)]
+
+
+def test_task_with_only_gpu_requests_is_warned_about_best_effort_gang_breakage() -> None:
+    job = vcjob(requests=False)
+    plan = ADAPTER.translate(job, context=CONTEXT)
+    assert any("best-effort" in w and "spec.tasks[0].template.spec" in w for w in plan.warnings)
+    with_cpu = vcjob(requests=True)  # its requests carry cpu: 2
+    assert not any(
+        "best-effort" in w for w in ADAPTER.translate(with_cpu, context=CONTEXT).warnings
+    )

@@ -65,7 +65,7 @@ class VolcanoAdapter:
         if (group, kind) == (VOLCANO_GROUP, "Job"):
             prefix = f"{TEMPLATE_PREFIX}{_job_name(obj)}-"
         plan = translate(obj, context=context, adapter=self.name, template_prefix=prefix)
-        return self._version_warning(plan)
+        return self._version_warning(_best_effort_warnings(obj, plan))
 
     def _version_warning(self, plan: Plan) -> Plan:
         version = _version(self.version) if self.version else None
@@ -76,6 +76,36 @@ class VolcanoAdapter:
             "v1.15): each GPU share would get a whole device; upgrade Volcano"
         )
         return replace(plan, warnings=(*plan.warnings, warning))
+
+
+def _asks_cpu_or_memory(spec: Mapping[str, Any]) -> bool:
+    containers = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
+    for container in containers:
+        resources = container.get("resources") or {}
+        for section in ("requests", "limits"):
+            if {"cpu", "memory"} & set(resources.get(section) or {}):
+                return True
+    return False
+
+
+def _best_effort_warnings(obj: Mapping[str, Any], plan: Plan) -> Plan:
+    """A translated template whose containers ask for no CPU or memory is best-effort to Volcano
+    (claims are not requests): its allocate step skips such tasks and backfill binds them one by
+    one, outside the gang. Under the device plugin, `nvidia.com/gpu` itself was the request."""
+    if not plan.changes_object:
+        return plan
+    ours = {t["metadata"]["name"] for t in plan.templates}
+    warnings = []
+    for template in pod_templates(plan.apply_to(dict(obj))):
+        claims = template.spec.get("resourceClaims") or ()
+        translated = any(c.get("resourceClaimTemplateName") in ours for c in claims)
+        if translated and not _asks_cpu_or_memory(template.spec):
+            warnings.append(
+                f"{template.spec_path}: no container asks for CPU or memory once its GPUs are "
+                "claims, so Volcano treats the task as best-effort and may bind it outside its "
+                "gang; give each container a CPU request (e.g. 100m)"
+            )
+    return replace(plan, warnings=(*plan.warnings, *warnings)) if warnings else plan
 
 
 def _job_name(job: Mapping[str, Any]) -> str:
