@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from vgpu_bridge.core.profiles import DEFAULT, DriverProfile
 from vgpu_bridge.flag_settings import ENV_PREFIX
 from vgpu_bridge.kube import KubeApi
+from vgpu_bridge.logs import configure_json_logging
 from vgpu_bridge.node.cdi import CdiLayout
 from vgpu_bridge.node.grpc import PluginServer
 from vgpu_bridge.node.inventory import Gpu, InventoryError, mock_gpus, nvml_gpus
@@ -29,17 +30,6 @@ from vgpu_bridge.node.settings import Settings
 from vgpu_bridge.node.state import DeviceState, StateLocked
 
 log = structlog.get_logger("vgpu_bridge.node")
-
-
-def configure_logging() -> None:
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso"),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ]
-    )
 
 
 def profile_for(settings: Settings) -> DriverProfile:
@@ -64,7 +54,7 @@ def every(seconds: float, stop: threading.Event, what: str, work: Callable[[], o
 
 def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
     gpus = discover(settings)
-    configure_logging()
+    configure_json_logging()
     stop = stop or threading.Event()
     profile = profile_for(settings)
     api = KubeApi.connect(settings.kubeconfig)

@@ -12,6 +12,7 @@ import structlog
 from vgpu_bridge.adapters import default_registry
 from vgpu_bridge.core import TranslatorConfig, profile_named
 from vgpu_bridge.kube import KubeApi
+from vgpu_bridge.logs import configure_json_logging
 from vgpu_bridge.webhook.admission import Admitter
 from vgpu_bridge.webhook.inventory import InventoryCache
 from vgpu_bridge.webhook.legacy import legacy_hami_warnings
@@ -21,17 +22,6 @@ from vgpu_bridge.webhook.settings import Settings
 from vgpu_bridge.webhook.templates import Sweeper, TemplateStore
 
 log = structlog.get_logger("vgpu_bridge.webhook")
-
-
-def configure_logging() -> None:
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso"),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ]
-    )
 
 
 def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, Sweeper]:
@@ -79,7 +69,7 @@ def housekeeping(
 
 
 def serve(settings: Settings) -> int:
-    configure_logging()
+    configure_json_logging()
     api = KubeApi.connect(settings.kubeconfig)
     admitter, inventory, sweeper = build(settings, api)
     tls = TLSFiles(settings.tls_cert_file, settings.tls_key_file)
