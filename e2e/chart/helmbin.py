@@ -10,7 +10,6 @@ that built the cluster already holds the shared downloads.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -19,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from e2e.cluster.build import read_stamp, sources_digest
 from e2e.cluster.settings import Settings
 
 HELMTOOL_DIR = Path(__file__).resolve().parent / "helmtool"
@@ -66,8 +66,8 @@ def ensure_helm(settings: Settings, tool_dir: Path = HELMTOOL_DIR) -> HelmBuild:
 def _ensure_locked(settings: Settings, tool_dir: Path, version: str, bin_dir: Path) -> HelmBuild:
     started = time.monotonic()
     binary, stamp = bin_dir / "helm", bin_dir / "helm.stamp"
-    digest = _digest(tool_dir)
-    recorded = _read_stamp(stamp)
+    digest = sources_digest(tool_dir, _SOURCES)
+    recorded = read_stamp(stamp)
     if binary.is_file() and recorded.get("digest") == digest:
         took = recorded.get("build_seconds")
         build_seconds = float(took) if isinstance(took, int | float) else 0.0
@@ -93,21 +93,6 @@ def _go_build(settings: Settings, tool_dir: Path, version: str, binary: Path) ->
     if done.returncode != 0:
         raise HelmBuildError(f"{' '.join(command)} failed:\n{done.stderr[-4000:]}")
     partial.replace(binary)
-
-
-def _digest(tool_dir: Path) -> str:
-    sha = hashlib.sha256()
-    for name in _SOURCES:
-        sha.update(name.encode() + b"\0" + (tool_dir / name).read_bytes())
-    return sha.hexdigest()
-
-
-def _read_stamp(stamp: Path) -> dict[str, object]:
-    try:
-        recorded = json.loads(stamp.read_text())
-    except (OSError, ValueError):
-        return {}
-    return recorded if isinstance(recorded, dict) else {}
 
 
 def report(build: HelmBuild) -> str:

@@ -49,8 +49,8 @@ def _ensure_binary_locked(settings: Settings) -> BuildResult:
     started = time.monotonic()
     source_dir = _source_dir(settings)
     stamp = settings.bin_dir / "vgpu-k8s.stamp"
-    digest = _digest(source_dir)
-    recorded = _read_stamp(stamp)
+    digest = sources_digest(source_dir)
+    recorded = read_stamp(stamp)
     if settings.binary.is_file() and recorded.get("digest") == digest:
         seconds = recorded.get("build_seconds")
         build_seconds = float(seconds) if isinstance(seconds, int | float) else 0.0
@@ -64,7 +64,8 @@ def _ensure_binary_locked(settings: Settings) -> BuildResult:
     return BuildResult(settings.binary, reused=False, seconds=elapsed, build_seconds=elapsed)
 
 
-def _read_stamp(stamp: Path) -> dict[str, object]:
+def read_stamp(stamp: Path) -> dict[str, object]:
+    """What a build recorded next to its binary ({} when missing or unreadable)."""
     try:
         recorded = json.loads(stamp.read_text())
     except (OSError, ValueError):
@@ -88,9 +89,10 @@ def _source_dir(settings: Settings) -> Path:
     return work
 
 
-def _digest(source_dir: Path) -> str:
+def sources_digest(source_dir: Path, names: tuple[str, ...] = _SOURCES) -> str:
+    """A hash of a tools module's committed files: a build is reused while it matches."""
     sha = hashlib.sha256()
-    for name in _SOURCES:
+    for name in names:
         sha.update(name.encode() + b"\0" + (source_dir / name).read_bytes())
     return sha.hexdigest()
 

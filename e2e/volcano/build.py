@@ -10,7 +10,6 @@ plane). The binary is rebuilt only when the module's sources change (a stamp key
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from e2e.cluster import BuildResult, Settings
-from e2e.cluster.build import BuildError
+from e2e.cluster.build import BuildError, read_stamp, sources_digest
 
 GOTOOLS_DIR = Path(__file__).resolve().parent / "gotools"
 MODULE = "volcano.sh/volcano"
@@ -90,8 +89,8 @@ def ensure_binary(build: VolcanoBuild) -> BuildResult:
 def _ensure_binary_locked(build: VolcanoBuild) -> BuildResult:
     started = time.monotonic()
     stamp = build.bin_dir / "vgpu-volcano.stamp"
-    digest = _digest(GOTOOLS_DIR)
-    recorded = _read_stamp(stamp)
+    digest = sources_digest(GOTOOLS_DIR, _SOURCES)
+    recorded = read_stamp(stamp)
     if build.binary.is_file() and recorded.get("digest") == digest:
         seconds = recorded.get("build_seconds")
         build_seconds = float(seconds) if isinstance(seconds, int | float) else 0.0
@@ -163,21 +162,6 @@ def _go(build: VolcanoBuild, command: list[str], **env: str) -> None:
     )
     if done.returncode != 0:
         raise BuildError(f"{' '.join(command)} failed:\n{done.stderr[-4000:]}")
-
-
-def _digest(source_dir: Path) -> str:
-    sha = hashlib.sha256()
-    for name in _SOURCES:
-        sha.update(name.encode() + b"\0" + (source_dir / name).read_bytes())
-    return sha.hexdigest()
-
-
-def _read_stamp(stamp: Path) -> dict[str, object]:
-    try:
-        recorded = json.loads(stamp.read_text())
-    except (OSError, ValueError):
-        return {}
-    return recorded if isinstance(recorded, dict) else {}
 
 
 def report(result: BuildResult) -> str:
