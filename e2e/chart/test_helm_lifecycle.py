@@ -14,7 +14,6 @@ import pytest
 
 from e2e.chart.rendering import CHART, Helm, HelmFailed
 from e2e.cluster import KubeClient, LocalCluster, Settings, running_cluster
-from e2e.cluster.client import ApiError
 
 pytestmark = pytest.mark.e2e
 
@@ -45,16 +44,6 @@ def helm_on(helm: Helm, kubeconfig: Path, *args: str, values: dict[str, Any] | N
     return helm.run(*args, "--kubeconfig", str(kubeconfig), values=values)
 
 
-def exists(kube: KubeClient, path: str) -> bool:
-    try:
-        kube.get(path)
-    except ApiError as error:
-        if error.status == 404:
-            return False
-        raise
-    return True
-
-
 def ca_bundles(kube: KubeClient) -> tuple[str, set[str]]:
     secret_ca = kube.get(SECRET)["data"]["ca.crt"]
     webhooks = kube.get(CONFIG)["webhooks"]
@@ -73,7 +62,7 @@ def test_install_upgrade_uninstall(helm: Helm, private_cluster: LocalCluster) ->
     secret_ca, bundles = ca_bundles(kube)
     assert bundles == {secret_ca}
     assert "BEGIN CERTIFICATE" in base64.b64decode(secret_ca).decode()
-    assert all(exists(kube, path) for path in CLUSTER_WIDE)
+    assert all(kube.exists(path) for path in CLUSTER_WIDE)
 
     upgrade = {"webhook": {"settings": {"sweepGraceSeconds": 900}}}
     helm_on(helm, kubeconfig, "upgrade", RELEASE, chart, "-n", NAMESPACE, values=upgrade)
@@ -81,7 +70,7 @@ def test_install_upgrade_uninstall(helm: Helm, private_cluster: LocalCluster) ->
     assert webhook_env(kube)["VGPU_BRIDGE_SWEEP_GRACE_SECONDS"] == "900"
 
     helm_on(helm, kubeconfig, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
-    left = [path for path in [*CLUSTER_WIDE, SECRET, DEPLOYMENT] if exists(kube, path)]
+    left = [path for path in [*CLUSTER_WIDE, SECRET, DEPLOYMENT] if kube.exists(path)]
     assert not left
 
 

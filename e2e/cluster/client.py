@@ -47,6 +47,16 @@ class KubeClient:
         items: list[Json] = self.get(path, **query).get("items") or []
         return items
 
+    def exists(self, path: str) -> bool:
+        """Whether GET ``path`` finds the object (404: no); other errors are raised."""
+        try:
+            self.get(path)
+        except ApiError as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
     def create(self, path: str, body: Json) -> Json:
         return self.request("POST", path, body=body)
 

@@ -157,7 +157,7 @@ def _delete_namespace(kube: KubeClient) -> None:
     kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
     with contextlib.suppress(AssertionError):
         wait_for(
-            lambda: not _exists(kube, f"/api/v1/namespaces/{NAMESPACE}"),
+            lambda: not kube.exists(f"/api/v1/namespaces/{NAMESPACE}"),
             timeout_s=90,
             what="the demo namespace gone",
         )
@@ -184,21 +184,11 @@ def _remove_leftovers(kube: KubeClient) -> None:
             kube.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}", grace_period_s=0)
         kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
         wait_for(
-            lambda: not _exists(kube, f"/api/v1/namespaces/{NAMESPACE}"),
+            lambda: not kube.exists(f"/api/v1/namespaces/{NAMESPACE}"),
             timeout_s=60,
             what="the previous demo namespace gone",
         )
     _remove_nodes(kube)
-
-
-def _exists(kube: KubeClient, path: str) -> bool:
-    try:
-        kube.get(path)
-    except ApiError as error:
-        if error.status == 404:
-            return False
-        raise
-    return True
 
 
 def wait_running(stack: DemoStack, *, expected: int, timeout_s: float) -> bool:

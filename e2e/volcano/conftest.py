@@ -13,7 +13,6 @@ from collections.abc import Iterator
 import pytest
 
 from e2e.cluster import KubeClient, KubeletStandIn, LocalCluster
-from e2e.cluster.client import ApiError
 from e2e.volcano.build import VolcanoBuild, ensure_binary
 from e2e.volcano.components import Volcano, install_crds, running_volcano
 from e2e.waiting import wait_for
@@ -60,7 +59,7 @@ def volcano(
 @pytest.fixture(scope="package")
 def volcano_cards(kube: KubeClient, fake_nodes: list[str]) -> Iterator[dict[str, list[Card]]]:
     layout = cards(fake_nodes)
-    if _exists(kube, f"{RESOURCE}/deviceclasses/{DEFAULT.device_class}"):
+    if kube.exists(f"{RESOURCE}/deviceclasses/{DEFAULT.device_class}"):
         pytest.fail(
             f"DeviceClass {DEFAULT.device_class} already exists: another package's session "
             "fixture published our driver's cards; run the Volcano package on its own or first"
@@ -116,13 +115,3 @@ def vns(
     for name, log in {**volcano.logs(), "webhook": volcano_webhook.log_file}.items():
         text = log.read_text(errors="replace") if log.exists() else ""
         print(f"--- {name} (last lines) ---\n" + "\n".join(text.splitlines()[-60:]))
-
-
-def _exists(kube: KubeClient, path: str) -> bool:
-    try:
-        kube.get(path)
-    except ApiError as error:
-        if error.status == 404:
-            return False
-        raise
-    return True
