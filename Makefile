@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 .PHONY: help venv fmt lint unit integration e2e e2e-kai test bench demo cluster-bin scheduler-bin native native-test clean
 
 help:
-	@echo "make test    lint + unit + integration + e2e (installs what it needs)"
+	@echo "make test    lint + unit + integration + native + e2e + real node (installs what it needs; root)"
 	@echo "make fmt     format the code"
 	@echo "make lint    ruff + mypy strict"
 	@echo "make bench   benchmarks, printed as tables"
@@ -71,6 +71,7 @@ test: lint
 	$(PY) -m pytest tests -q -m "not e2e"
 	$(MAKE) native-test
 	$(MAKE) e2e
+	$(MAKE) e2e-realnode
 
 bench: venv
 	$(PY) bench/translate.py
@@ -100,7 +101,7 @@ e2e-kind: venv helm-bin
 # The real-node tier (issue 10, e2e/realnode): a real kubelet + containerd 2.3 + runc 1.4 built
 # from their Go modules (into ~/.cache/vgpu-bridge/realnode-*), joined to a private control plane;
 # pods run as real containers. Needs root; changes three kernel tunables while it runs and puts
-# them back. Not part of `make test`. `python -m e2e.realnode down` cleans up after a crash.
+# them back. The last tier of `make test`. `python -m e2e.realnode down` cleans up after a crash.
 e2e-realnode: venv cluster-bin
 	$(PY) -m e2e.realnode build
 	VGPU_REALNODE=1 $(PY) -m pytest e2e/realnode -q
