@@ -110,6 +110,22 @@ def test_v1beta1_answers_the_same_devices_without_share_ids(dirs: AgentDirs) -> 
     assert "share_id" not in device.DESCRIPTOR.fields_by_name
 
 
+@pytest.mark.parametrize("version", ["v1", "v1beta1"])
+def test_each_version_unprepares_through_the_same_state(dirs: AgentDirs, version: str) -> None:
+    messages = {"v1": dra_v1_pb2, "v1beta1": dra_v1beta1_pb2}[version]
+    _seed_prepared(dirs)
+    with running_agent(dirs, GPUS, node=NODE) as agent:
+        stub = agent.v1() if version == "v1" else agent.v1beta1()
+        claim = messages.Claim(namespace="team-a", name="c1", uid="uid-1")
+        response = stub.NodeUnprepareResources(
+            messages.NodeUnprepareResourcesRequest(claims=[claim]), timeout=10
+        )
+        assert type(response) is messages.NodeUnprepareResourcesResponse
+        assert {uid: r.error for uid, r in response.claims.items()} == {"uid-1": ""}
+        assert agent.state.snapshot() == []
+    assert not dirs.layout.spec_path(REF.uid).exists()
+
+
 def test_unprepare_removes_everything_and_repeats_fine_also_for_unknown_claims(
     dirs: AgentDirs,
 ) -> None:

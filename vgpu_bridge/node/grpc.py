@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from concurrent import futures
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import grpc
@@ -27,7 +28,13 @@ from vgpu_bridge.node.kubeletapi import (
 )
 from vgpu_bridge.node.state import DEFAULT_BUDGET_S, ClaimRef, DeviceState
 
-SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+#: The DRAPlugin versions we serve, each with its generated message and service modules; v1
+#: first: the kubelet takes the first version it supports.
+DRA_VERSIONS: tuple[tuple[str, ModuleType, ModuleType], ...] = (
+    ("v1.DRAPlugin", dra_v1_pb2, dra_v1_pb2_grpc),
+    ("v1beta1.DRAPlugin", dra_v1beta1_pb2, dra_v1beta1_pb2_grpc),
+)
+SUPPORTED_VERSIONS = tuple(version for version, _, _ in DRA_VERSIONS)
 PLUGIN_TYPE = "DRAPlugin"
 log = structlog.get_logger("vgpu_bridge.node.grpc")
 
@@ -47,79 +54,46 @@ def _budget(context: grpc.ServicerContext) -> float:
     return max(0.0, min(DEFAULT_BUDGET_S, remaining - ANSWER_MARGIN_S))
 
 
-class DraV1(dra_v1_pb2_grpc.DRAPluginServicer):
-    def __init__(self, state: DeviceState) -> None:
+class DraServicer:
+    """`DRAPlugin` of one API version. `messages` is that version's generated `_pb2` module: v1
+    and v1beta1 define the same messages, except that only v1's `Device` has a `share_id`."""
+
+    def __init__(self, state: DeviceState, messages: ModuleType) -> None:
         self._state = state
+        self._messages = messages
+        self._share_ids = "share_id" in messages.Device.DESCRIPTOR.fields_by_name
 
     def NodePrepareResources(  # noqa: N802 - the generated servicer's method name
-        self, request: dra_v1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
-    ) -> dra_v1_pb2.NodePrepareResourcesResponse:
-        response = dra_v1_pb2.NodePrepareResourcesResponse()
+        self, request: Any, context: grpc.ServicerContext
+    ) -> Any:
+        response = self._messages.NodePrepareResourcesResponse()
         for uid, prepared in self._state.prepare(
             _refs(request.claims), budget_s=_budget(context)
         ).items():
             entry = response.claims[uid]
             if prepared.error is not None:
                 entry.error = prepared.error
-            entry.devices.extend(_v1_device(d) for d in prepared.devices)
+            entry.devices.extend(self._device(d) for d in prepared.devices)
         return response
 
     def NodeUnprepareResources(  # noqa: N802 - the generated servicer's method name
-        self, request: dra_v1_pb2.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
-    ) -> dra_v1_pb2.NodeUnprepareResourcesResponse:
-        response = dra_v1_pb2.NodeUnprepareResourcesResponse()
+        self, request: Any, context: grpc.ServicerContext
+    ) -> Any:
+        response = self._messages.NodeUnprepareResourcesResponse()
         for uid, error in self._state.unprepare(_refs(request.claims)).items():
             response.claims[uid].error = error or ""
         return response
 
-
-class DraV1beta1(dra_v1beta1_pb2_grpc.DRAPluginServicer):
-    def __init__(self, state: DeviceState) -> None:
-        self._state = state
-
-    def NodePrepareResources(  # noqa: N802 - the generated servicer's method name
-        self, request: dra_v1beta1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
-    ) -> dra_v1beta1_pb2.NodePrepareResourcesResponse:
-        response = dra_v1beta1_pb2.NodePrepareResourcesResponse()
-        for uid, prepared in self._state.prepare(
-            _refs(request.claims), budget_s=_budget(context)
-        ).items():
-            entry = response.claims[uid]
-            if prepared.error is not None:
-                entry.error = prepared.error
-            entry.devices.extend(_v1beta1_device(d) for d in prepared.devices)
-        return response
-
-    def NodeUnprepareResources(  # noqa: N802 - the generated servicer's method name
-        self,
-        request: dra_v1beta1_pb2.NodeUnprepareResourcesRequest,
-        context: grpc.ServicerContext,
-    ) -> dra_v1beta1_pb2.NodeUnprepareResourcesResponse:
-        response = dra_v1beta1_pb2.NodeUnprepareResourcesResponse()
-        for uid, error in self._state.unprepare(_refs(request.claims)).items():
-            response.claims[uid].error = error or ""
-        return response
-
-
-def _v1_device(device: PreparedDevice) -> dra_v1_pb2.Device:
-    converted = dra_v1_pb2.Device(
-        request_names=device.request_names,
-        pool_name=device.pool_name,
-        device_name=device.device_name,
-        cdi_device_ids=device.cdi_device_ids,
-    )
-    if device.share_id is not None:
-        converted.share_id = device.share_id
-    return converted
-
-
-def _v1beta1_device(device: PreparedDevice) -> dra_v1beta1_pb2.Device:
-    return dra_v1beta1_pb2.Device(
-        request_names=device.request_names,
-        pool_name=device.pool_name,
-        device_name=device.device_name,
-        cdi_device_ids=device.cdi_device_ids,
-    )
+    def _device(self, device: PreparedDevice) -> Any:
+        converted = self._messages.Device(
+            request_names=device.request_names,
+            pool_name=device.pool_name,
+            device_name=device.device_name,
+            cdi_device_ids=device.cdi_device_ids,
+        )
+        if self._share_ids and device.share_id is not None:
+            converted.share_id = device.share_id
+        return converted
 
 
 class Registration(pluginregistration_v1_pb2_grpc.RegistrationServicer):
@@ -170,8 +144,8 @@ class PluginServer:
         self.registration_socket = registration_socket
         self.registration = Registration(driver=driver, endpoint=dra_socket)
         self._dra = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
-        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1(state), self._dra)
-        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1beta1(state), self._dra)
+        for _, messages, services in DRA_VERSIONS:
+            services.add_DRAPluginServicer_to_server(DraServicer(state, messages), self._dra)
         self._registrar = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
         pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(
             self.registration, self._registrar
