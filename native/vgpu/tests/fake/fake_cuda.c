@@ -285,13 +285,22 @@ EXPORT CUresult cuStreamSynchronize(CUstream s)
 }
 
 /* ---- memory ---- */
+/* What an allocation occupies on the device, as the real driver lays it out: whole pages of the
+ * allocation granularity at or above it, 512-byte steps of a shared page below it. */
+static uint64_t occupied(uint64_t size)
+{
+	uint64_t step = size >= cfg.granularity ? cfg.granularity : 512;
+
+	return (size + step - 1) / step * step;
+}
+
 static CUresult mem_add(int dev, uint64_t size, int kind, uint64_t *addr)
 {
 	void *p;
 	int on_device = kind != 5;
 
 	pthread_mutex_lock(&mu);
-	if (on_device && devs[dev].used + size > cfg.memory) {
+	if (on_device && devs[dev].used + occupied(size) > cfg.memory) {
 		pthread_mutex_unlock(&mu);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -315,7 +324,7 @@ static CUresult mem_add(int dev, uint64_t size, int kind, uint64_t *addr)
 	m->next = mems;
 	mems = m;
 	if (on_device)
-		devs[dev].used += size;
+		devs[dev].used += occupied(size);
 	pthread_mutex_unlock(&mu);
 	*addr = m->addr;
 	return CUDA_SUCCESS;
@@ -330,7 +339,7 @@ static CUresult mem_del(uint64_t addr, int kind_a, int kind_b)
 			continue;
 		*pp = m->next;
 		if (m->kind != 5)
-			devs[m->dev].used -= m->size;
+			devs[m->dev].used -= occupied(m->size);
 		pthread_mutex_unlock(&mu);
 		if (!cfg.fast_alloc)
 			munmap((void *)(uintptr_t)m->addr, m->size ? m->size : 1);
