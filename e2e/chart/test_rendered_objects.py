@@ -9,6 +9,8 @@ import pytest
 from cryptography import x509
 
 from e2e.chart.rendering import Helm, Json, containers, env_names, of_kind, one
+from vgpu_bridge.node.grpc import CONNECT_TIMEOUT_S
+from vgpu_bridge.node.health import HEALTHZ
 from vgpu_bridge.node.settings import Settings as NodeSettings
 from vgpu_bridge.webhook.settings import Settings as WebhookSettings
 
@@ -94,6 +96,17 @@ def test_agent_settings_from_the_chart_are_valid_settings(helm: Helm) -> None:
     expected_registration = "/var/lib/kubelet/plugins_registry/gpu.vgpu-bridge.io-reg.sock"
     assert str(settings.registration_socket) == expected_registration
     assert str(settings.mock_gpus) == "/etc/vgpu-bridge/mock-gpus.yaml"
+
+
+def test_agent_liveness_asks_healthz_where_the_agent_serves_it(defaults: list[Json]) -> None:
+    (_, agent) = containers(one(defaults, "DaemonSet"))
+    probe = agent["livenessProbe"]
+    assert probe["httpGet"]["path"] == HEALTHZ
+    ports = {port["name"]: port["containerPort"] for port in agent["ports"]}
+    environ = {var["name"]: var["value"] for var in agent["env"] if "value" in var}
+    settings = NodeSettings.from_env({**environ, "VGPU_BRIDGE_NODE_NAME": "node-a"})
+    assert settings.metrics_host_port == ("0.0.0.0", ports[probe["httpGet"]["port"]])
+    assert probe["timeoutSeconds"] > 2 * CONNECT_TIMEOUT_S  # both sockets may take that long
 
 
 def test_agent_sees_host_paths_at_the_same_paths(defaults: list[Json]) -> None:

@@ -1,8 +1,9 @@
 """`vgpu-bridge node`: wire the parts together and serve until SIGTERM.
 
 Start-up order: GPUs (mock file or NVML), the checkpoint (recovered), the DRA socket, then the
-registration socket, then the slices (republished on every start and checked every resync
-period), then the periodic cleanup of prepared claims whose ResourceClaim is gone.
+registration socket, the HTTP server (/metrics, /healthz), then the slices (republished on every
+start and checked every resync period), then the periodic cleanup of prepared claims whose
+ResourceClaim is gone.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from vgpu_bridge.kube import KubeApi
 from vgpu_bridge.logs import configure_json_logging
 from vgpu_bridge.node.cdi import CdiLayout
 from vgpu_bridge.node.grpc import PluginServer
+from vgpu_bridge.node.health import Health
 from vgpu_bridge.node.inventory import Gpu, InventoryError, mock_gpus, nvml_gpus
 from vgpu_bridge.node.metrics import CallMetrics, serve_metrics
 from vgpu_bridge.node.publisher import SlicePublisher
@@ -78,15 +80,21 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
         registration_socket=settings.registration_socket,
     )
     server.start()
+    publisher = SlicePublisher(api, node=settings.node_name, profile=profile, gpus=gpus)
+    health = Health(
+        sockets=server.problem,
+        publications=lambda: publisher.last,
+        max_silence_s=settings.max_publication_silence_s,
+    )
     metrics = serve_metrics(
         settings.metrics_host_port,
         registry=registry,
+        health=health,
         state=state,
         gpus=gpus,
         node=settings.node_name,
         vgpu_dir=settings.vgpu_dir,
     )
-    publisher = SlicePublisher(api, node=settings.node_name, profile=profile, gpus=gpus)
     workers = [
         threading.Thread(
             target=every,

@@ -40,6 +40,7 @@ log = structlog.get_logger("vgpu_bridge.node.grpc")
 
 
 ANSWER_MARGIN_S = 2.0  # time kept to build and send the answer before the caller's deadline
+CONNECT_TIMEOUT_S = 2.0  # per socket, for the health check (the probe allows 5 s in all)
 
 
 def _refs(claims: Any) -> list[ClaimRef]:
@@ -156,6 +157,24 @@ class PluginServer:
         _serve_on(self._registrar, self.registration_socket)
         log.info("serving", dra_socket=str(self.dra_socket),
                  registration_socket=str(self.registration_socket))  # fmt: skip
+
+    def problem(self, *, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
+        """Why the servers do not serve on their sockets, or None when both do: each path must
+        be a socket that a gRPC client connects to (HTTP/2 handshake done) within `timeout_s`.
+        Catches a stopped server and a socket file removed under a running one."""
+        for what, socket in (("DRA", self.dra_socket), ("registration", self.registration_socket)):
+            if not socket.is_socket():
+                return f"the {what} socket {socket} is gone"
+            channel = grpc.insecure_channel(f"unix:{socket}")
+            try:
+                grpc.channel_ready_future(channel).result(timeout=timeout_s)
+            except grpc.FutureTimeoutError:
+                return (
+                    f"no gRPC server answers on the {what} socket {socket} within {timeout_s:g} s"
+                )
+            finally:
+                channel.close()
+        return None
 
     def stop(self, grace_s: float = 5.0) -> None:
         self._registrar.stop(grace_s).wait()

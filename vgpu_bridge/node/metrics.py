@@ -3,22 +3,29 @@
 
 The region layout is native/vgpu/src/region.h, version 1; a file of another magic, version or
 size is skipped (reported by `vgpu_bridge_claim_region_readable`), never guessed at.
+
+The agent's HTTP server serves these at `/metrics` and its health at `/healthz` (`health.py`).
 """
 
 from __future__ import annotations
 
 import re
+import socket
 import struct
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from vgpu_bridge.node.cdi import SHARED_REGION_FILE
+from vgpu_bridge.node.health import Health, with_healthz
 from vgpu_bridge.node.inventory import Gpu
 from vgpu_bridge.node.state import DeviceState
 
@@ -221,18 +228,38 @@ class CallMetrics:
         self.seconds.labels(call=call, decision=decision).observe(seconds)
 
 
+class MetricsServer(ThreadingMixIn, WSGIServer):
+    """The agent's HTTP server (`/metrics`, `/healthz`), a thread per request."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        super().__init__(address, _QuietHandler)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log: Prometheus and the kubelet's probe call all the time."""
+
+
 def serve_metrics(
     host_port: tuple[str, int] | None,
     *,
     registry: CollectorRegistry,
+    health: Health,
     state: DeviceState,
     gpus: Sequence[Gpu],
     node: str,
     vgpu_dir: Path,
-) -> Any:
-    """Serve /metrics on `host_port`; the server (with `.shutdown()`), or None when disabled."""
+) -> MetricsServer | None:
+    """Serve `/metrics` and `/healthz` on `host_port` from a daemon thread; the server (stop it
+    with `.shutdown()`), or None when disabled."""
     if host_port is None:
         return None
     registry.register(NodeCollector(state, gpus, node=node, vgpu_dir=vgpu_dir))
-    server, _thread = start_http_server(host_port[1], addr=host_port[0], registry=registry)
+    server = MetricsServer(host_port)
+    server.set_app(with_healthz(make_wsgi_app(registry), health))
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server

@@ -6,12 +6,14 @@ are left alone. Otherwise it bumps the pool's generation and rewrites
 the pool: obsolete slices are deleted first (uid + resourceVersion preconditions), the rest
 updated or created. A conflict (someone else wrote meanwhile) starts the sync over. The agent
 calls `sync()` at start (republish on every start: the kubelet wipes a node's slices when it
-starts) and every resync period after that.
+starts) and every resync period after that. The outcome of the last finished `sync()` is kept in
+`last` (read by /healthz).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,20 +43,46 @@ class SyncResult:
     deleted: int = 0
 
 
+@dataclass(frozen=True)
+class Publication:
+    """How the last `sync()` ended: when (the publisher's clock) and why not, if it failed."""
+
+    finished_at: float
+    error: str | None = None
+
+
 class SlicePublisher:
     def __init__(
-        self, api: KubeApi, *, node: str, profile: DriverProfile, gpus: Sequence[Gpu]
+        self,
+        api: KubeApi,
+        *,
+        node: str,
+        profile: DriverProfile,
+        gpus: Sequence[Gpu],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._api = api
         self._node = node
         self._profile = profile
         self._gpus = tuple(gpus)
+        self._clock = clock
+        self.last: Publication | None = None  # None until the first sync() ends
 
     def set_gpus(self, gpus: Sequence[Gpu]) -> None:
         """A new inventory; published by the next `sync()`."""
         self._gpus = tuple(gpus)
 
     def sync(self) -> SyncResult:
+        """Publish; `last` records how it ended, whatever the exception."""
+        try:
+            result = self._sync_with_retries()
+        except Exception as error:
+            self.last = Publication(self._clock(), str(error) or type(error).__name__)
+            raise
+        self.last = Publication(self._clock())
+        return result
+
+    def _sync_with_retries(self) -> SyncResult:
         for _ in range(CONFLICT_ATTEMPTS):
             try:
                 return self._sync_once()

@@ -35,9 +35,14 @@ class Settings(FlagSettings):
         description="host dir with libvgpu.so, ld.so.preload and claims/ (shared regions)",
     )
     metrics_listen: str = Field(
-        default="0.0.0.0:9401", description="HOST:PORT of /metrics; empty to disable"
+        default="0.0.0.0:9401", description="HOST:PORT of /metrics and /healthz; empty to disable"
     )
     resync_seconds: float = Field(default=30, gt=0, description="how often slices are checked")
+    health_grace_seconds: float = Field(
+        default=120,
+        gt=0,
+        description="/healthz fails when no slice publication ends for resync-seconds plus this",
+    )
     cleanup_seconds: float = Field(
         default=600, gt=0, description="how often prepared claims that are gone are cleaned"
     )
@@ -57,6 +62,11 @@ class Settings(FlagSettings):
     @property
     def checkpoint_file(self) -> Path:
         return self.plugin_path / "checkpoint.json"
+
+    @property
+    def max_publication_silence_s(self) -> float:
+        """How long /healthz tolerates no finished ResourceSlice publication."""
+        return self.resync_seconds + self.health_grace_seconds
 
     @property
     def metrics_host_port(self) -> tuple[str, int] | None:

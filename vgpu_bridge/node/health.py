@@ -1,0 +1,78 @@
+"""The agent's `/healthz`, served next to `/metrics`: 200 only while the agent really works.
+
+It answers 503 with a one-line JSON reason when
+- a kubelet-plugin socket (DRA or registration) is gone, or no gRPC server answers on it;
+- the last ResourceSlice publication failed (the next resync tries again);
+- no publication has finished for longer than the resync period plus a grace
+  (`--health-grace-seconds`, default 120 s), counted from the agent's start until the first one
+  ends, then from the last one: the first may take that long, and a stuck publisher is caught.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
+import structlog
+
+from vgpu_bridge.node.publisher import Publication
+
+HEALTHZ = "/healthz"
+log = structlog.get_logger("vgpu_bridge.node.health")
+
+
+class Health:
+    def __init__(
+        self,
+        *,
+        sockets: Callable[[], str | None],
+        publications: Callable[[], Publication | None],
+        max_silence_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`sockets`: why the gRPC servers do not serve, or None; `publications`: how the last
+        publication ended (None before the first); `clock` must be the publisher's."""
+        self._sockets = sockets
+        self._publications = publications
+        self._max_silence_s = max_silence_s
+        self._clock = clock
+        self._started_at = clock()
+
+    def problem(self) -> str | None:
+        """Why the agent is unhealthy, or None when it is healthy."""
+        trouble = self._sockets()
+        if trouble is not None:
+            return trouble
+        last = self._publications()
+        if last is not None and last.error is not None:
+            return f"the last ResourceSlice publication failed: {last.error}"
+        silent = self._clock() - (self._started_at if last is None else last.finished_at)
+        if silent > self._max_silence_s:
+            since = "since the agent started" if last is None else "since the last one"
+            return (
+                f"no ResourceSlice publication has finished for {silent:.0f} s {since} "
+                f"(allowed: {self._max_silence_s:g} s)"
+            )
+        return None
+
+
+def with_healthz(app: WSGIApplication, health: Health) -> WSGIApplication:
+    """`app` with `/healthz` answered by `health`."""
+
+    def dispatch(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != HEALTHZ:
+            return app(environ, start_response)
+        problem = health.problem()
+        if problem is None:
+            status, answer = "200 OK", {"status": "ok"}
+        else:
+            log.warning("unhealthy", reason=problem)
+            status, answer = "503 Service Unavailable", {"status": "unhealthy", "reason": problem}
+        body = json.dumps(answer).encode() + b"\n"
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        start_response(status, headers)
+        return [body]
+
+    return dispatch
