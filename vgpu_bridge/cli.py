@@ -42,13 +42,26 @@ def _run_webhook(args: argparse.Namespace) -> int:
 
 
 def _add_node_arguments(parser: argparse.ArgumentParser) -> None:
-    from vgpu_bridge.node.settings import Settings
+    from vgpu_bridge.node.settings import InstallSettings, Settings
 
     Settings.add_arguments(parser)
+    steps = parser.add_subparsers(dest="node_command", title="other node commands")
+    install = steps.add_parser(
+        "install-libvgpu",
+        help="install libvgpu.so and the ld.so.preload CDI mounts into the host's vgpu dir",
+    )
+    InstallSettings.add_arguments(install)
+    install.set_defaults(run=_run_install_libvgpu)
 
 
 def _run_node(args: argparse.Namespace) -> int:
     from vgpu_bridge.node.app import main  # the I/O shell loads only when asked for
+
+    return main(args, os.environ)
+
+
+def _run_install_libvgpu(args: argparse.Namespace) -> int:
+    from vgpu_bridge.node.library import main
 
     return main(args, os.environ)
 

@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 ENV_PREFIX = "VGPU_BRIDGE_"
 
@@ -24,6 +24,19 @@ def split_host_port(listen: str) -> tuple[str, int]:
     """`HOST:PORT` (`[::1]:8443` too); an empty host means every address."""
     host, _, port = listen.rpartition(":")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def flag_of(field: str) -> str:
+    """`node_name` → `--node-name (VGPU_BRIDGE_NODE_NAME)`: the two ways to set a field."""
+    return f"--{field.replace('_', '-')} ({ENV_PREFIX}{field.upper()})"
+
+
+def problems(error: ValidationError) -> list[str]:
+    """One `--flag (ENV): reason` line per invalid setting."""
+    return [
+        f"{flag_of('.'.join(map(str, problem['loc'])))}: {problem['msg']}"
+        for problem in error.errors()
+    ]
 
 
 class FlagSettings(BaseModel):

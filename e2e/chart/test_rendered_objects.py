@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import _ctypes
 import base64
+from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography import x509
 
 from e2e.chart.rendering import Helm, Json, containers, env_names, of_kind, one
+from tests.cli_runner import run_cli
 from vgpu_bridge.node.grpc import CONNECT_TIMEOUT_S
 from vgpu_bridge.node.health import HEALTHZ
+from vgpu_bridge.node.settings import InstallSettings
 from vgpu_bridge.node.settings import Settings as NodeSettings
 from vgpu_bridge.webhook.settings import Settings as WebhookSettings
 
@@ -19,8 +23,7 @@ pytestmark = pytest.mark.e2e
 ENV_PREFIX = "VGPU_BRIDGE_"
 WEBHOOK_ENV = {ENV_PREFIX + name.upper() for name in WebhookSettings.model_fields}
 NODE_ENV = {ENV_PREFIX + name.upper() for name in NodeSettings.model_fields}
-#: The init container's own variables (a shell script, not one of our binaries).
-INSTALL_ENV = {"VGPU_BRIDGE_VGPU_DIR", "VGPU_BRIDGE_LIBVGPU_SOURCE"}
+INSTALL_ENV = {ENV_PREFIX + name.upper() for name in InstallSettings.model_fields}
 MOCK = {"agent": {"mockGpus": [{"uuid": "GPU-0", "productName": "NVIDIA H100", "memory": "80Gi"}]}}
 
 
@@ -63,8 +66,9 @@ def test_the_chart_only_sets_env_vars_the_binaries_read(helm: Helm, values: dict
     install, agent = containers(one(objects, "DaemonSet"))
     assert agent["args"] == ["node"]
     assert set(env_names(agent)) <= NODE_ENV, set(env_names(agent)) - NODE_ENV
+    assert install["args"] == ["node", "install-libvgpu"]
     assert set(env_names(install)) == INSTALL_ENV
-    for container in (webhook, agent):
+    for container in (webhook, install, agent):
         assert "command" not in container
 
 
@@ -123,14 +127,21 @@ def test_agent_sees_host_paths_at_the_same_paths(defaults: list[Json]) -> None:
 
 
 def test_init_container_installs_libvgpu_and_preload_file_into_the_vgpu_dir(
-    defaults: list[Json],
+    defaults: list[Json], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Its args and env, run here with the host dir and the image's library moved to tmp_path."""
     (install,) = one(defaults, "DaemonSet")["spec"]["template"]["spec"]["initContainers"]
-    script = install["command"][-1]
-    assert 'mv -f "$dir/.libvgpu.so.new" "$dir/libvgpu.so"' in script
-    assert 'mv -f "$dir/.ld.so.preload.new" "$dir/ld.so.preload"' in script
-    assert "/etc/ld.so.preload" not in script  # the host's own file is never touched
-    assert "/usr/local/vgpu/libvgpu.so" in script  # the path CDI mounts it at in containers
+    environ = {var["name"]: var["value"] for var in install["env"]}
+    settings = InstallSettings.from_env(environ)
+    assert settings.vgpu_dir == Path("/usr/local/vgpu")  # where the agent and CDI expect them
+    assert settings.libvgpu_source == Path("/opt/vgpu-bridge/lib/libvgpu.so")
+    monkeypatch.setenv("VGPU_BRIDGE_VGPU_DIR", str(tmp_path / "vgpu"))
+    monkeypatch.setenv("VGPU_BRIDGE_LIBVGPU_SOURCE", _ctypes.__file__)  # a real shared object
+    done = run_cli(install["args"])
+    assert done.code == 0, done.stderr
+    assert (tmp_path / "vgpu" / "libvgpu.so").read_bytes() == Path(_ctypes.__file__).read_bytes()
+    # the path CDI mounts the library at in containers; the host's own file is never touched
+    assert (tmp_path / "vgpu" / "ld.so.preload").read_text() == "/usr/local/vgpu/libvgpu.so\n"
 
 
 def test_no_init_container_when_the_library_is_installed_otherwise(helm: Helm) -> None:

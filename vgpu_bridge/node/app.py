@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
 from vgpu_bridge.core.profiles import DEFAULT, DriverProfile
-from vgpu_bridge.flag_settings import ENV_PREFIX
+from vgpu_bridge.flag_settings import problems
 from vgpu_bridge.kube import KubeApi
 from vgpu_bridge.logs import configure_json_logging
 from vgpu_bridge.node.cdi import CdiLayout
@@ -134,11 +134,8 @@ def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     try:
         settings = Settings.from_namespace(args, environ)
     except ValidationError as error:
-        for problem in error.errors():
-            field = ".".join(map(str, problem["loc"]))
-            flag = "--" + field.replace("_", "-")
-            print(f"vgpu-bridge node: {flag} ({ENV_PREFIX}{field.upper()}): {problem['msg']}",
-                  file=sys.stderr)  # fmt: skip
+        for problem in problems(error):
+            print(f"vgpu-bridge node: {problem}", file=sys.stderr)
         return 2
     try:
         return serve(settings)

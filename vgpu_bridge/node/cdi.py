@@ -26,6 +26,10 @@ CDI_CLASS = "claim"
 CONTAINER_VGPU_DIR = "/usr/local/vgpu"
 CONTAINER_SHARED_DIR = f"{CONTAINER_VGPU_DIR}/shared"
 SHARED_REGION_FILE = "vgpu.cache"
+LIBRARY_FILE = "libvgpu.so"  # in the host's vgpu dir and in CONTAINER_VGPU_DIR
+PRELOAD_FILE = "ld.so.preload"  # in the host's vgpu dir, mounted as the container's PRELOAD_MOUNT
+CONTAINER_LIBRARY = f"{CONTAINER_VGPU_DIR}/{LIBRARY_FILE}"
+PRELOAD_MOUNT = "/etc/ld.so.preload"
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 
 
@@ -104,8 +108,8 @@ def _common_edits(claim: ClaimShares, layout: CdiLayout) -> Json:
     edits: Json = {
         "env": env,
         "mounts": [
-            _mount(host / "libvgpu.so", f"{CONTAINER_VGPU_DIR}/libvgpu.so", "ro"),
-            _mount(host / "ld.so.preload", "/etc/ld.so.preload", "ro"),
+            _mount(host / LIBRARY_FILE, CONTAINER_LIBRARY, "ro"),
+            _mount(host / PRELOAD_FILE, PRELOAD_MOUNT, "ro"),
             _mount(layout.shared_dir(claim.uid), CONTAINER_SHARED_DIR, "rw"),
         ],
     }

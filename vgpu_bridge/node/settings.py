@@ -1,4 +1,5 @@
-"""Node agent settings (flags and `VGPU_BRIDGE_*` env vars, see `flag_settings`)."""
+"""Node agent settings, and its installer's (flags and `VGPU_BRIDGE_*` env vars, see
+`flag_settings`)."""
 
 from __future__ import annotations
 
@@ -71,3 +72,17 @@ class Settings(FlagSettings):
     @property
     def metrics_host_port(self) -> tuple[str, int] | None:
         return split_host_port(self.metrics_listen) if self.metrics_listen else None
+
+
+class InstallSettings(FlagSettings):
+    """`vgpu-bridge node install-libvgpu` (see `library.py`)."""
+
+    prog: ClassVar[str] = "vgpu-bridge node install-libvgpu"
+
+    vgpu_dir: Path = Field(
+        default=Path("/usr/local/vgpu"), description="host dir to install into (the agent's)"
+    )
+    libvgpu_source: Path = Field(
+        default=Path("/opt/vgpu-bridge/lib/libvgpu.so"),
+        description="the libvgpu.so to install (where the agent image has it)",
+    )
