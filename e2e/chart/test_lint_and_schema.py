@@ -15,13 +15,14 @@ EVERYTHING_ON: dict[str, Any] = {
     "kai": {"enabled": True, "version": "v0.18.0"},
     "agent": {"mockGpus": [{"uuid": "GPU-0", "productName": "NVIDIA H100", "memory": "80Gi"}]},
     "metrics": {"service": {"type": "NodePort"}},
+    "webhook": {"metrics": {"enabled": True}},
 }
 
 
 @pytest.mark.parametrize(
     "values",
     [{}, EVERYTHING_ON, {"tls": {"mode": "cert-manager"}}],
-    ids=["defaults", "volcano-kai-mock-gpus-nodeport", "cert-manager"],
+    ids=["defaults", "volcano-kai-mock-gpus-nodeport-webhook-metrics", "cert-manager"],
 )
 def test_helm_lint_strict_passes(helm: Helm, values: dict[str, Any]) -> None:
     out = helm.lint(values)
@@ -50,6 +51,8 @@ SCHEMA_REFUSALS = [
     ("env-not-ours", {"agent": {"extraEnv": [{"name": "LD_PRELOAD", "value": "x"}]}}, "name"),
     ("failure-policy", {"webhook": {"failurePolicy": "Maybe"}}, "failurePolicy"),
     ("volcano-version", {"volcano": {"version": "1.15"}}, "version"),
+    ("webhook-metrics-port-privileged", {"webhook": {"metrics": {"port": 80}}}, "port"),
+    ("webhook-metrics-misspelt", {"webhook": {"metrics": {"enable": True}}}, "enable"),
 ]
 
 
@@ -91,6 +94,12 @@ VALIDATION_REFUSALS = [
         "agent.enabled=false",
     ),
     ("secret-mode-without-secret", {"tls": {"mode": "secret"}}, "vgpu-bridge", "tls.secretName"),
+    (
+        "webhook-metrics-on-the-https-port",
+        {"webhook": {"port": 9000, "metrics": {"enabled": True, "port": 9000}}},
+        "vgpu-bridge",
+        "webhook.metrics.port 9000 is webhook.port",
+    ),
     (
         "nothing-enabled",
         {"webhook": {"enabled": False}, "agent": {"enabled": False}},

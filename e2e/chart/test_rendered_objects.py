@@ -81,6 +81,26 @@ def test_webhook_settings_from_the_chart_are_valid_settings(defaults: list[Json]
     assert settings.host_port == ("0.0.0.0", 8443)
 
 
+def test_webhook_plain_metrics_port_is_off_by_default_and_named_metrics_when_on(
+    helm: Helm, defaults: list[Json]
+) -> None:
+    (off,) = containers(one(defaults, "Deployment"))
+    assert [port["name"] for port in off["ports"]] == ["https"]
+    assert WebhookSettings.from_env(_values(off)).metrics_host_port is None
+    values = {"webhook": {"metrics": {"enabled": True, "port": 9500}}}
+    (webhook,) = containers(one(helm.template(values), "Deployment"))
+    ports = {port["name"]: port["containerPort"] for port in webhook["ports"]}
+    assert ports == {"https": 8443, "metrics": 9500}
+    assert WebhookSettings.from_env(_values(webhook)).metrics_host_port == ("0.0.0.0", 9500)
+    for probe in ("readinessProbe", "livenessProbe"):  # the probes keep using HTTPS
+        assert webhook[probe]["httpGet"]["port"] == "https"
+        assert webhook[probe]["httpGet"]["scheme"] == "HTTPS"
+
+
+def _values(container: Json) -> dict[str, str]:
+    return {var["name"]: var["value"] for var in container["env"] if "value" in var}
+
+
 def test_nvidia_runtime_class_also_asks_that_runtime_for_nvml(helm: Helm) -> None:
     daemonset = one(helm.template({"agent": {"runtimeClassName": "nvidia"}}), "DaemonSet")
     assert daemonset["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"

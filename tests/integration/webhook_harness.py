@@ -17,8 +17,8 @@ from kubernetes import client
 from tests.tls import write_self_signed
 from vgpu_bridge.core import Inventory
 from vgpu_bridge.kube import KubeApi
-from vgpu_bridge.webhook.app import build
-from vgpu_bridge.webhook.server import TLSFiles, WebhookServer
+from vgpu_bridge.webhook.app import build, listen
+from vgpu_bridge.webhook.server import ProbeServer, TLSFiles, WebhookServer
 from vgpu_bridge.webhook.settings import Settings
 
 INVENTORY = Inventory({"gpu.vgpu-bridge.io": frozenset({40 * 2**30, 80 * 2**30})})
@@ -36,6 +36,8 @@ class RunningWebhook:
     server: WebhookServer
     cert_file: Path
     key_file: Path
+    ready: threading.Event
+    probes: ProbeServer | None = None  # the plain-HTTP server, with `metrics_listen`
 
     @property
     def port(self) -> int:
@@ -63,6 +65,17 @@ class RunningWebhook:
         finally:
             conn.close()
 
+    def plain(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+        """A request to the plain-HTTP server, without TLS."""
+        assert self.probes is not None, "started without metrics_listen"
+        conn = http.client.HTTPConnection("127.0.0.1", self.probes.server_address[1], timeout=10)
+        try:
+            conn.request(method, path, body=body)
+            response = conn.getresponse()
+            return response.status, response.read()
+        finally:
+            conn.close()
+
     def review(self, request: dict[str, Any]) -> dict[str, Any]:
         body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
         status, data = self.post(json.dumps(body).encode())
@@ -81,12 +94,15 @@ def running_webhook(directory: Path, **settings: Any) -> Iterator[RunningWebhook
     admitter.inventory = lambda: INVENTORY
     ready = threading.Event()
     tls = TLSFiles(str(cert_file), str(key_file))
-    server = WebhookServer(config.host_port, admitter=admitter, tls=tls, ready=ready.is_set)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server, probes = listen(config, admitter, tls=tls, ready=ready.is_set)
+    servers = [server] if probes is None else [server, probes]
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
+    for thread in threads:
+        thread.start()
     try:
-        yield RunningWebhook(server, cert_file, key_file)
+        yield RunningWebhook(server, cert_file, key_file, ready, probes)
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+        for running, thread in zip(servers, threads, strict=True):
+            running.shutdown()
+            running.server_close()
+            thread.join(timeout=5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import structlog
 
@@ -17,7 +17,7 @@ from vgpu_bridge.webhook.admission import Admitter
 from vgpu_bridge.webhook.inventory import InventoryCache
 from vgpu_bridge.webhook.legacy import legacy_hami_warnings
 from vgpu_bridge.webhook.metrics import WebhookMetrics
-from vgpu_bridge.webhook.server import TLSFiles, WebhookServer, watch_tls
+from vgpu_bridge.webhook.server import ProbeServer, TLSFiles, WebhookServer, watch_tls
 from vgpu_bridge.webhook.settings import Settings
 from vgpu_bridge.webhook.templates import Sweeper, TemplateStore
 
@@ -68,14 +68,23 @@ def housekeeping(
             return
 
 
+def listen(
+    settings: Settings, admitter: Admitter, *, tls: TLSFiles, ready: Callable[[], bool]
+) -> tuple[WebhookServer, ProbeServer | None]:
+    """The HTTPS server, and the plain-HTTP one when `--metrics-listen` is set (bound, not yet
+    serving)."""
+    server = WebhookServer(settings.host_port, admitter=admitter, tls=tls, ready=ready)
+    if settings.metrics_host_port is None:
+        return server, None
+    return server, ProbeServer(settings.metrics_host_port, admitter=admitter, ready=ready)
+
+
 def serve(settings: Settings) -> int:
     configure_json_logging()
     api = KubeApi.connect(settings.kubeconfig)
     admitter, inventory, sweeper = build(settings, api)
     tls = TLSFiles(settings.tls_cert_file, settings.tls_key_file)
-    server = WebhookServer(
-        settings.host_port, admitter=admitter, tls=tls, ready=inventory.synced.is_set
-    )
+    server, probes = listen(settings, admitter, tls=tls, ready=inventory.synced.is_set)
     stop = threading.Event()
     workers = [
         threading.Thread(target=inventory.run, args=(stop,), name="inventory", daemon=True),
@@ -87,6 +96,8 @@ def serve(settings: Settings) -> int:
             daemon=True,
         ),
     ]
+    if probes is not None:
+        workers.append(threading.Thread(target=probes.serve_forever, name="probes", daemon=True))
     for worker in workers:
         worker.start()
 
@@ -96,9 +107,13 @@ def serve(settings: Settings) -> int:
 
     signal.signal(signal.SIGTERM, shut_down)
     signal.signal(signal.SIGINT, shut_down)
-    log.info("serving", listen=settings.listen, profile=settings.profile)
+    log.info("serving", listen=settings.listen, metrics_listen=settings.metrics_listen,
+             profile=settings.profile)  # fmt: skip
     server.serve_forever()
     server.server_close()
+    if probes is not None:
+        probes.shutdown()
+        probes.server_close()
     return 0
 
 

@@ -1,4 +1,6 @@
 """The HTTPS server: /mutate, /healthz, /readyz, /metrics. TLS reloads when the files change.
+An optional plain-HTTP server (`--metrics-listen`) answers /metrics, /healthz and /readyz only,
+for scrapers without the webhook's CA; /mutate is never served without TLS.
 
 Why the standard library's threading HTTP server: the API server keeps its connections to a
 webhook alive, so a thread per connection serves a handful of long-lived connections; the work per
@@ -50,9 +52,27 @@ class TLSFiles:
         return True
 
 
-class WebhookServer(ThreadingHTTPServer):
+class ProbeServer(ThreadingHTTPServer):
+    """Plain HTTP: /metrics, /healthz and /readyz; everything else is 404."""
+
     daemon_threads = True
     allow_reuse_address = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        *,
+        admitter: Admitter,
+        ready: Callable[[], bool],
+        handler: type[BaseHTTPRequestHandler] | None = None,
+    ) -> None:
+        self.admitter, self.ready = admitter, ready
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        super().__init__(address, handler or _ProbeHandler)
+
+
+class WebhookServer(ProbeServer):
+    """HTTPS: the probe paths and POST /mutate."""
 
     def __init__(
         self,
@@ -62,10 +82,8 @@ class WebhookServer(ThreadingHTTPServer):
         tls: TLSFiles,
         ready: Callable[[], bool],
     ) -> None:
-        self.admitter, self.tls, self.ready = admitter, tls, ready
-        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        self.address_family = family
-        super().__init__(address, _Handler)
+        self.tls = tls
+        super().__init__(address, admitter=admitter, ready=ready, handler=_AdmissionHandler)
 
     def get_request(self) -> tuple[Any, Any]:
         sock, addr = self.socket.accept()
@@ -75,10 +93,10 @@ class WebhookServer(ThreadingHTTPServer):
         ), addr
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _ProbeHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: the API server reuses its connections
     timeout = IDLE_TIMEOUT_S
-    server: WebhookServer
+    server: ProbeServer
 
     def log_message(self, format: str, *args: Any) -> None:
         """Access logs are replaced by the one structured line per admission."""
@@ -108,8 +126,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, b"not found", "text/plain")
 
     def do_POST(self) -> None:
+        self._refuse_body()
+
+    def _refuse_body(self) -> None:
+        """404, and close: the request body is not read."""
+        self.close_connection = True
+        self._send(404, b"not found", "text/plain")
+
+
+class _AdmissionHandler(_ProbeHandler):
+    server: WebhookServer
+
+    def do_POST(self) -> None:
         if self.path.split("?")[0] != "/mutate":
-            self._send(404, b"not found", "text/plain")
+            self._refuse_body()
             return
         length = self.headers.get("Content-Length")
         if length is None or not length.isdigit():

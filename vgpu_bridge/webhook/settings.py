@@ -13,6 +13,11 @@ class Settings(FlagSettings):
     prog: ClassVar[str] = "vgpu-bridge webhook"
 
     listen: str = Field(default="0.0.0.0:8443", description="HOST:PORT to serve HTTPS on")
+    metrics_listen: str = Field(
+        default="",
+        description="HOST:PORT of a plain-HTTP /metrics, /healthz, /readyz (never /mutate); "
+        "empty: off",
+    )
     tls_cert_file: str = Field(description="PEM certificate (reloaded when it changes)")
     tls_key_file: str = Field(description="PEM private key")
     kubeconfig: str | None = Field(default=None, description="kubeconfig; in-cluster if unset")
@@ -41,6 +46,10 @@ class Settings(FlagSettings):
     @property
     def host_port(self) -> tuple[str, int]:
         return split_host_port(self.listen)
+
+    @property
+    def metrics_host_port(self) -> tuple[str, int] | None:
+        return split_host_port(self.metrics_listen) if self.metrics_listen else None
 
     def volcano_names(self) -> tuple[str, ...]:
         return comma_list(self.volcano_scheduler_names)
