@@ -163,3 +163,25 @@ def test_settings_come_from_env_vars_too(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv("VGPU_BRIDGE_LIBVGPU_SOURCE", str(REAL_LIBRARY))
     assert run_cli(["node", "install-libvgpu"]).code == 0
     assert (tmp_path / "ld.so.preload").read_bytes() == PRELOAD
+
+
+def test_a_read_only_vgpu_dir_is_refused_by_name(tmp_path: Path) -> None:
+    vgpu = tmp_path / "vgpu"
+    (vgpu / "claims").mkdir(parents=True)
+    if os.geteuid() == 0:  # root writes through modes: make the file system read-only instead
+        mount = ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(vgpu)]
+        if subprocess.run(mount, capture_output=True, check=False).returncode:
+            pytest.skip("root, and cannot mount a read-only tmpfs here")
+        reason = "Read-only file system"
+    else:
+        vgpu.chmod(0o555)
+        reason = "Permission denied"
+    try:
+        refused = install(vgpu, REAL_LIBRARY)
+    finally:
+        subprocess.run(["umount", str(vgpu)], capture_output=True, check=False)
+        vgpu.chmod(0o755)
+    assert refused.code == 1
+    assert DIR_FLAG in refused.stderr
+    assert reason in refused.stderr
+    assert not (vgpu / "libvgpu.so").exists()
