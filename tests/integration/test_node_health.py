@@ -1,6 +1,6 @@
 """The agent's /healthz over real HTTP, with its gRPC servers on real unix sockets and a slice
 publisher against an API server in a dict: 200 while all is well, 503 with the reason when a
-socket is gone or dead, the server stopped, or the last publication failed."""
+socket is gone or dead, the server stopped, or no publication has succeeded for too long."""
 
 from __future__ import annotations
 
@@ -24,12 +24,23 @@ from vgpu_bridge.node.metrics import serve_metrics
 from vgpu_bridge.node.publisher import PublishError, SlicePublisher
 
 
+class Clock:
+    """The publisher's and /healthz's clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @dataclass
 class Agent:
     running: RunningAgent
     api: FakeApi
     publisher: SlicePublisher
     port: int
+    clock: Clock
 
     def get(self, path: str) -> tuple[int, bytes]:
         try:
@@ -48,12 +59,13 @@ class Agent:
 @pytest.fixture
 def agent() -> Iterator[Agent]:
     with agent_dirs() as dirs, running_agent(dirs, GPUS, node=NODE) as running:
-        api = FakeApi()
-        publisher = SlicePublisher(api, node=NODE, profile=DEFAULT, gpus=GPUS)
+        api, clock = FakeApi(), Clock()
+        publisher = SlicePublisher(api, node=NODE, profile=DEFAULT, gpus=GPUS, clock=clock)
         health = Health(
             sockets=lambda: running.server.problem(timeout_s=0.5),
             publications=lambda: publisher.last,
             max_silence_s=60,
+            clock=clock,
         )
         server = serve_metrics(
             ("127.0.0.1", 0),
@@ -66,7 +78,7 @@ def agent() -> Iterator[Agent]:
         )
         assert server is not None
         try:
-            yield Agent(running, api, publisher, server.server_port)
+            yield Agent(running, api, publisher, server.server_port, clock)
         finally:
             server.shutdown()
             server.server_close()
@@ -82,15 +94,22 @@ def test_healthy_before_the_first_publication_and_after_a_good_one(agent: Agent)
     assert b"vgpu_bridge_gpu_memory_bytes{" in metrics
 
 
-def test_a_failed_publication_is_unhealthy_until_one_succeeds(agent: Agent) -> None:
+def test_failed_publications_are_unhealthy_only_past_the_grace(agent: Agent) -> None:
     agent.publisher.sync()
     agent.api.broken = KubeError("PUT", "/apis/...", 500, "etcdserver: request timed out")
+    agent.clock.now += 30
+    with pytest.raises(PublishError):
+        agent.publisher.sync()
+    assert agent.healthz() == (200, {"status": "ok"})  # a short outage restarts nothing
+    agent.clock.now += 31
     with pytest.raises(PublishError):
         agent.publisher.sync()
     status, answer = agent.healthz()
     assert status == 503
     assert answer["status"] == "unhealthy"
-    assert answer["reason"].startswith("the last ResourceSlice publication failed: ")
+    assert answer["reason"].startswith(
+        "no ResourceSlice publication has succeeded for 61 s since the last one (allowed: 60 s)"
+    )
     assert "etcdserver: request timed out" in answer["reason"]
     agent.api.broken = None
     agent.publisher.sync()

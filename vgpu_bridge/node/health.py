@@ -2,10 +2,12 @@
 
 It answers 503 with a one-line JSON reason when
 - a kubelet-plugin socket (DRA or registration) is gone, or no gRPC server answers on it;
-- the last ResourceSlice publication failed (the next resync tries again);
-- no publication has finished for longer than the resync period plus a grace
+- no publication has succeeded for longer than the resync period plus a grace
   (`--health-grace-seconds`, default 120 s), counted from the agent's start until the first one
-  ends, then from the last one: the first may take that long, and a stuck publisher is caught.
+  succeeds, then from the last one. A failed publication alone is not a reason: the next resync
+  tries again, and restarting the agent during a short API-server outage would only take the
+  kubelet plugin away; failures that last past the grace (a wedged client, a revoked
+  credential) are, and the reason names the last error. A stuck publisher is caught the same way.
 """
 
 from __future__ import annotations
@@ -46,14 +48,14 @@ class Health:
         if trouble is not None:
             return trouble
         last = self._publications()
-        if last is not None and last.error is not None:
-            return f"the last ResourceSlice publication failed: {last.error}"
-        silent = self._clock() - (self._started_at if last is None else last.finished_at)
+        succeeded_at = None if last is None else last.succeeded_at
+        silent = self._clock() - (self._started_at if succeeded_at is None else succeeded_at)
         if silent > self._max_silence_s:
-            since = "since the agent started" if last is None else "since the last one"
+            since = "since the agent started" if succeeded_at is None else "since the last one"
+            error = "" if last is None or last.error is None else f"; last error: {last.error}"
             return (
-                f"no ResourceSlice publication has finished for {silent:.0f} s {since} "
-                f"(allowed: {self._max_silence_s:g} s)"
+                f"no ResourceSlice publication has succeeded for {silent:.0f} s {since} "
+                f"(allowed: {self._max_silence_s:g} s){error}"
             )
         return None
 

@@ -45,10 +45,12 @@ class SyncResult:
 
 @dataclass(frozen=True)
 class Publication:
-    """How the last `sync()` ended: when (the publisher's clock) and why not, if it failed."""
+    """How the last `sync()` ended: when (the publisher's clock), why not if it failed, and when
+    the last one that succeeded ended (None: none yet)."""
 
     finished_at: float
     error: str | None = None
+    succeeded_at: float | None = None
 
 
 class SlicePublisher:
@@ -77,9 +79,12 @@ class SlicePublisher:
         try:
             result = self._sync_with_retries()
         except Exception as error:
-            self.last = Publication(self._clock(), str(error) or type(error).__name__)
+            succeeded_at = None if self.last is None else self.last.succeeded_at
+            reason = str(error) or type(error).__name__
+            self.last = Publication(self._clock(), reason, succeeded_at)
             raise
-        self.last = Publication(self._clock())
+        now = self._clock()
+        self.last = Publication(now, None, now)
         return result
 
     def _sync_with_retries(self) -> SyncResult:

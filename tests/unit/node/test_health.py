@@ -27,23 +27,36 @@ CASES = [
     pytest.param("", None, 10, None, id="no-publication-yet-within-the-grace"),
     pytest.param(
         "", None, 151,
-        "no ResourceSlice publication has finished for 151 s since the agent started "
+        "no ResourceSlice publication has succeeded for 151 s since the agent started "
         "(allowed: 150 s)",
         id="no-publication-yet-past-the-grace",
     ),
-    pytest.param("", Publication(STARTED + 100), 240, None, id="published-recently"),
     pytest.param(
-        "", Publication(STARTED + 100), 260,
-        "no ResourceSlice publication has finished for 160 s since the last one (allowed: 150 s)",
+        "", Publication(STARTED + 100, None, STARTED + 100), 240, None, id="published-recently"
+    ),
+    pytest.param(
+        "", Publication(STARTED + 100, None, STARTED + 100), 260,
+        "no ResourceSlice publication has succeeded for 160 s since the last one (allowed: 150 s)",
         id="the-publisher-went-quiet",
     ),
     pytest.param(
-        "", Publication(STARTED + 5, "HTTP 500: etcd"), 6,
-        "the last ResourceSlice publication failed: HTTP 500: etcd",
-        id="the-last-publication-failed",
+        "", Publication(STARTED + 5, "HTTP 500: etcd", None), 6, None,
+        id="a-failure-within-the-grace-is-healthy",
     ),
     pytest.param(
-        "the DRA socket /p/dra.sock is gone", Publication(STARTED + 5), 6,
+        "", Publication(STARTED + 200, "HTTP 500: etcd", STARTED + 50), 201,
+        "no ResourceSlice publication has succeeded for 151 s since the last one "
+        "(allowed: 150 s); last error: HTTP 500: etcd",
+        id="failures-past-the-grace-name-the-last-error",
+    ),
+    pytest.param(
+        "", Publication(STARTED + 200, "HTTP 500: etcd", None), 200,
+        "no ResourceSlice publication has succeeded for 200 s since the agent started "
+        "(allowed: 150 s); last error: HTTP 500: etcd",
+        id="never-succeeded",
+    ),
+    pytest.param(
+        "the DRA socket /p/dra.sock is gone", Publication(STARTED + 5, None, STARTED + 5), 6,
         "the DRA socket /p/dra.sock is gone",
         id="a-socket-problem-comes-first",
     ),
@@ -70,13 +83,14 @@ def test_the_publisher_records_how_each_sync_ended() -> None:
     publisher = SlicePublisher(api, node=NODE, profile=DEFAULT, gpus=GPUS, clock=clock)
     assert publisher.last is None
     publisher.sync()
-    assert publisher.last == Publication(STARTED)
+    assert publisher.last == Publication(STARTED, None, STARTED)
     api.broken = KubeError("GET", "/api/v1/nodes/node-a", 500, "etcdserver: request timed out")
     clock.now += 30
     with pytest.raises(PublishError):
         publisher.sync()
     assert publisher.last is not None
     assert publisher.last.finished_at == STARTED + 30
+    assert publisher.last.succeeded_at == STARTED  # the last good one is remembered
     assert "HTTP 500: etcdserver: request timed out" in str(publisher.last.error)
     api.broken = ConnectionRefusedError(111, "Connection refused")  # not a KubeError: also kept
     with pytest.raises(ConnectionRefusedError):
@@ -84,4 +98,4 @@ def test_the_publisher_records_how_each_sync_ended() -> None:
     assert publisher.last.error == "[Errno 111] Connection refused"
     api.broken = None
     publisher.sync()
-    assert publisher.last == Publication(STARTED + 30)
+    assert publisher.last == Publication(STARTED + 30, None, STARTED + 30)
