@@ -29,6 +29,10 @@ class KubeError(RuntimeError):
         self.body = body
 
 
+class KubeConfigError(RuntimeError):
+    """No way to reach the API server: the kubeconfig (or in-cluster config) is unusable."""
+
+
 def _transient(exc: BaseException) -> bool:
     if isinstance(exc, KubeError):
         return exc.status in TRANSIENT_STATUS
@@ -50,12 +54,17 @@ class KubeApi:
 
     @classmethod
     def connect(cls, kubeconfig: str | None, *, timeout_s: float = 5.0) -> KubeApi:
-        """From a kubeconfig file, or the pod's service account when none is given."""
+        """From a kubeconfig file, or the pod's service account when none is given; a
+        `KubeConfigError` says which of the two could not be read, and why."""
         configuration = client.Configuration()
-        if kubeconfig:
-            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        else:
-            config.load_incluster_config(client_configuration=configuration)
+        try:
+            if kubeconfig:
+                config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+            else:
+                config.load_incluster_config(client_configuration=configuration)
+        except (config.ConfigException, OSError) as error:
+            source = f"--kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster config"
+            raise KubeConfigError(f"cannot read {source}: {error}") from error
         return cls(client.ApiClient(configuration), timeout_s=timeout_s)
 
     def _serialize(

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from vgpu_bridge.core.profiles import DEFAULT, DriverProfile
 from vgpu_bridge.flag_settings import problems
-from vgpu_bridge.kube import KubeApi
+from vgpu_bridge.kube import KubeApi, KubeConfigError
 from vgpu_bridge.logs import configure_json_logging
 from vgpu_bridge.node.cdi import CdiLayout
 from vgpu_bridge.node.grpc import PluginServer
@@ -139,6 +139,6 @@ def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return 2
     try:
         return serve(settings)
-    except (InventoryError, StateLocked, OSError) as error:
+    except (InventoryError, StateLocked, KubeConfigError, OSError) as error:
         print(f"vgpu-bridge node: cannot start: {error}", file=sys.stderr)
         return 1

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 import threading
 from collections.abc import Callable, Mapping
 
 import structlog
+from pydantic import ValidationError
 
 from vgpu_bridge.adapters import default_registry
 from vgpu_bridge.core import TranslatorConfig, profile_named
-from vgpu_bridge.kube import KubeApi
+from vgpu_bridge.flag_settings import problems
+from vgpu_bridge.kube import KubeApi, KubeConfigError
 from vgpu_bridge.logs import configure_json_logging
 from vgpu_bridge.webhook.admission import Admitter
 from vgpu_bridge.webhook.inventory import InventoryCache
@@ -118,4 +121,15 @@ def serve(settings: Settings) -> int:
 
 
 def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    return serve(Settings.from_namespace(args, environ))
+    """Exit 2 for bad settings, 1 when the webhook cannot start (with the reason on stderr)."""
+    try:
+        settings = Settings.from_namespace(args, environ)
+    except ValidationError as error:
+        for problem in problems(error):
+            print(f"vgpu-bridge webhook: {problem}", file=sys.stderr)
+        return 2
+    try:
+        return serve(settings)
+    except (KubeConfigError, OSError) as error:  # ssl.SSLError is an OSError
+        print(f"vgpu-bridge webhook: cannot start: {error}", file=sys.stderr)
+        return 1

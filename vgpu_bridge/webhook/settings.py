@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from vgpu_bridge.flag_settings import FlagSettings, comma_list, split_host_port
 
@@ -21,7 +21,9 @@ class Settings(FlagSettings):
     tls_cert_file: str = Field(description="PEM certificate (reloaded when it changes)")
     tls_key_file: str = Field(description="PEM private key")
     kubeconfig: str | None = Field(default=None, description="kubeconfig; in-cluster if unset")
-    profile: str = Field(default="default", description="driver profile: default or hami")
+    profile: Literal["default", "hami"] = Field(
+        default="default", description="driver profile: default or hami"
+    )
     scheduler: str = Field(default="auto", description="adapter: auto or a name")
     namespace: str = Field(default="vgpu-bridge", description="our own namespace (never mutated)")
     excluded_namespaces: str = Field(default="kube-system", description="comma list, never mutated")
@@ -42,6 +44,18 @@ class Settings(FlagSettings):
     kai_without_capacity: Literal["warn", "refuse"] = Field(
         default="warn", description="what to do when the KAI build has no consumable capacity"
     )
+
+    @field_validator("listen", "metrics_listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        if value:
+            try:
+                port = split_host_port(value)[1]
+            except ValueError:
+                port = -1
+            if not 0 <= port <= 65535:
+                raise ValueError(f"{value!r} is not HOST:PORT")
+        return value
 
     @property
     def host_port(self) -> tuple[str, int]:
