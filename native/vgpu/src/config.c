@@ -177,6 +177,31 @@ static int parse_log_level(const char *v)
 	return n > VGPU_LOG_DEBUG ? VGPU_LOG_DEBUG : (int)n;
 }
 
+/* The priority board is advisory: a bad value only warns (and leaves priority unenforced). */
+static void parse_priority_board(struct vgpu_config *cfg, char *const *envp)
+{
+	const char *v;
+	char *end;
+
+	if ((v = env_get(envp, "CUDA_TASK_PRIORITY_DIR")) != NULL && *v) {
+		if (strlen(v) >= sizeof(cfg->priority_dir) - 64) /* room for "/<uuid>.board" */
+			fprintf(stderr, "libvgpu: CUDA_TASK_PRIORITY_DIR ignored (path too long); task "
+					"priority not enforced\n");
+		else
+			snprintf(cfg->priority_dir, sizeof(cfg->priority_dir), "%s", v);
+	}
+	if ((v = env_get(envp, "CUDA_TASK_PRIORITY_HOLD_MS")) != NULL && *v) {
+		errno = 0;
+		unsigned long ms = strtoul(v, &end, 10);
+		if (errno || end == v || *end != '\0' || !isdigit((unsigned char)*v) || ms == 0 ||
+		    ms > VGPU_MAX_PRIORITY_HOLD_MS)
+			fprintf(stderr, "libvgpu: CUDA_TASK_PRIORITY_HOLD_MS=\"%s\" ignored (integer 1..%u)\n",
+				v, VGPU_MAX_PRIORITY_HOLD_MS);
+		else
+			cfg->priority_hold_ms = (unsigned int)ms;
+	}
+}
+
 int vgpu_config_parse(struct vgpu_config *cfg, char *const *envp)
 {
 	const char *v;
@@ -186,6 +211,7 @@ int vgpu_config_parse(struct vgpu_config *cfg, char *const *envp)
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->log_level = VGPU_LOG_WARN;
 	cfg->priority = 1;
+	cfg->priority_hold_ms = VGPU_DEFAULT_PRIORITY_HOLD_MS;
 	snprintf(cfg->shared_cache, sizeof(cfg->shared_cache), "%s", VGPU_DEFAULT_SHARED_CACHE);
 
 	if ((v = env_get(envp, "LIBVGPU_LOG_LEVEL")) != NULL && *v) {
@@ -199,9 +225,11 @@ int vgpu_config_parse(struct vgpu_config *cfg, char *const *envp)
 	rc |= parse_limits(cfg, envp, "CUDA_DEVICE_SM_LIMIT", false);
 	for (int i = 0; i < VGPU_MAX_DEVICES; i++)
 		cfg->any_mem_limit |= cfg->mem_limit[i] != 0;
-	for (int i = 0; i < VGPU_MAX_DEVICES; i++)
+	for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
 		if (cfg->sm_limit[i] >= 100)
 			cfg->sm_limit[i] = 0; /* 100% is the whole device: nothing to throttle */
+		cfg->any_sm_limit |= cfg->sm_limit[i] != 0;
+	}
 	if ((v = env_get(envp, "CUDA_DEVICE_MEMORY_SHARED_CACHE")) != NULL) {
 		if (*v == '\0' || strlen(v) >= sizeof(cfg->shared_cache))
 			rc |= fail(cfg, "CUDA_DEVICE_MEMORY_SHARED_CACHE", v, "empty or too long path");
@@ -216,5 +244,7 @@ int vgpu_config_parse(struct vgpu_config *cfg, char *const *envp)
 		else
 			cfg->priority = (int)p;
 	}
+	parse_priority_board(cfg, envp);
+	cfg->gate_launches = cfg->any_sm_limit || cfg->priority_dir[0] != '\0';
 	return rc ? -1 : 0;
 }

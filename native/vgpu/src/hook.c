@@ -87,6 +87,7 @@ static void atfork_child(void)
 	vgpu_region_atfork_child();
 	vgpu_memory_atfork_child();
 	vgpu_sm_atfork_child();
+	vgpu_priority_atfork_child();
 }
 
 /* Set while this thread initialises: a driver constructor that calls dlsym on its own handle

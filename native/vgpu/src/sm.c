@@ -41,7 +41,6 @@ struct sm_dev {
 };
 
 static struct sm_dev sm[VGPU_MAX_DEVICES];
-static int sm_any = -1; /* -1 unknown, 0 no SM limit configured, 1 some */
 static int watcher_started;
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -219,18 +218,7 @@ static void throttle(uint64_t units, int graph)
 	struct sm_dev *s;
 	uint64_t t, wait = 0;
 	int dev;
-	int any = __atomic_load_n(&sm_any, __ATOMIC_RELAXED);
 
-	if (any == 0)
-		return;
-	if (any < 0) {
-		any = 0;
-		for (int i = 0; i < VGPU_MAX_DEVICES; i++)
-			any |= vgpu_cfg.sm_limit[i] != 0;
-		__atomic_store_n(&sm_any, any, __ATOMIC_RELAXED);
-		if (!any)
-			return;
-	}
 	if ((dev = vgpu_current_device()) < 0 || vgpu_sm_limit(dev) == 0)
 		return;
 	s = &sm[dev];
@@ -259,6 +247,18 @@ static void throttle(uint64_t units, int graph)
 		sleep_ns(wait < MAX_SLEEP_NS ? wait : MAX_SLEEP_NS);
 }
 
+/* Everything a launch waits for, in order: a priority-0 task on the device, then the SM share.
+ * Without either configured, one branch. */
+static inline void gate(uint64_t units, int graph)
+{
+	if (!vgpu_cfg.gate_launches)
+		return;
+	if (vgpu_cfg.priority_dir[0])
+		vgpu_priority_launch();
+	if (vgpu_cfg.any_sm_limit)
+		throttle(units, graph);
+}
+
 void vgpu_sm_atfork_child(void)
 {
 	/* The watcher thread did not survive the fork; start afresh. */
@@ -280,28 +280,28 @@ static uint64_t blocks(unsigned int x, unsigned int y, unsigned int z)
 CUresult cuLaunchKernel VGPU_LAUNCH_PARAMS
 {
 	VGPU_ENTER();
-	throttle(blocks(gridDimX, gridDimY, gridDimZ) * blocks(blockDimX, blockDimY, blockDimZ), 0);
+	gate(blocks(gridDimX, gridDimY, gridDimZ) * blocks(blockDimX, blockDimY, blockDimZ), 0);
 	return real_cuLaunchKernel VGPU_LAUNCH_ARGS;
 }
 
 CUresult cuLaunchKernel_ptsz VGPU_LAUNCH_PARAMS
 {
 	VGPU_ENTER();
-	throttle(blocks(gridDimX, gridDimY, gridDimZ) * blocks(blockDimX, blockDimY, blockDimZ), 0);
+	gate(blocks(gridDimX, gridDimY, gridDimZ) * blocks(blockDimX, blockDimY, blockDimZ), 0);
 	return real_cuLaunchKernel_ptsz VGPU_LAUNCH_ARGS;
 }
 
 CUresult cuLaunchCooperativeKernel VGPU_COOP_PARAMS
 {
 	VGPU_ENTER();
-	throttle(blocks(gridDimX, gridDimY, gridDimZ) * blocks(blockDimX, blockDimY, blockDimZ), 0);
+	gate(blocks(gridDimX, gridDimY, gridDimZ) * blocks(blockDimX, blockDimY, blockDimZ), 0);
 	return real_cuLaunchCooperativeKernel VGPU_COOP_ARGS;
 }
 
 CUresult cuLaunchCooperativeKernel_ptsz VGPU_COOP_PARAMS
 {
 	VGPU_ENTER();
-	throttle(blocks(gridDimX, gridDimY, gridDimZ) * blocks(blockDimX, blockDimY, blockDimZ), 0);
+	gate(blocks(gridDimX, gridDimY, gridDimZ) * blocks(blockDimX, blockDimY, blockDimZ), 0);
 	return real_cuLaunchCooperativeKernel_ptsz VGPU_COOP_ARGS;
 }
 
@@ -316,7 +316,7 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **ker
 			  void **extra)
 {
 	VGPU_ENTER();
-	throttle(config_units(config), 0);
+	gate(config_units(config), 0);
 	return real_cuLaunchKernelEx(config, f, kernelParams, extra);
 }
 
@@ -324,20 +324,20 @@ CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void 
 			       void **extra)
 {
 	VGPU_ENTER();
-	throttle(config_units(config), 0);
+	gate(config_units(config), 0);
 	return real_cuLaunchKernelEx_ptsz(config, f, kernelParams, extra);
 }
 
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
 	VGPU_ENTER();
-	throttle(0, 1);
+	gate(0, 1);
 	return real_cuGraphLaunch(hGraphExec, hStream);
 }
 
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
 	VGPU_ENTER();
-	throttle(0, 1);
+	gate(0, 1);
 	return real_cuGraphLaunch_ptsz(hGraphExec, hStream);
 }

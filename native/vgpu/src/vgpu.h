@@ -17,14 +17,20 @@ struct vgpu_config {
 	uint64_t mem_limit[VGPU_MAX_DEVICES]; /* bytes per CUDA ordinal, 0 = no limit */
 	unsigned int sm_limit[VGPU_MAX_DEVICES]; /* percent per CUDA ordinal, 0 = no limit */
 	char shared_cache[4096];              /* shared-region file */
-	int priority;                          /* CUDA_TASK_PRIORITY, recorded in the region */
+	char priority_dir[4096];               /* CUDA_TASK_PRIORITY_DIR: the priority boards; "" = none */
+	int priority;                          /* CUDA_TASK_PRIORITY: 0 high, >= 1 low (default 1) */
+	unsigned int priority_hold_ms;         /* CUDA_TASK_PRIORITY_HOLD_MS */
 	int log_level;
 	bool any_mem_limit; /* some device has a memory limit */
+	bool any_sm_limit;  /* some device has an SM limit */
+	bool gate_launches; /* launches do work before the driver call: an SM limit or a board */
 	bool failed;       /* an unparseable limit: hooks refuse work (fail closed) */
 	char error[512];   /* first problem found, as printed */
 };
 
 #define VGPU_DEFAULT_SHARED_CACHE "/tmp/vgpu/shared-region"
+#define VGPU_DEFAULT_PRIORITY_HOLD_MS 200u
+#define VGPU_MAX_PRIORITY_HOLD_MS 60000u
 
 /* Parses `envp` (a NULL-terminated "KEY=VALUE" array, like environ) into `cfg`. Returns 0, or -1
  * with cfg->failed set and cfg->error describing the first bad value. */
@@ -102,5 +108,11 @@ void vgpu_memory_atfork_child(void);
 
 /* ---- SM throttling (sm.c) ---- */
 void vgpu_sm_atfork_child(void);
+
+/* ---- task priority (priority.c) ---- */
+/* Before a launch on the current context's device (only with a board dir configured): a
+ * priority-0 process stamps the device's board, any other waits while a stamp is fresh. */
+void vgpu_priority_launch(void);
+void vgpu_priority_atfork_child(void);
 
 #endif

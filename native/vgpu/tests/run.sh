@@ -7,6 +7,7 @@ B=$(cd "$1" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
 TMP=$(mktemp -d /tmp/libvgpu-test.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
+chmod 711 "$TMP" # test_priority's workers may run as nobody (an unwritable dir for root)
 passed=0
 failed=0
 n=0
@@ -170,9 +171,23 @@ for variant in plain san; do
 		run "test_sm[50%]" "${SM[@]}" CUDA_DEVICE_SM_LIMIT=50 TEST_EXPECT_UTIL=50 \
 			CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_sm" device_utilisation_follows_the_limit
 	fi
+	# task priority: containers as processes sharing a board dir (each case starts its own)
+	run test_priority "${FAKE[@]}" FAKE_CUDA_KERNEL_US=100 TEST_TMP="$TMP" \
+		timeout 240 "$T/test_priority"
 	run test_dlsym "${FAKE[@]}" TEST_LIB_DIR="$B/testlib" \
 		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_dlsym"
 done
+
+# The priority cases can fail: without libvgpu nothing holds the low-priority task
+priority_cases_fail_without_the_library() {
+	! LD_LIBRARY_PATH=$B/fake TEST_TMP=$TMP FAKE_CUDA_KERNEL_US=100 timeout 120 \
+		"$B/tests/test_priority" low_waits_while_high_launches_and_resumes_after_the_hold \
+		kill9_of_the_high_task_lets_the_low_one_resume every_launch_kind_stamps_and_waits \
+		>"$TMP/prio-none.out" 2>&1 || return 1
+	cat "$TMP/prio-none.out"
+	[ "$(grep -c '^FAIL ' "$TMP/prio-none.out")" -eq 3 ]
+}
+check "test_priority_fails_without_the_library" priority_cases_fail_without_the_library
 
 # vgpu-region prints what a process left in the region: its device, its slot, its usage
 region_dump_shows_usage() {

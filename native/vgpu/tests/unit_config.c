@@ -102,6 +102,9 @@ static void nothing_set_means_no_limits(void)
 	CHECK(strcmp(c.shared_cache, VGPU_DEFAULT_SHARED_CACHE) == 0);
 	CHECK_EQ(c.priority, 1);
 	CHECK_EQ(c.log_level, VGPU_LOG_WARN);
+	CHECK(c.priority_dir[0] == '\0');
+	CHECK_EQ(c.priority_hold_ms, VGPU_DEFAULT_PRIORITY_HOLD_MS);
+	CHECK(!c.gate_launches);
 }
 
 static void a_bad_limit_fails_closed_and_names_the_variable(void)
@@ -118,6 +121,54 @@ static void a_bad_limit_fails_closed_and_names_the_variable(void)
 	CHECK(c.failed && strstr(c.error, "CUDA_DEVICE_SM_LIMIT") != NULL);
 	CHECK(vgpu_config_parse(&c, env3) == -1);
 	CHECK(c.failed);
+}
+
+static void priority_board_settings(void)
+{
+	char *env[] = {"CUDA_TASK_PRIORITY=0", "CUDA_TASK_PRIORITY_DIR=/usr/local/vgpu/priority",
+		       "CUDA_TASK_PRIORITY_HOLD_MS=500", NULL};
+	char *unset[] = {"CUDA_TASK_PRIORITY_DIR=", "CUDA_TASK_PRIORITY=3", NULL};
+	char *sm[] = {"CUDA_DEVICE_SM_LIMIT_7=40", NULL};
+	struct vgpu_config c;
+
+	CHECK(vgpu_config_parse(&c, env) == 0);
+	CHECK(strcmp(c.priority_dir, "/usr/local/vgpu/priority") == 0);
+	CHECK_EQ(c.priority, 0);
+	CHECK_EQ(c.priority_hold_ms, 500);
+	CHECK(c.gate_launches && !c.any_sm_limit);
+	/* empty = unset: launches pass with one branch */
+	CHECK(vgpu_config_parse(&c, unset) == 0);
+	CHECK(c.priority_dir[0] == '\0');
+	CHECK_EQ(c.priority, 3);
+	CHECK_EQ(c.priority_hold_ms, VGPU_DEFAULT_PRIORITY_HOLD_MS);
+	CHECK(!c.gate_launches);
+	CHECK(vgpu_config_parse(&c, sm) == 0);
+	CHECK(c.gate_launches && c.any_sm_limit);
+}
+
+static void a_bad_hold_or_board_dir_only_warns(void)
+{
+	static const char *const bad_holds[] = {"0", "-5", "2s", "60001", "1e3", " ", "99999999999999999999"};
+	static char long_dir[4200];
+	char hold[64], dir[4300];
+	struct vgpu_config c;
+
+	for (size_t i = 0; i < sizeof(bad_holds) / sizeof(bad_holds[0]); i++) {
+		char *env[] = {hold, "CUDA_TASK_PRIORITY_DIR=/p", NULL};
+		snprintf(hold, sizeof(hold), "CUDA_TASK_PRIORITY_HOLD_MS=%s", bad_holds[i]);
+		CHECK(vgpu_config_parse(&c, env) == 0);
+		CHECK(!c.failed);
+		if (c.priority_hold_ms != VGPU_DEFAULT_PRIORITY_HOLD_MS)
+			fprintf(stderr, "    \"%s\" accepted as %u\n", bad_holds[i], c.priority_hold_ms);
+		CHECK_EQ(c.priority_hold_ms, VGPU_DEFAULT_PRIORITY_HOLD_MS);
+		CHECK(strcmp(c.priority_dir, "/p") == 0);
+	}
+	memset(long_dir, 'd', sizeof(long_dir) - 1);
+	snprintf(dir, sizeof(dir), "CUDA_TASK_PRIORITY_DIR=/%s", long_dir);
+	char *env[] = {dir, "CUDA_TASK_PRIORITY_HOLD_MS=60000", NULL};
+	CHECK(vgpu_config_parse(&c, env) == 0);
+	CHECK(!c.failed && c.priority_dir[0] == '\0' && !c.gate_launches);
+	CHECK_EQ(c.priority_hold_ms, 60000);
 }
 
 static void bad_priority_or_log_level_is_not_fatal(void)
@@ -141,6 +192,8 @@ int main(int argc, char **argv)
 		CASE(nothing_set_means_no_limits),
 		CASE(a_bad_limit_fails_closed_and_names_the_variable),
 		CASE(bad_priority_or_log_level_is_not_fatal),
+		CASE(priority_board_settings),
+		CASE(a_bad_hold_or_board_dir_only_warns),
 	};
 	return check_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]));
 }
