@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from tests.integration.node_harness import AgentDirs, agent_dirs, running_agent
 from tests.unit.node.claims import GPUS, NODE, allocated_claim, result
 from vgpu_bridge.node import checkpoint
-from vgpu_bridge.node.cdi import CONTAINER_SHARED_DIR
+from vgpu_bridge.node.cdi import CONTAINER_PRIORITY_DIR, CONTAINER_SHARED_DIR
 from vgpu_bridge.node.metrics import NodeCollector
 from vgpu_bridge.node.state import ClaimRef
 
@@ -77,6 +77,8 @@ def _container_env(spec: dict[str, Any], dirs: AgentDirs) -> dict[str, str]:
     env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = env["CUDA_DEVICE_MEMORY_SHARED_CACHE"].replace(
         CONTAINER_SHARED_DIR, str(host_dir)
     )
+    assert env["CUDA_TASK_PRIORITY_DIR"] == CONTAINER_PRIORITY_DIR
+    env["CUDA_TASK_PRIORITY_DIR"] = str(dirs.layout.priority_dir)
     return env
 
 

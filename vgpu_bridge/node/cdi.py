@@ -4,8 +4,12 @@ The spec's devices are the claim's shares in allocation order; share `i` sets
 `CUDA_DEVICE_MEMORY_LIMIT_<i>=<MiB>m` and `CUDA_DEVICE_SM_LIMIT_<i>=<percent>` (and its device node
 on a real GPU). The spec-wide edits apply whenever any of its devices is used: the visible GPUs,
 `CUDA_DEVICE_SM_LIMIT` (the first share's cores, as legacy HAMi sets it), the shared-region file,
-`CUDA_TASK_PRIORITY`, and the mounts of libvgpu.so, /etc/ld.so.preload and the claim's
-shared-region directory. Building is pure; writing is atomic.
+`CUDA_TASK_PRIORITY`, `CUDA_TASK_PRIORITY_DIR`, and the mounts of libvgpu.so, /etc/ld.so.preload,
+the claim's shared-region directory and the node's priority directory. The priority directory
+(`<vgpu_dir>/priority`, mode 01777 like /tmp) is one for the whole node, mounted read-write into
+every claimed container: libvgpu keeps a board per GPU in it, on which a priority-0 task's
+launches hold back those of lower-priority tasks of other containers. Building is pure; writing
+is atomic.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ CDI_VERSION = "0.6.0"  # annotations need 0.6.0; env, mounts and device nodes ne
 CDI_CLASS = "claim"
 CONTAINER_VGPU_DIR = "/usr/local/vgpu"
 CONTAINER_SHARED_DIR = f"{CONTAINER_VGPU_DIR}/shared"
+CONTAINER_PRIORITY_DIR = f"{CONTAINER_VGPU_DIR}/priority"
+# like /tmp: any container's user may add a GPU's board, only its owner may remove it
+PRIORITY_DIR_MODE = 0o1777
 SHARED_REGION_FILE = "vgpu.cache"
 LIBRARY_FILE = "libvgpu.so"  # in the host's vgpu dir and in CONTAINER_VGPU_DIR
 PRELOAD_FILE = "ld.so.preload"  # in the host's vgpu dir, mounted as the container's PRELOAD_MOUNT
@@ -38,7 +45,7 @@ class CdiLayout:
     """Where this agent writes specs and what host paths the specs mount."""
 
     cdi_dir: Path
-    vgpu_dir: Path  # host: libvgpu.so, ld.so.preload, claims/<uid>/ (shared regions)
+    vgpu_dir: Path  # host: libvgpu.so, ld.so.preload, claims/<uid>/ (shared regions), priority/
     driver: str
 
     @property
@@ -55,6 +62,11 @@ class CdiLayout:
 
     def shared_dir(self, claim_uid: str) -> Path:
         return self.vgpu_dir / "claims" / claim_uid
+
+    @property
+    def priority_dir(self) -> Path:
+        """The node's priority boards (one per GPU), shared by every claimed container."""
+        return self.vgpu_dir / "priority"
 
     def device_id(self, claim_uid: str, index: int) -> str:
         return f"{self.kind}={device_name(claim_uid, index)}"
@@ -104,6 +116,7 @@ def _common_edits(claim: ClaimShares, layout: CdiLayout) -> Json:
     env.append(f"CUDA_DEVICE_MEMORY_SHARED_CACHE={CONTAINER_SHARED_DIR}/{SHARED_REGION_FILE}")
     if claim.priority is not None:
         env.append(f"CUDA_TASK_PRIORITY={claim.priority}")
+    env.append(f"CUDA_TASK_PRIORITY_DIR={CONTAINER_PRIORITY_DIR}")
     host = layout.vgpu_dir
     edits: Json = {
         "env": env,
@@ -111,6 +124,7 @@ def _common_edits(claim: ClaimShares, layout: CdiLayout) -> Json:
             _mount(host / LIBRARY_FILE, CONTAINER_LIBRARY, "ro"),
             _mount(host / PRELOAD_FILE, PRELOAD_MOUNT, "ro"),
             _mount(layout.shared_dir(claim.uid), CONTAINER_SHARED_DIR, "rw"),
+            _mount(layout.priority_dir, CONTAINER_PRIORITY_DIR, "rw"),
         ],
     }
     if any(s.gpu.device_node is not None for s in shares):
@@ -132,7 +146,9 @@ def spec_text(spec: Json) -> str:
 
 
 def write_spec(text: str, claim_uid: str, layout: CdiLayout) -> None:
-    """Create the claim's shared-region dir and write its spec atomically; on failure neither."""
+    """Create the claim's shared-region dir and write its spec atomically; on failure neither.
+    The node's priority dir is created too when missing (and stays: every claim mounts it)."""
+    _ensure_priority_dir(layout)
     shared = layout.shared_dir(claim_uid)
     existed = shared.is_dir()
     shared.mkdir(parents=True, exist_ok=True)
@@ -144,17 +160,28 @@ def write_spec(text: str, claim_uid: str, layout: CdiLayout) -> None:
         raise
 
 
+def _ensure_priority_dir(layout: CdiLayout) -> None:
+    """`<vgpu_dir>/priority`, mode 01777 set explicitly (mkdir's mode is masked by the umask)."""
+    path = layout.priority_dir
+    if path.is_dir():
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(PRIORITY_DIR_MODE)
+
+
 def spec_is_current(text: str, claim_uid: str, layout: CdiLayout) -> bool:
-    """The spec file exists with exactly this content, and so does the shared-region dir."""
+    """The spec file exists with exactly this content, and so do the dirs it mounts."""
     try:
         on_disk = layout.spec_path(claim_uid).read_text()
     except OSError:
         return False
-    return on_disk == text and layout.shared_dir(claim_uid).is_dir()
+    dirs = (layout.shared_dir(claim_uid), layout.priority_dir)
+    return on_disk == text and all(path.is_dir() for path in dirs)
 
 
 def remove_spec(claim_uid: str, layout: CdiLayout) -> None:
-    """Remove the claim's spec and shared-region dir (fine when they are already gone)."""
+    """Remove the claim's spec and shared-region dir (fine when they are already gone); the
+    node's priority dir stays."""
     remove(layout.spec_path(claim_uid), durable=False)
     with contextlib.suppress(FileNotFoundError):
         shutil.rmtree(layout.shared_dir(claim_uid))

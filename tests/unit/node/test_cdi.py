@@ -14,6 +14,7 @@ from tests.unit.node.claims import BY_NAME, NODE, allocated_claim, result
 from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.node.allocation import ClaimShares, claim_shares
 from vgpu_bridge.node.cdi import (
+    CONTAINER_PRIORITY_DIR,
     CdiLayout,
     build_spec,
     remove_spec,
@@ -62,6 +63,43 @@ def test_share_i_carries_its_own_limits_and_the_first_share_sets_the_legacy_sm_l
     assert "CUDA_DEVICE_SM_LIMIT=30" in env
     assert "CUDA_TASK_PRIORITY=0" in env
     assert LAYOUT.device_id("8f1d-uid", 1) == "k8s.gpu.vgpu-bridge.io/claim=8f1d-uid-1"
+
+
+@pytest.mark.parametrize("priority", [0, 1, None], ids=["high", "low", "unset"])
+def test_every_claimed_container_mounts_the_node_priority_dir_read_write(
+    priority: int | None,
+) -> None:
+    claim = allocated_claim(result("gpu-0"), uid="u-prio", priority=priority)
+    shares = claim_shares(claim, uid="u-prio", node=NODE, profile=DEFAULT, gpus=BY_NAME)
+    edits = build_spec(shares, LAYOUT)["containerEdits"]
+    assert "CUDA_TASK_PRIORITY_DIR=/usr/local/vgpu/priority" in edits["env"]
+    assert {
+        "hostPath": "/usr/local/vgpu/priority",
+        "containerPath": CONTAINER_PRIORITY_DIR,
+        "options": ["rw", "nosuid", "nodev", "bind"],
+    } in edits["mounts"]
+
+
+def test_write_creates_the_priority_dir_1777_whatever_the_umask_and_remove_keeps_it(
+    tmp_path: Path,
+) -> None:
+    layout = CdiLayout(cdi_dir=tmp_path / "cdi", vgpu_dir=tmp_path / "vgpu", driver=DEFAULT.driver)
+    layout.cdi_dir.mkdir()
+    text = spec_text(build_spec(_two_shares(), layout))
+    old = os.umask(0o077)
+    try:
+        write_spec(text, "8f1d-uid", layout)
+    finally:
+        os.umask(old)
+    assert layout.priority_dir == tmp_path / "vgpu" / "priority"
+    assert layout.priority_dir.stat().st_mode & 0o7777 == 0o1777
+    layout.priority_dir.rmdir()  # gone (say, vgpu dir wiped): the spec is not current any more
+    assert not spec_is_current(text, "8f1d-uid", layout)
+    write_spec(text, "8f1d-uid", layout)
+    assert spec_is_current(text, "8f1d-uid", layout)
+    (layout.priority_dir / "GPU-aaaa.board").write_bytes(b"")  # a board a container made
+    remove_spec("8f1d-uid", layout)
+    assert (layout.priority_dir / "GPU-aaaa.board").exists()  # shared by every claim: kept
 
 
 def test_write_is_atomic_and_remove_takes_spec_and_shared_dir(tmp_path: Path) -> None:
