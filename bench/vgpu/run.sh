@@ -17,17 +17,33 @@ echo "## fake driver with address-only allocations, so the fake's own cost is sm
 : >"$TMP/none"
 : >"$TMP/lib"
 : >"$TMP/lim"
+: >"$TMP/prio1"
+: >"$TMP/prio0"
+mkdir -m 1777 "$TMP/boards"
 for _ in 1 2 3; do # interleaved, so a busy moment of the machine hits every column alike
 	FAKE_CUDA_FAST_ALLOC=1 "$B/bench/bench_calls" >>"$TMP/none"
 	FAKE_CUDA_FAST_ALLOC=1 LD_PRELOAD=$LIB CUDA_DEVICE_MEMORY_SHARED_CACHE=$(region) \
 		"$B/bench/bench_calls" >>"$TMP/lib"
 	FAKE_CUDA_FAST_ALLOC=1 LD_PRELOAD=$LIB CUDA_DEVICE_MEMORY_LIMIT=8Gi \
 		CUDA_DEVICE_MEMORY_SHARED_CACHE=$(region) "$B/bench/bench_calls" >>"$TMP/lim"
+	for p in 1 0; do # a priority board, no other task on the GPU: priority 1 reads it, 0 stamps it
+		FAKE_CUDA_FAST_ALLOC=1 LD_PRELOAD=$LIB CUDA_TASK_PRIORITY_DIR=$TMP/boards \
+			CUDA_TASK_PRIORITY=$p CUDA_DEVICE_MEMORY_SHARED_CACHE=$(region) \
+			"$B/bench/bench_calls" | grep '^cuLaunchKernel ' >>"$TMP/prio$p"
+	done
 done
 best() { awk '!($1 in m) || $2 < m[$1] {m[$1] = $2} END {for (k in m) print k, m[k]}' "$1" | sort; }
 printf "%-40s %12s %12s %12s %14s\n" "call" "without" "libvgpu" "with limit" "overhead(lim)"
 join <(best "$TMP/none") <(best "$TMP/lib") | join - <(best "$TMP/lim") | while read -r op a b c; do
 	printf "%-40s %12.1f %12.1f %12.1f %14.1f\n" "$op" "$a" "$b" "$c" "$(echo "$c - $a" | bc -l)"
+done
+
+echo
+echo "## cuLaunchKernel with a priority board (CUDA_TASK_PRIORITY_DIR set, no priority-0 task"
+echo "## elsewhere): priority 1 reads the board per launch, priority 0 stamps it (once per ms)"
+printf "%-40s %12s %12s %12s\n" "call" "without" "priority 1" "priority 0"
+join <(best "$TMP/none") <(best "$TMP/prio1") | join - <(best "$TMP/prio0") | while read -r op a b c; do
+	printf "%-40s %12.1f %12.1f %12.1f\n" "$op" "$a" "$b" "$c"
 done
 
 echo
