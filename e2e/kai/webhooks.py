@@ -8,8 +8,6 @@ import http.client
 import http.server
 import json
 import ssl
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -19,7 +17,7 @@ from typing import Any
 
 from e2e.cluster.client import ApiError, Json, KubeClient
 from e2e.waiting import wait_for
-from e2e.webhook.process import CONFIGS, WebhookProcess, configuration, free_port
+from e2e.webhook.process import CONFIGS, WebhookProcess, free_port, running_webhook
 from tests.tls import write_self_signed
 
 #: Namespaces opt in to one of our KAI webhooks with this label; its value picks which one.
@@ -46,33 +44,16 @@ def our_webhook(
 ) -> Iterator[WebhookProcess]:
     """`vgpu-bridge webhook ARGS...`, registered as `config_name` for namespaces labelled
     `NAMESPACE_LABEL=namespace_value`; stopped and unregistered afterwards."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    cert_file, key_file = write_self_signed(workdir)
-    webhook = WebhookProcess(free_port(), cert_file, workdir / "webhook.log")
-    command = [
-        sys.executable, "-m", "vgpu_bridge.cli", "webhook",
-        "--listen", f"127.0.0.1:{webhook.port}",
-        "--tls-cert-file", str(cert_file), "--tls-key-file", str(key_file),
-        "--kubeconfig", str(kubeconfig), *args,
-    ]  # fmt: skip
-    with webhook.log_file.open("w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    body = configuration(config_name, webhook)
-    body["webhooks"][0]["namespaceSelector"] = selector(namespace_value)
-    try:
-        wait_for(
-            lambda: process.poll() is None and webhook.ready(), timeout_s=30, what="webhook ready"
-        )
-        kube.create(CONFIGS, body)
+    with running_webhook(
+        kube,
+        kubeconfig,
+        workdir,
+        grace_s=None,
+        namespace_selector=selector(namespace_value),
+        config_name=config_name,
+        extra_args=args,
+    ) as webhook:
         yield webhook
-    finally:
-        kube.delete(f"{CONFIGS}/{config_name}")
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @dataclass

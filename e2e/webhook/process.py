@@ -51,8 +51,14 @@ class WebhookProcess:
 
 
 def configuration(
-    name: str, webhook: WebhookProcess, *, namespace_label: str = NAMESPACE_LABEL
+    name: str,
+    webhook: WebhookProcess,
+    *,
+    namespace_label: str = NAMESPACE_LABEL,
+    namespace_selector: Json | None = None,
 ) -> Json:
+    """Our registration as the chart writes it, for namespaces matching `namespace_selector`
+    (default: labelled ``namespace_label=true``)."""
     ca_bundle = base64.b64encode(webhook.cert_file.read_bytes()).decode()
     workloads = ["deployments", "statefulsets", "daemonsets", "replicasets"]
     rules = [
@@ -88,7 +94,8 @@ def configuration(
                     "caBundle": ca_bundle,
                 },
                 "rules": rules,
-                "namespaceSelector": {"matchLabels": {namespace_label: "true"}},
+                "namespaceSelector": namespace_selector
+                or {"matchLabels": {namespace_label: "true"}},
                 "failurePolicy": "Fail",
                 "sideEffects": "NoneOnDryRun",
                 "admissionReviewVersions": ["v1"],
@@ -104,35 +111,50 @@ def running_webhook(
     kubeconfig: Path,
     workdir: Path,
     *,
-    grace_s: int,
+    grace_s: int | None,
     namespace_label: str = NAMESPACE_LABEL,
+    namespace_selector: Json | None = None,
+    config_name: str | None = None,
     extra_args: Sequence[str] = (),
 ) -> Iterator[WebhookProcess]:
     """Start `vgpu-bridge webhook`, wait for /readyz, register it; undo all of it afterwards.
 
     It is called for namespaces labelled ``namespace_label=true`` (another e2e package passes its
-    own label, so two webhook processes of one session never both mutate one namespace);
-    ``extra_args`` go to the command line (e.g. ``--volcano-version``).
+    own label, so two webhook processes of one session never both mutate one namespace), or those
+    `namespace_selector` matches; registered as `config_name` (default: a name that sorts before
+    Volcano's and KAI's). `grace_s` sets the template sweeper's grace with a 1 s interval (None:
+    the webhook's defaults); ``extra_args`` go to the command line (e.g. ``--volcano-version``).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     cert_file, key_file = write_self_signed(workdir)
     webhook = WebhookProcess(free_port(), cert_file, workdir / "webhook.log")
+    sweep = (
+        []
+        if grace_s is None
+        else [
+            "--sweep-grace-seconds",
+            str(grace_s),
+            "--sweep-interval-seconds",
+            "1",
+        ]
+    )
     command = [
         sys.executable, "-m", "vgpu_bridge.cli", "webhook",
         "--listen", f"127.0.0.1:{webhook.port}",
         "--tls-cert-file", str(cert_file), "--tls-key-file", str(key_file),
-        "--kubeconfig", str(kubeconfig),
-        "--sweep-grace-seconds", str(grace_s), "--sweep-interval-seconds", "1",
-        *extra_args,
+        "--kubeconfig", str(kubeconfig), *sweep, *extra_args,
     ]  # fmt: skip
     with webhook.log_file.open("w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    name = f"gpu-sharing-e2e-{webhook.port}"  # sorts before Volcano's and KAI's
+    name = config_name or f"gpu-sharing-e2e-{webhook.port}"
+    body = configuration(
+        name, webhook, namespace_label=namespace_label, namespace_selector=namespace_selector
+    )
     try:
         wait_for(
             lambda: process.poll() is None and webhook.ready(), timeout_s=30, what="webhook ready"
         )
-        kube.create(CONFIGS, configuration(name, webhook, namespace_label=namespace_label))
+        kube.create(CONFIGS, body)
         time.sleep(1.5)  # the API server picks up new webhook configurations asynchronously
         yield webhook
     finally:
