@@ -8,8 +8,10 @@ on a real GPU). The spec-wide edits apply whenever any of its devices is used: t
 the claim's shared-region directory and the node's priority directory. The priority directory
 (`<vgpu_dir>/priority`, mode 01777 like /tmp) is one for the whole node, mounted read-write into
 every claimed container: libvgpu keeps a board per GPU in it, on which a priority-0 task's
-launches hold back those of lower-priority tasks of other containers. Building is pure; writing
-is atomic.
+launches hold back those of lower-priority tasks of other containers. The claim's shared-region
+directory is mode 0777: whichever container of the claim starts first creates the region file
+there, under whatever user it runs as (not sticky, so fs.protected_regular never refuses the
+others' `O_CREAT` open of that file). Building is pure; writing is atomic.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,8 @@ CONTAINER_SHARED_DIR = f"{CONTAINER_VGPU_DIR}/shared"
 CONTAINER_PRIORITY_DIR = f"{CONTAINER_VGPU_DIR}/priority"
 # like /tmp: any container's user may add a GPU's board, only its owner may remove it
 PRIORITY_DIR_MODE = 0o1777
+# any user of the claim's containers may create the region file; not sticky (fs.protected_regular)
+SHARED_DIR_MODE = 0o777
 SHARED_REGION_FILE = "vgpu.cache"
 LIBRARY_FILE = "libvgpu.so"  # in the host's vgpu dir and in CONTAINER_VGPU_DIR
 PRELOAD_FILE = "ld.so.preload"  # in the host's vgpu dir, mounted as the container's PRELOAD_MOUNT
@@ -148,11 +153,11 @@ def spec_text(spec: Json) -> str:
 def write_spec(text: str, claim_uid: str, layout: CdiLayout) -> None:
     """Create the claim's shared-region dir and write its spec atomically; on failure neither.
     The node's priority dir is created too when missing (and stays: every claim mounts it)."""
-    _ensure_priority_dir(layout)
+    _ensure_dir(layout.priority_dir, PRIORITY_DIR_MODE)
     shared = layout.shared_dir(claim_uid)
     existed = shared.is_dir()
-    shared.mkdir(parents=True, exist_ok=True)
     try:
+        _ensure_dir(shared, SHARED_DIR_MODE)
         write_atomic(layout.spec_path(claim_uid), text.encode(), durable=False)  # tmpfs
     except BaseException:
         if not existed:
@@ -160,23 +165,33 @@ def write_spec(text: str, claim_uid: str, layout: CdiLayout) -> None:
         raise
 
 
-def _ensure_priority_dir(layout: CdiLayout) -> None:
-    """`<vgpu_dir>/priority`, mode 01777 set explicitly (mkdir's mode is masked by the umask)."""
-    path = layout.priority_dir
-    if path.is_dir():
-        return
+def _ensure_dir(path: Path, mode: int) -> None:
+    """`path` as a directory of exactly `mode`, set explicitly (mkdir's is masked by the umask)."""
     path.mkdir(parents=True, exist_ok=True)
-    path.chmod(PRIORITY_DIR_MODE)
+    if stat.S_IMODE(path.stat().st_mode) != mode:
+        path.chmod(mode)
+
+
+def _is_dir_of_mode(path: Path, mode: int) -> bool:
+    try:
+        found = path.stat().st_mode
+    except OSError:
+        return False
+    return stat.S_ISDIR(found) and stat.S_IMODE(found) == mode
 
 
 def spec_is_current(text: str, claim_uid: str, layout: CdiLayout) -> bool:
-    """The spec file exists with exactly this content, and so do the dirs it mounts."""
+    """The spec file exists with exactly this content, and so do the dirs it mounts, each with
+    its mode."""
     try:
         on_disk = layout.spec_path(claim_uid).read_text()
     except OSError:
         return False
-    dirs = (layout.shared_dir(claim_uid), layout.priority_dir)
-    return on_disk == text and all(path.is_dir() for path in dirs)
+    dirs = (
+        (layout.shared_dir(claim_uid), SHARED_DIR_MODE),
+        (layout.priority_dir, PRIORITY_DIR_MODE),
+    )
+    return on_disk == text and all(_is_dir_of_mode(path, mode) for path, mode in dirs)
 
 
 def remove_spec(claim_uid: str, layout: CdiLayout) -> None:

@@ -102,6 +102,27 @@ def test_write_creates_the_priority_dir_1777_whatever_the_umask_and_remove_keeps
     assert (layout.priority_dir / "GPU-aaaa.board").exists()  # shared by every claim: kept
 
 
+def test_write_makes_the_shared_region_dir_0777_for_any_container_user_whatever_the_umask(
+    tmp_path: Path,
+) -> None:
+    """A container running as another user than root creates the region file there; not sticky,
+    so fs.protected_regular lets the claim's other containers open that file with O_CREAT."""
+    layout = CdiLayout(cdi_dir=tmp_path / "cdi", vgpu_dir=tmp_path / "vgpu", driver=DEFAULT.driver)
+    layout.cdi_dir.mkdir()
+    text = spec_text(build_spec(_two_shares(), layout))
+    old = os.umask(0o077)
+    try:
+        write_spec(text, "8f1d-uid", layout)
+    finally:
+        os.umask(old)
+    assert layout.shared_dir("8f1d-uid").stat().st_mode & 0o7777 == 0o777
+    layout.shared_dir("8f1d-uid").chmod(0o755)  # as an older agent left it: not current
+    assert not spec_is_current(text, "8f1d-uid", layout)
+    write_spec(text, "8f1d-uid", layout)
+    assert layout.shared_dir("8f1d-uid").stat().st_mode & 0o7777 == 0o777
+    assert spec_is_current(text, "8f1d-uid", layout)
+
+
 def test_write_is_atomic_and_remove_takes_spec_and_shared_dir(tmp_path: Path) -> None:
     layout = CdiLayout(cdi_dir=tmp_path / "cdi", vgpu_dir=tmp_path / "vgpu", driver=DEFAULT.driver)
     layout.cdi_dir.mkdir()
