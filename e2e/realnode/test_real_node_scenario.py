@@ -13,74 +13,24 @@ Collected only with ``VGPU_REALNODE=1`` (``make e2e-realnode``); see conftest.py
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from e2e.cluster import LocalCluster, Settings
-from e2e.cluster.client import ApiError, Json, KubeClient
-from e2e.dra_objects import device_class
-from e2e.realnode.agent import CONTAINER_LIBVGPU, start_agent, vgpu_dir
-from e2e.realnode.node import CUDA_IMAGE, RealNode
-from e2e.realnode.spike import node_and_cluster, pod_log
+from e2e.cluster.client import Json
+from e2e.realnode.agent import CONTAINER_LIBVGPU, vgpu_dir
+from e2e.realnode.node import CUDA_IMAGE
+from e2e.realnode.product import RESOURCE, Product, gone, parse
+from e2e.realnode.spike import pod_log
 from e2e.waiting import wait_for
-from e2e.webhook.process import running_webhook
 from vgpu_bridge.core import DEFAULT
 
 pytestmark = pytest.mark.e2e
 
-RESOURCE = "/apis/resource.k8s.io/v1"
-LABEL = "e2e.vgpu-bridge.io/realnode-webhook"
-GPU = {"uuid": "GPU-realnode-0000", "productName": "NVIDIA H100 80GB HBM3", "memory": "80Gi"}
 CHUNK_MIB = 50
 #: the pods hold their allocations until deleted
 HOLD_S = 600
 CUDA_ERROR_OUT_OF_MEMORY = 2
-
-
-@dataclass(frozen=True)
-class Product:
-    cluster: LocalCluster
-    node: RealNode
-    namespace: str
-
-    @property
-    def client(self) -> KubeClient:
-        return self.cluster.client()
-
-
-@pytest.fixture(scope="module")
-def product(e2e_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Product]:
-    log: list[str] = []
-    try:
-        with node_and_cluster(e2e_settings, log=log, with_native=True) as (cluster, node):
-            assert node.native is not None
-            client = cluster.client()
-            client.create(
-                f"{RESOURCE}/deviceclasses",
-                device_class(DEFAULT.device_class, driver=DEFAULT.driver),
-            )
-            start_agent(node, cluster, node.native, [GPU])
-            workdir = tmp_path_factory.mktemp("webhook")
-            with running_webhook(
-                client, cluster.kubeconfig, workdir, grace_s=3, namespace_label=LABEL
-            ):
-                namespace = "realnode"
-                client.create(
-                    "/api/v1/namespaces",
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Namespace",
-                        "metadata": {"name": namespace, "labels": {LABEL: "true"}},
-                    },
-                )
-                yield Product(cluster, node, namespace)
-                for name in ("kubelet", "node-agent"):
-                    print(f"--- {name} (tail) ---\n{node.component(name).log_tail(40)}")
-    finally:
-        print("\n".join(log))
 
 
 def cuda_pod(name: str, node_name: str, gpumem_mib: int) -> Json:
@@ -107,15 +57,6 @@ def cuda_pod(name: str, node_name: str, gpumem_mib: int) -> Json:
             ],
         },
     }
-
-
-def parse(output: str) -> dict[str, list[str]]:
-    values: dict[str, list[str]] = {}
-    for line in output.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            values.setdefault(key, []).append(value)
-    return values
 
 
 def test_gpumem_pods_share_a_real_node_gpu_each_within_its_own_share(product: Product) -> None:
@@ -168,7 +109,7 @@ def test_gpumem_pods_share_a_real_node_gpu_each_within_its_own_share(product: Pr
     for name in shares:
         client.delete(f"/api/v1/namespaces/{ns}/pods/{name}")
     wait_for(
-        lambda: all(_gone(client, f"/api/v1/namespaces/{ns}/pods/{name}") for name in shares),
+        lambda: all(gone(client, f"/api/v1/namespaces/{ns}/pods/{name}") for name in shares),
         timeout_s=60,
         what="both pods deleted by the kubelet",
     )
@@ -183,14 +124,6 @@ def test_gpumem_pods_share_a_real_node_gpu_each_within_its_own_share(product: Pr
         what="the claims deleted",
     )
     assert not _entries(claim_dirs)
-
-
-def _gone(client: KubeClient, path: str) -> bool:
-    try:
-        client.get(path)
-    except ApiError as error:
-        return error.status == 404
-    return False
 
 
 def _entries(directory: Path) -> list[str]:

@@ -1,0 +1,81 @@
+"""Our product on the real node, as the tests that use it through pods see it (issue 10).
+
+``running_product`` brings up a private control plane and the real node with libvgpu and the
+CUDA image, our DeviceClass, our node agent publishing one mock GPU, and our webhook translating
+the pods of one labelled namespace; everything is torn down however the block ends. The
+``product`` fixture (conftest.py) gives each test module its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from e2e.cluster import LocalCluster, Settings
+from e2e.cluster.client import ApiError, KubeClient
+from e2e.dra_objects import device_class
+from e2e.realnode.agent import start_agent
+from e2e.realnode.node import RealNode
+from e2e.realnode.spike import node_and_cluster
+from e2e.webhook.process import running_webhook
+from vgpu_bridge.core import DEFAULT
+
+RESOURCE = "/apis/resource.k8s.io/v1"
+LABEL = "e2e.vgpu-bridge.io/realnode-webhook"
+NAMESPACE = "realnode"
+GPU = {"uuid": "GPU-realnode-0000", "productName": "NVIDIA H100 80GB HBM3", "memory": "80Gi"}
+
+
+@dataclass(frozen=True)
+class Product:
+    cluster: LocalCluster
+    node: RealNode
+    namespace: str
+
+    @property
+    def client(self) -> KubeClient:
+        return self.cluster.client()
+
+
+@contextmanager
+def running_product(settings: Settings, workdir: Path, *, log: list[str]) -> Iterator[Product]:
+    """The cluster, the node, the agent with ``GPU`` and the webhook for ``NAMESPACE``."""
+    with node_and_cluster(settings, log=log, with_native=True) as (cluster, node):
+        assert node.native is not None
+        client = cluster.client()
+        client.create(
+            f"{RESOURCE}/deviceclasses", device_class(DEFAULT.device_class, driver=DEFAULT.driver)
+        )
+        start_agent(node, cluster, node.native, [GPU])
+        with running_webhook(client, cluster.kubeconfig, workdir, grace_s=3, namespace_label=LABEL):
+            client.create(
+                "/api/v1/namespaces",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": NAMESPACE, "labels": {LABEL: "true"}},
+                },
+            )
+            yield Product(cluster, node, NAMESPACE)
+            for name in ("kubelet", "node-agent"):
+                print(f"--- {name} (tail) ---\n{node.component(name).log_tail(40)}")
+
+
+def parse(output: str) -> dict[str, list[str]]:
+    """A program's ``key=value`` lines: every value of each key, in order."""
+    values: dict[str, list[str]] = {}
+    for line in output.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values.setdefault(key, []).append(value)
+    return values
+
+
+def gone(client: KubeClient, path: str) -> bool:
+    try:
+        client.get(path)
+    except ApiError as error:
+        return error.status == 404
+    return False
