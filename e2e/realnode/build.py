@@ -1,5 +1,5 @@
-"""Build (or reuse) the real node's runtime: containerd, its runc shim, ctr and runc, plus the two C
-programs of the images (a static pause and a dynamic probe).
+"""Build (or reuse) the real node's runtime: containerd, its runc shim, ctr and runc, plus the C
+programs of the images (a static pause and a dynamic probe; the CUDA ones in ``ensure_native``).
 
 The Go binaries come from their own modules through the Go proxy (``go install pkg@version``, each
 module with its own go.mod and go.sum; never merged into the Kubernetes tools module), into
@@ -119,27 +119,35 @@ class NativeParts:
     fake_cuda: Path
     fake_nvml: Path
     cudaprobe: Path
+    cudalaunch: Path
+
+
+#: the CUDA image's programs (csrc/<name>.c), linked against the fake libcuda.so.1
+CUDA_PROGRAMS = ("cudaprobe", "cudalaunch")
 
 
 def ensure_native(runtime: RuntimeBinaries) -> NativeParts:
     """libvgpu.so and the fake driver (``make -C native/vgpu``, which knows when they are stale),
-    and cudaprobe linked against the fake libcuda.so.1 (RUNPATH ``IMAGE_DRIVER_DIR``)."""
+    and the ``CUDA_PROGRAMS`` linked against the fake libcuda.so.1 (RUNPATH
+    ``IMAGE_DRIVER_DIR``)."""
     _run(["make", "-C", str(NATIVE_DIR), "--no-print-directory", *NATIVE_TARGETS])
     libvgpu, fake_cuda, fake_nvml = (NATIVE_DIR / target for target in NATIVE_TARGETS)
-    cudaprobe = runtime.path("cudaprobe")
-    _run(
-        [
-            "gcc",
-            "-O2",
-            "-o",
-            str(cudaprobe),
-            str(CSRC / "cudaprobe.c"),
-            f"-L{fake_cuda.parent}",
-            "-l:libcuda.so.1",
-            f"-Wl,-rpath,{IMAGE_DRIVER_DIR}",
-        ]
-    )
-    return NativeParts(libvgpu, fake_cuda, fake_nvml, cudaprobe)
+    for name in CUDA_PROGRAMS:
+        _run(
+            [
+                "gcc",
+                "-O2",
+                "-pthread",
+                "-o",
+                str(runtime.path(name)),
+                str(CSRC / f"{name}.c"),
+                f"-L{fake_cuda.parent}",
+                "-l:libcuda.so.1",
+                f"-Wl,-rpath,{IMAGE_DRIVER_DIR}",
+            ]
+        )
+    programs = (runtime.path(name) for name in CUDA_PROGRAMS)
+    return NativeParts(libvgpu, fake_cuda, fake_nvml, *programs)
 
 
 def _wanted_stamp() -> dict[str, str]:

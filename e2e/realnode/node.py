@@ -165,8 +165,9 @@ def build_images(
     layout: Layout, bin_dir: Path, native: NativeParts | None = None
 ) -> list[WrittenImage]:
     """The sandbox image (static pause), the test image (dynamic probe + its loader/libc) and,
-    given ``native``, the CUDA image: cudaprobe over the fake driver, plus every library that
-    cudaprobe and libvgpu.so need (libvgpu itself is not in it: CDI mounts it)."""
+    given ``native``, the CUDA image: cudaprobe (its entrypoint) and cudalaunch over the fake
+    driver, plus every library that they and libvgpu.so need (libvgpu itself is not in it: CDI
+    mounts it)."""
     out = layout.root / "images"
     probe = bin_dir / "probe"
     images = []
@@ -174,9 +175,11 @@ def build_images(
         driver = IMAGE_DRIVER_DIR
         files = {
             "/cudaprobe": native.cudaprobe,
+            "/cudalaunch": native.cudalaunch,
             f"{driver}/libcuda.so.1": native.fake_cuda,
             f"{driver}/libnvidia-ml.so.1": native.fake_nvml,
             **shared_libraries(native.cudaprobe),
+            **shared_libraries(native.cudalaunch),
             **shared_libraries(native.libvgpu),
         }
         images.append(
