@@ -21,9 +21,8 @@
  *   offset 72   i32 high_pid host pid of the process that wrote high_ns (informational)
  *   offset 76   52 bytes     reserved (0)
  * A file of another size, magic or version is left alone (warning, priority not enforced on
- * that device). Creation: O_CREAT|O_EXCL then fchmod 0666 (the umask is process-wide; clearing
- * it would race other threads), otherwise a plain open of the existing file, which also keeps
- * fs.protected_regular from refusing another user's board in the sticky (1777) directory.
+ * that device). Opened by vgpu_open_shared_file (region.h): created 0666 by whoever comes first,
+ * never refused by fs.protected_regular in the sticky (1777) directory.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -82,15 +81,8 @@ static void sleep_ns(uint64_t ns)
 /* Opens (creating if needed) the board file; -1 with one warning per process. */
 static int open_board_file(const char *path)
 {
-	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+	int fd = vgpu_open_shared_file(path, O_NOFOLLOW);
 
-	if (fd >= 0) {
-		if (fchmod(fd, 0666) < 0)
-			LOG_DEBUG("priority board %s: fchmod: %s", path, strerror(errno));
-		return fd;
-	}
-	if (errno == EEXIST)
-		fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 && !__atomic_exchange_n(&dir_warned, 1, __ATOMIC_RELAXED))
 		LOG_WARN("priority board %s: %s (is CUDA_TASK_PRIORITY_DIR mounted read-write?); "
 			 "CUDA_TASK_PRIORITY=%d not enforced, launches run unblocked",

@@ -264,16 +264,33 @@ static int register_self(void)
 	return 0;
 }
 
+int vgpu_open_shared_file(const char *path, int extra_flags)
+{
+	for (int attempt = 0; attempt < 3; attempt++) {
+		int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | extra_flags, 0666);
+
+		if (fd >= 0) {
+			if (fchmod(fd, 0666) < 0)
+				LOG_DEBUG("%s: fchmod: %s", path, strerror(errno));
+			return fd;
+		}
+		if (errno != EEXIST)
+			return -1;
+		fd = open(path, O_RDWR | O_CLOEXEC | extra_flags);
+		if (fd >= 0 || errno != ENOENT)
+			return fd;
+		/* removed between the two opens: create it again */
+	}
+	return -1;
+}
+
 int vgpu_region_open(const char *path, int priority)
 {
 	int fd = -1, rc = -1;
-	mode_t old;
 
 	my_priority = priority;
 	mkdir_parent(path);
-	old = umask(0);
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-	umask(old);
+	fd = vgpu_open_shared_file(path, 0);
 	if (fd < 0) {
 		LOG_ERR("shared region %s: %s", path, strerror(errno));
 		goto fail;

@@ -174,6 +174,8 @@ for variant in plain san; do
 	# task priority: containers as processes sharing a board dir (each case starts its own)
 	run test_priority "${FAKE[@]}" FAKE_CUDA_KERNEL_US=100 TEST_TMP="$TMP" \
 		timeout 240 "$T/test_priority"
+	# users of one container share its region in a sticky dir under fs.protected_regular
+	run test_region_users "${FAKE[@]}" "${LIM[@]}" TEST_TMP="$TMP" timeout 60 "$T/test_region_users"
 	run test_dlsym "${FAKE[@]}" TEST_LIB_DIR="$B/testlib" \
 		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_dlsym"
 done
