@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import Any, NamedTuple
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
@@ -93,23 +93,35 @@ def read_region(data: bytes) -> RegionUsage:
 
 
 _CONTAINER_ID = re.compile(r"([0-9a-f]{64})")
+#: the kubelet's pod cgroup: `pod<uid>` (cgroupfs) or `pod<uid with _ for ->.slice` (systemd)
+_POD_UID = re.compile(
+    r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
+)
 
 
-def container_of(host_pid: int, proc: Path = Path("/proc")) -> str:
-    """The container id (64 hex digits, as CRI runtimes name cgroups) of a host process; "" when
-    unknown (pid 0, gone, or not in a container)."""
+class Container(NamedTuple):
+    """Where a process runs: the runtime's container id and the pod's uid ("" when unknown)."""
+
+    container_id: str
+    pod_uid: str
+
+
+def container_of(host_pid: int, proc: Path = Path("/proc")) -> Container:
+    """The container (64 hex digits, as CRI runtimes name cgroups) and pod (the kubelet's pod
+    cgroup) of a host process; empty fields when unknown (pid 0, gone, or not in a pod)."""
     if host_pid <= 0:
-        return ""
+        return Container("", "")
     try:
         text = (proc / str(host_pid) / "cgroup").read_text()
     except OSError:
-        return ""
+        return Container("", "")
     found = _CONTAINER_ID.findall(text)
-    return found[-1] if found else ""
+    pods = _POD_UID.findall(text)
+    return Container(found[-1] if found else "", pods[-1].replace("_", "-") if pods else "")
 
 
-def _by_container(usage: RegionUsage, proc: Path) -> dict[str, dict[str, int]]:
-    totals: dict[str, dict[str, int]] = {}
+def _by_container(usage: RegionUsage, proc: Path) -> dict[Container, dict[str, int]]:
+    totals: dict[Container, dict[str, int]] = {}
     for host_pid, per_uuid in usage.by_host_pid.items():
         mine = totals.setdefault(container_of(host_pid, proc), {})
         for uuid, value in per_uuid.items():
@@ -176,8 +188,9 @@ class NodeCollector(Collector):
         )
         by_container = GaugeMetricFamily(
             "vgpu_bridge_container_memory_used_bytes",
-            "memory each container (by runtime container id; empty if unknown) uses in a claim",
-            labels=[*region, "container_id", "uuid"],
+            "memory each container uses in a claim (runtime container id and pod uid from the "
+            "process's cgroup; empty if unknown)",
+            labels=[*region, "pod_uid", "container_id", "uuid"],
         )
         readable = GaugeMetricFamily(
             "vgpu_bridge_claim_region_readable",
@@ -201,7 +214,9 @@ class NodeCollector(Collector):
                 launches.add_metric(labels, usage.launches)
                 for container, per_uuid in _by_container(usage, self._proc).items():
                     for uuid, value in per_uuid.items():
-                        by_container.add_metric([*labels, container, uuid], value)
+                        by_container.add_metric(
+                            [*labels, container.pod_uid, container.container_id, uuid], value
+                        )
         yield from (limit, sm, used, processes, launches, by_container, readable, prepared)
 
     def _usage(self, claim_uid: str) -> RegionUsage | None:

@@ -56,18 +56,26 @@ def test_usage_is_summed_over_live_slots_below_the_high_water_mark() -> None:
     }
 
 
-def test_a_process_is_attributed_to_the_container_its_cgroup_names(tmp_path: Path) -> None:
+def test_a_process_is_attributed_to_the_container_and_pod_its_cgroup_names(
+    tmp_path: Path,
+) -> None:
     container = "a" * 64
-    (tmp_path / "1101").mkdir()
-    (tmp_path / "1101" / "cgroup").write_text(
-        f"0::/kubepods.slice/kubepods-burstable.slice/cri-containerd-{container}.scope\n"
-    )
-    (tmp_path / "1102").mkdir()
-    (tmp_path / "1102" / "cgroup").write_text("0::/user.slice/session-1.scope\n")
-    assert container_of(1101, tmp_path) == container
-    assert container_of(1102, tmp_path) == ""  # not in a container
-    assert container_of(1199, tmp_path) == ""  # gone
-    assert container_of(0, tmp_path) == ""  # libvgpu could not tell
+    uid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+    cgroups = {
+        1101: "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+        f"{uid.replace('-', '_')}.slice/cri-containerd-{container}.scope\n",  # systemd, v2
+        1104: f"12:memory:/vgpu-realnode/besteffort/pod{uid}/{container}\n"
+        f"0::/vgpu-realnode/besteffort/pod{uid}/{container}\n",  # cgroupfs, hybrid
+        1102: "0::/user.slice/session-1.scope\n",
+    }
+    for pid, text in cgroups.items():
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(text)
+    assert container_of(1101, tmp_path) == (container, uid)
+    assert container_of(1104, tmp_path) == (container, uid)
+    assert container_of(1102, tmp_path) == ("", "")  # not in a container
+    assert container_of(1199, tmp_path) == ("", "")  # gone
+    assert container_of(0, tmp_path) == ("", "")  # libvgpu could not tell
 
 
 @pytest.mark.parametrize(
