@@ -41,7 +41,7 @@ REGION_SIZE = SLOTS_OFFSET + SLOTS * SLOT_SIZE
 _HEADER = struct.Struct("<IIQ")  # magic, version, size
 _COUNTS = struct.Struct("<II")  # ndev, high_water at offset 56
 _DEVICE = struct.Struct("<48sQI")  # uuid, mem_limit, sm_limit
-_SLOT_PIDS = struct.Struct("<ii")  # pid in the container, host pid
+_SLOT_PIDS = struct.Struct("<iiQ")  # pid in the container, host pid, start time
 _USED = struct.Struct(f"<{MAX_DEVICES}Q")  # at slot offset 24
 _LAUNCHES = struct.Struct("<Q")  # at slot offset 152
 
@@ -50,15 +50,24 @@ class RegionError(ValueError):
     """Not a region file this agent can read."""
 
 
+class Process(NamedTuple):
+    """A region slot's owner: its pid in the container, its host pid (0 where libvgpu could not
+    tell: a container's /proc shows only its own pid namespace), its start time (clock ticks)."""
+
+    pid: int
+    host_pid: int
+    start_time: int
+
+
 @dataclass(frozen=True)
 class RegionUsage:
     """A shared region's totals: bytes used per GPU uuid, live processes, kernel launches; and
-    bytes per uuid by the host pid of each live process (0 where libvgpu could not tell)."""
+    bytes per uuid of each live process."""
 
     used: dict[str, int]
     processes: int
     launches: int
-    by_host_pid: dict[int, dict[str, int]]
+    by_process: dict[Process, dict[str, int]]
 
 
 def read_region(data: bytes) -> RegionUsage:
@@ -75,21 +84,22 @@ def read_region(data: bytes) -> RegionUsage:
         raw_uuid, _, _ = _DEVICE.unpack_from(data, DEVICES_OFFSET + d * DEVICE_SIZE)
         uuids.append(raw_uuid.split(b"\0", 1)[0].decode(errors="replace"))
     used = dict.fromkeys(uuids, 0)
-    by_host_pid: dict[int, dict[str, int]] = {}
+    by_process: dict[Process, dict[str, int]] = {}
     processes = launches = 0
     for s in range(high_water):
         base = SLOTS_OFFSET + s * SLOT_SIZE
-        pid, host_pid = _SLOT_PIDS.unpack_from(data, base)
+        pid, host_pid, start_time = _SLOT_PIDS.unpack_from(data, base)
         if pid == 0:
             continue
         processes += 1
         per_device = _USED.unpack_from(data, base + 24)
-        mine = by_host_pid.setdefault(max(host_pid, 0), dict.fromkeys(uuids, 0))
+        owner = Process(pid, max(host_pid, 0), start_time)
+        mine = by_process.setdefault(owner, dict.fromkeys(uuids, 0))
         for d, uuid in enumerate(uuids):
             used[uuid] += per_device[d]
             mine[uuid] += per_device[d]
         launches += _LAUNCHES.unpack_from(data, base + 152)[0]
-    return RegionUsage(used, processes, launches, by_host_pid)
+    return RegionUsage(used, processes, launches, by_process)
 
 
 _CONTAINER_ID = re.compile(r"([0-9a-f]{64})")
@@ -120,9 +130,59 @@ def container_of(host_pid: int, proc: Path = Path("/proc")) -> Container:
     return Container(found[-1] if found else "", pods[-1].replace("_", "-") if pods else "")
 
 
-def _by_container(usage: RegionUsage, proc: Path) -> dict[Container, dict[str, int]]:
+class HostPids:
+    """Finds the host pid of a process libvgpu saw only from inside its container: the one whose
+    start time matches and whose innermost pid (last `NSpid` entry) is the container pid. The
+    host's processes are indexed by start time once, on the first question."""
+
+    def __init__(self, proc: Path) -> None:
+        self._proc = proc
+        self._by_start: dict[int, list[int]] | None = None
+
+    def find(self, pid: int, start_time: int) -> int:
+        """The host pid, or 0 when no live process matches."""
+        if self._by_start is None:
+            self._by_start = self._index()
+        for host_pid in self._by_start.get(start_time, []):
+            if _innermost_pid(self._proc / str(host_pid) / "status") == pid:
+                return host_pid
+        return 0
+
+    def _index(self) -> dict[int, list[int]]:
+        index: dict[int, list[int]] = {}
+        for entry in self._proc.iterdir():
+            if entry.name.isdigit():
+                start = _start_time(entry / "stat")
+                if start:
+                    index.setdefault(start, []).append(int(entry.name))
+        return index
+
+
+def _start_time(stat: Path) -> int:
+    """Field 22 of /proc/<pid>/stat (after the parenthesised command name); 0 if unreadable."""
+    try:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+        return int(fields[19])  # fields[0] is field 3
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _innermost_pid(status: Path) -> int:
+    try:
+        for line in status.read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _by_container(
+    usage: RegionUsage, proc: Path, host_pids: HostPids
+) -> dict[Container, dict[str, int]]:
     totals: dict[Container, dict[str, int]] = {}
-    for host_pid, per_uuid in usage.by_host_pid.items():
+    for owner, per_uuid in usage.by_process.items():
+        host_pid = owner.host_pid or host_pids.find(owner.pid, owner.start_time)
         mine = totals.setdefault(container_of(host_pid, proc), {})
         for uuid, value in per_uuid.items():
             mine[uuid] = mine.get(uuid, 0) + value
@@ -199,6 +259,7 @@ class NodeCollector(Collector):
         )
         prepared = GaugeMetricFamily("vgpu_bridge_prepared_claims", "claims prepared on the node")
         prepared.add_metric([], len(claims))
+        host_pids = HostPids(self._proc)  # one index of the host's processes per scrape
         for claim in claims:
             for device in claim.devices:
                 labels = [claim.namespace, claim.name, claim.uid, device.device_name, device.uuid]
@@ -212,7 +273,7 @@ class NodeCollector(Collector):
                     used.add_metric([*labels, uuid], value)
                 processes.add_metric(labels, usage.processes)
                 launches.add_metric(labels, usage.launches)
-                for container, per_uuid in _by_container(usage, self._proc).items():
+                for container, per_uuid in _by_container(usage, self._proc, host_pids).items():
                     for uuid, value in per_uuid.items():
                         by_container.add_metric(
                             [*labels, container.pod_uid, container.container_id, uuid], value

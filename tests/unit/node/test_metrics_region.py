@@ -18,16 +18,25 @@ from vgpu_bridge.node.metrics import (
     SLOT_SIZE,
     SLOTS,
     SLOTS_OFFSET,
+    Container,
+    HostPids,
+    Process,
     RegionError,
+    _by_container,
     container_of,
     read_region,
 )
 
 
 def _region(
-    *, devices: list[str], slots: list[tuple[int, list[int], int]], high_water: int
+    *,
+    devices: list[str],
+    slots: list[tuple[int, list[int], int]],
+    high_water: int,
+    host_pids: bool = True,
 ) -> bytes:
-    """A region as libvgpu lays it out: header, device table, slots (pid, used[], launches)."""
+    """A region as libvgpu lays it out: header, device table, slots (pid, used[], launches);
+    host pid = pid + 1000 (0 without `host_pids`), start time = pid + 500."""
     data = bytearray(REGION_SIZE)
     struct.pack_into("<IIQ", data, 0, REGION_MAGIC, 1, REGION_SIZE)
     struct.pack_into("<II", data, 56, len(devices), high_water)
@@ -35,7 +44,8 @@ def _region(
         struct.pack_into("<48sQI", data, DEVICES_OFFSET + d * 64, uuid.encode(), 2**30, 30)
     for s, (pid, used, launches) in enumerate(slots):
         base = SLOTS_OFFSET + s * SLOT_SIZE
-        struct.pack_into("<ii", data, base, pid, pid + 1000 if pid else 0)  # host pid
+        host_pid = pid + 1000 if pid and host_pids else 0
+        struct.pack_into("<iiQ", data, base, pid, host_pid, pid + 500 if pid else 0)
         struct.pack_into(f"<{len(used)}Q", data, base + 24, *used)
         struct.pack_into("<Q", data, base + 152, launches)
     return bytes(data)
@@ -50,9 +60,50 @@ def test_usage_is_summed_over_live_slots_below_the_high_water_mark() -> None:
     usage = read_region(data)
     assert usage.used == {"GPU-aaaa": 120, "GPU-bbbb": 7}
     assert (usage.processes, usage.launches) == (2, 6)
-    assert usage.by_host_pid == {
-        1101: {"GPU-aaaa": 100, "GPU-bbbb": 7},
-        1103: {"GPU-aaaa": 20, "GPU-bbbb": 0},
+    assert usage.by_process == {
+        Process(101, 1101, 601): {"GPU-aaaa": 100, "GPU-bbbb": 7},
+        Process(103, 1103, 603): {"GPU-aaaa": 20, "GPU-bbbb": 0},
+    }
+
+
+def _fake_process(proc: Path, host_pid: int, *, ns_pids: str, start: int, cgroup: str) -> None:
+    directory = proc / str(host_pid)
+    directory.mkdir()
+    fields = ["S"] + ["0"] * 18 + [str(start)] + ["0"] * 30  # fields 3..52; 22 = starttime
+    (directory / "stat").write_text(f"{host_pid} (a (b) c) {' '.join(fields)}\n")
+    (directory / "status").write_text(f"Name:\tcuda\nNSpid:\t{ns_pids}\nVmRSS:\t1 kB\n")
+    (directory / "cgroup").write_text(cgroup)
+
+
+def test_a_process_seen_only_inside_its_container_is_found_on_the_host(tmp_path: Path) -> None:
+    """libvgpu in a container knows only its own pid and start time; the agent finds the host
+    process with that start time whose innermost pid it is, and so its container and pod."""
+    uid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+    ours, other = "a" * 64, "b" * 64
+    _fake_process(tmp_path, 5101, ns_pids="5101\t101", start=601,
+                  cgroup=f"0::/vgpu-realnode/besteffort/pod{uid}/{ours}\n")  # fmt: skip
+    # same start time, another container's pid 7: not ours
+    _fake_process(tmp_path, 5200, ns_pids="5200\t7", start=601,
+                  cgroup=f"0::/vgpu-realnode/besteffort/pod{uid}/{other}\n")  # fmt: skip
+    # pid 103 in some container, but started at another time: pid reuse, not ours
+    _fake_process(tmp_path, 5103, ns_pids="5103\t103", start=9999,
+                  cgroup=f"0::/vgpu-realnode/besteffort/pod{uid}/{other}\n")  # fmt: skip
+    (tmp_path / "self").mkdir()  # not a pid: ignored
+    usage = read_region(
+        _region(
+            devices=["GPU-aaaa"],
+            slots=[(101, [100], 1), (103, [20], 1)],
+            high_water=2,
+            host_pids=False,
+        )
+    )
+    assert set(usage.by_process) == {Process(101, 0, 601), Process(103, 0, 603)}
+    host_pids = HostPids(tmp_path)
+    assert host_pids.find(101, 601) == 5101
+    assert host_pids.find(103, 603) == 0
+    assert _by_container(usage, tmp_path, host_pids) == {
+        Container(ours, uid): {"GPU-aaaa": 100},
+        Container("", ""): {"GPU-aaaa": 20},
     }
 
 
