@@ -42,13 +42,15 @@ def install_libvgpu(layout: Layout, native: NativeParts) -> Path:
 
 def start_agent(
     node: RealNode, cluster: LocalCluster, native: NativeParts, gpus: list[dict[str, str]]
-) -> Component:
+) -> tuple[Component, str]:
     """Start the agent (recorded with the node's components, so ``down`` stops it) and wait
-    until it has published ``len(gpus)`` devices in the node's ResourceSlice."""
+    until it has published ``len(gpus)`` devices in the node's ResourceSlice; the component and
+    the URL of its /metrics."""
     layout = node.layout
     install_libvgpu(layout, native)
     environ = {key: value for key, value in os.environ.items() if not key.startswith("VGPU_")}
     environ["VGPU_BRIDGE_MOCK_GPUS"] = json.dumps(gpus)
+    metrics_port = free_port()
     command = [
         "-m", "vgpu_bridge.cli", "node",
         "--node-name", node.name,
@@ -57,7 +59,7 @@ def start_agent(
         "--cdi-dir", str(layout.cdi_dir),
         "--vgpu-dir", str(vgpu_dir(layout)),
         "--kubeconfig", str(cluster.kubeconfig),
-        "--metrics-listen", f"127.0.0.1:{free_port()}",
+        "--metrics-listen", f"127.0.0.1:{metrics_port}",
         "--resync-seconds", "2",
     ]  # fmt: skip
     log = layout.logs / "node-agent.log"
@@ -80,7 +82,7 @@ def start_agent(
         what="the agent's ResourceSlice",
         component=component,
     )
-    return component
+    return component, f"http://127.0.0.1:{metrics_port}/metrics"
 
 
 def published_devices(client: KubeClient, node_name: str) -> int:

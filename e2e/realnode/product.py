@@ -33,6 +33,8 @@ class Product:
     cluster: LocalCluster
     node: RealNode
     namespace: str
+    #: the node agent's /metrics
+    agent_metrics_url: str
 
     @property
     def client(self) -> KubeClient:
@@ -48,7 +50,7 @@ def running_product(settings: Settings, workdir: Path, *, log: list[str]) -> Ite
         client.create(
             f"{RESOURCE}/deviceclasses", device_class(DEFAULT.device_class, driver=DEFAULT.driver)
         )
-        start_agent(node, cluster, node.native, [GPU])
+        _, metrics_url = start_agent(node, cluster, node.native, [GPU])
         with running_webhook(client, cluster.kubeconfig, workdir, grace_s=3, namespace_label=LABEL):
             client.create(
                 "/api/v1/namespaces",
@@ -58,7 +60,7 @@ def running_product(settings: Settings, workdir: Path, *, log: list[str]) -> Ite
                     "metadata": {"name": NAMESPACE, "labels": {LABEL: "true"}},
                 },
             )
-            yield Product(cluster, node, NAMESPACE)
+            yield Product(cluster, node, NAMESPACE, metrics_url)
             for name in ("kubelet", "node-agent"):
                 print(f"--- {name} (tail) ---\n{node.component(name).log_tail(40)}")
 

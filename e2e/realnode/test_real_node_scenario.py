@@ -13,9 +13,11 @@ Collected only with ``VGPU_REALNODE=1`` (``make e2e-realnode``); see conftest.py
 
 from __future__ import annotations
 
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.cluster.client import Json
 from e2e.realnode.agent import CONTAINER_LIBVGPU, vgpu_dir
@@ -93,6 +95,13 @@ def test_gpumem_pods_share_a_real_node_gpu_each_within_its_own_share(product: Pr
         allocated = int(values["allocated_mib"][0])
         assert mib - CHUNK_MIB < allocated <= mib, held[name]
 
+    # the agent attributes each pod's memory to its pod (uid from the real kubelet's pod cgroup)
+    used = container_memory(product.agent_metrics_url)
+    for name in shares:
+        uid = client.get(f"/api/v1/namespaces/{ns}/pods/{name}")["metadata"]["uid"]
+        allocated = int(parse(held[name])["allocated_mib"][0])
+        assert used.get(uid) == allocated * 2**20, (name, uid, used)
+
     # both claims on the one mock GPU of the real node, each prepared (a CDI spec each)
     claims = client.items(f"{RESOURCE}/namespaces/{ns}/resourceclaims")
     assert len(claims) == 2
@@ -124,6 +133,19 @@ def test_gpumem_pods_share_a_real_node_gpu_each_within_its_own_share(product: Pr
         what="the claims deleted",
     )
     assert not _entries(claim_dirs)
+
+
+def container_memory(metrics_url: str) -> dict[str, float]:
+    """`vgpu_bridge_container_memory_used_bytes` summed per `pod_uid` label."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    used: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "vgpu_bridge_container_memory_used_bytes":
+                uid = sample.labels["pod_uid"]
+                used[uid] = used.get(uid, 0.0) + sample.value
+    return used
 
 
 def _entries(directory: Path) -> list[str]:
