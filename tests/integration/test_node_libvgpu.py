@@ -20,6 +20,7 @@ from tests.integration.node_harness import AgentDirs, agent_dirs, running_agent
 from tests.unit.node.claims import GPUS, NODE, allocated_claim, result
 from vgpu_bridge.node import checkpoint
 from vgpu_bridge.node.cdi import CONTAINER_PRIORITY_DIR, CONTAINER_SHARED_DIR
+from vgpu_bridge.node.hostpids import HostPidFiles
 from vgpu_bridge.node.metrics import NodeCollector
 from vgpu_bridge.node.state import ClaimRef
 
@@ -127,3 +128,49 @@ def test_libvgpu_enforces_the_share_in_the_spec_and_metrics_see_its_usage(
         if line.startswith("vgpu_bridge_container_memory_used_bytes{") and REF.uid in line
     ]  # fmt: skip
     assert sum(by_container) == 2900 * 2**20  # this process, whatever container it runs in
+
+
+def _can_unshare_pid_and_proc() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = ["unshare", "-p", "-f", "--mount-proc", "true"]
+    return subprocess.run(probe, capture_output=True, check=False).returncode == 0
+
+
+def test_the_agent_writes_the_host_pid_of_a_process_in_its_own_pid_namespace(
+    workload: Path, dirs: AgentDirs
+) -> None:
+    """As in a pod (own pid namespace and /proc), libvgpu cannot tell its host pid; the agent finds
+    it and writes it next to the region, keyed by the pid and start time libvgpu recorded."""
+    if not _can_unshare_pid_and_proc():
+        pytest.skip("needs unshare -p --mount-proc (root)")
+    with running_agent(dirs, GPUS, node=NODE) as seed:
+        checkpoint.save(dirs.checkpoint, {REF.uid: seed.state.plan(CLAIM, REF)})
+    with running_agent(dirs, GPUS, node=NODE) as agent:
+        spec = json.loads(dirs.layout.spec_path(REF.uid).read_text())
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "LD_"))},
+            **_container_env(spec, dirs),
+            "LD_PRELOAD": str(NATIVE / "build" / "libvgpu.so"),
+            "LD_LIBRARY_PATH": str(NATIVE / "build" / "fake"),
+        }
+        process = subprocess.Popen(
+            ["unshare", "-p", "-f", "--mount-proc", str(workload), "100"],
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        assert process.stdout is not None
+        assert process.stdin is not None
+        try:
+            assert process.stdout.readline().strip() == b"0"
+            children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text()
+            host_pid = int(children.split()[0])  # the workload: pid 1 in its namespace
+            start = Path(f"/proc/{host_pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+            shared = dirs.layout.shared_dir(REF.uid)
+            HostPidFiles(
+                lambda: [c.uid for c in agent.state.snapshot()], vgpu_dir=dirs.layout.vgpu_dir
+            ).sync()
+            written = (shared / "host-pids").read_text()
+        finally:
+            process.stdin.close()
+            process.wait(timeout=10)
+    assert written == f"vgpu-host-pids 1\n1 {start} {host_pid}\n"

@@ -3,7 +3,8 @@
 Start-up order: GPUs (mock file or NVML), the checkpoint (recovered), the DRA socket, then the
 registration socket, the HTTP server (/metrics, /healthz), then the slices (republished on every
 start and checked every resync period), then the periodic cleanup of prepared claims whose
-ResourceClaim is gone.
+ResourceClaim is gone, and every second the prepared claims' host-pids files (`hostpids.py`: the
+host pids libvgpu cannot see from inside a pod, so that it measures its own container's SM use).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from vgpu_bridge.logs import configure_json_logging
 from vgpu_bridge.node.cdi import CdiLayout
 from vgpu_bridge.node.grpc import PluginServer
 from vgpu_bridge.node.health import Health
+from vgpu_bridge.node.hostpids import PERIOD_S as HOST_PIDS_PERIOD_S
+from vgpu_bridge.node.hostpids import HostPidFiles
 from vgpu_bridge.node.inventory import Gpu, InventoryError, mock_gpus, nvml_gpus
 from vgpu_bridge.node.metrics import CallMetrics, serve_metrics
 from vgpu_bridge.node.publisher import SlicePublisher
@@ -95,6 +98,9 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
         node=settings.node_name,
         vgpu_dir=settings.vgpu_dir,
     )
+    host_pids = HostPidFiles(
+        lambda: [claim.uid for claim in state.snapshot()], vgpu_dir=settings.vgpu_dir
+    )
     workers = [
         threading.Thread(
             target=every,
@@ -106,6 +112,12 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
             target=every,
             args=(settings.cleanup_seconds, stop, "cleaning up", state.cleanup_stale),
             name="cleanup",
+            daemon=True,
+        ),
+        threading.Thread(
+            target=every,
+            args=(HOST_PIDS_PERIOD_S, stop, "writing host pids", host_pids.sync),
+            name="host-pids",
             daemon=True,
         ),
     ]

@@ -1,0 +1,167 @@
+"""The host-pids file: the host pids of libvgpu processes seen only from inside their container,
+resolved on a fake /proc and written next to the claim's region."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from tests.unit.node.test_metrics_region import _fake_process, _region
+from vgpu_bridge.node.hostpids import (
+    FILE,
+    HostPidFiles,
+    Key,
+    content_to_write,
+    format_host_pids,
+    resolve,
+)
+from vgpu_bridge.node.metrics import Process
+
+UID = "uid-hp"
+
+
+def test_the_file_has_a_version_line_then_one_line_per_resolved_slot_by_pid() -> None:
+    table = {(103, 603): 5103, (101, 601): 5101, (102, 602): 0}
+    assert format_host_pids(table) == b"vgpu-host-pids 1\n101 601 5101\n103 603 5103\n"
+    assert format_host_pids({}) == b"vgpu-host-pids 1\n"
+
+
+def test_only_processes_without_a_host_pid_are_resolved_and_each_only_once() -> None:
+    asked: list[Key] = []
+
+    def find(pid: int, start: int) -> int:
+        asked.append((pid, start))
+        return pid + 5000
+
+    processes = [Process(101, 0, 601), Process(102, 7102, 602), Process(103, 0, 603)]
+    table = resolve(processes, {(101, 601): 5101, (104, 604): 5104}, find)
+    assert table == {(101, 601): 5101, (103, 603): 5103}  # a gone process is dropped
+    assert asked == [(103, 603)]
+    # a process not found is remembered as 0 and not looked for again while it lives
+    assert resolve([Process(105, 0, 605)], {(105, 605): 0}, find) == {(105, 605): 0}
+    assert asked == [(103, 603)]
+
+
+@pytest.mark.parametrize(
+    ("table", "current", "written"),
+    [
+        ({(101, 601): 5101}, b"vgpu-host-pids 1\n101 601 5101\n", None),
+        ({(101, 601): 5101}, None, b"vgpu-host-pids 1\n101 601 5101\n"),
+        (
+            {(101, 601): 5101},
+            b"vgpu-host-pids 1\n101 601 6666\n",
+            b"vgpu-host-pids 1\n101 601 5101\n",
+        ),
+        ({}, None, None),
+        ({(101, 601): 0}, None, None),
+        ({}, b"vgpu-host-pids 1\n101 601 5101\n", b"vgpu-host-pids 1\n"),
+        ({}, b"", b"vgpu-host-pids 1\n"),
+    ],
+    ids=[
+        "unchanged",
+        "new",
+        "changed",
+        "nothing-to-say",
+        "only-unfound",
+        "process-gone",
+        "not-a-regular-file",
+    ],
+)
+def test_the_file_is_written_only_when_its_content_changes(
+    table: dict[Key, int], current: bytes | None, written: bytes | None
+) -> None:
+    assert content_to_write(table, current) == written
+
+
+def _claim(vgpu_dir: Path, region: bytes) -> Path:
+    directory = vgpu_dir / "claims" / UID
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "vgpu.cache").write_bytes(region)
+    return directory
+
+
+def _host(proc: Path) -> None:
+    _fake_process(proc, 5101, ns_pids="5101\t101", start=601, cgroup="")
+    _fake_process(proc, 5200, ns_pids="5200\t103", start=601, cgroup="")  # other start time
+    _fake_process(proc, 5103, ns_pids="5103\t103", start=603, cgroup="")
+
+
+def test_slots_without_a_host_pid_are_found_on_the_host_and_written(tmp_path: Path) -> None:
+    proc, vgpu = tmp_path / "proc", tmp_path / "vgpu"
+    proc.mkdir()
+    _host(proc)
+    region = _region(devices=["GPU-a"], slots=[(101, [1], 1), (103, [1], 1)], high_water=2,
+                     host_pids=False)  # fmt: skip
+    directory = _claim(vgpu, region)
+    files = HostPidFiles(lambda: [UID, "uid-without-region"], vgpu_dir=vgpu, proc=proc)
+    files.sync()
+    path = directory / FILE
+    assert path.read_bytes() == b"vgpu-host-pids 1\n101 601 5101\n103 603 5103\n"
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert not (vgpu / "claims" / "uid-without-region").exists()
+    first = path.stat().st_ino
+
+    # resolved slots are not looked for again (no /proc scan: it is gone), the file is left alone
+    shutil.rmtree(proc)
+    files.sync()
+    assert path.stat().st_ino == first
+    assert sorted(p.name for p in directory.iterdir()) == [FILE, "vgpu.cache"]  # no temp file
+
+    # process 103 exits: its line goes
+    _claim(vgpu, _region(devices=["GPU-a"], slots=[(101, [1], 1)], high_water=1, host_pids=False))
+    files.sync()
+    assert path.read_bytes() == b"vgpu-host-pids 1\n101 601 5101\n"
+
+
+def test_regions_whose_processes_know_their_host_pids_get_no_file_and_no_scan(
+    tmp_path: Path,
+) -> None:
+    region = _region(devices=["GPU-a"], slots=[(101, [1], 1)], high_water=1, host_pids=True)
+    directory = _claim(tmp_path / "vgpu", region)
+    HostPidFiles(lambda: [UID], vgpu_dir=tmp_path / "vgpu", proc=tmp_path / "no-proc").sync()
+    assert not (directory / FILE).exists()
+
+
+def test_a_symlink_put_in_place_of_the_file_is_replaced_not_followed(tmp_path: Path) -> None:
+    proc, vgpu = tmp_path / "proc", tmp_path / "vgpu"
+    proc.mkdir()
+    _host(proc)
+    directory = _claim(vgpu, _region(devices=["GPU-a"], slots=[(101, [1], 1)], high_water=1,
+                                     host_pids=False))  # fmt: skip
+    target = tmp_path / "host-file"
+    target.write_bytes(b"the host's\n")
+    os.symlink(target, directory / FILE)
+    os.mkfifo(directory / "fifo")
+    HostPidFiles(lambda: [UID], vgpu_dir=vgpu, proc=proc).sync()
+    assert not (directory / FILE).is_symlink()
+    assert (directory / FILE).read_bytes() == b"vgpu-host-pids 1\n101 601 5101\n"
+    assert target.read_bytes() == b"the host's\n"
+    # a FIFO in its place is replaced too, without blocking on it
+    (directory / FILE).unlink()
+    os.rename(directory / "fifo", directory / FILE)
+    HostPidFiles(lambda: [UID], vgpu_dir=vgpu, proc=proc).sync()
+    assert (directory / FILE).read_bytes() == b"vgpu-host-pids 1\n101 601 5101\n"
+
+
+def test_a_file_that_cannot_be_written_is_logged_once_and_other_claims_go_on(
+    tmp_path: Path,
+) -> None:
+    proc, vgpu = tmp_path / "proc", tmp_path / "vgpu"
+    proc.mkdir()
+    _host(proc)
+    region = _region(devices=["GPU-a"], slots=[(101, [1], 1)], high_water=1, host_pids=False)
+    blocked = _claim(vgpu, region)
+    (blocked / FILE / "in-the-way").mkdir(parents=True)  # a directory cannot be replaced
+    other = vgpu / "claims" / "uid-other"
+    shutil.copytree(blocked, other, ignore=shutil.ignore_patterns(FILE))
+    files = HostPidFiles(lambda: [UID, "uid-other"], vgpu_dir=vgpu, proc=proc)
+    with capture_logs() as logs:
+        files.sync()
+        files.sync()
+    assert [(e["event"], e["claim_uid"]) for e in logs] == [("cannot write host pids", UID)]
+    assert (other / FILE).read_bytes() == b"vgpu-host-pids 1\n101 601 5101\n"
+    assert sorted(p.name for p in blocked.iterdir()) == [FILE, "vgpu.cache"]  # no temp file left

@@ -1,0 +1,141 @@
+"""The host-pids file: host pids of libvgpu processes that could not tell their own.
+
+libvgpu's SM watcher measures a container by `nvmlDeviceGetProcessUtilization` of its processes'
+host pids. A process learns its host pid from `NStgid` in /proc/self/status, which in a pod (own
+pid namespace, own /proc) shows only the container pid: the region slot's host pid stays 0 and
+the watcher falls back to the whole device's utilisation, neighbours included. The agent, on the
+host, finds those processes (`HostPids`: same start time, innermost `NSpid` = slot pid) and writes
+next to each claim's region `<vgpu-dir>/claims/<uid>/host-pids` (format and reader:
+native/vgpu/src/region.h, "Host pids"):
+
+    vgpu-host-pids 1
+    <container pid> <start time> <host pid>        one line per resolved slot
+
+`HostPidFiles.sync` runs every `PERIOD_S`: it reads each prepared claim's region, scans /proc
+only when a live slot is neither resolved by libvgpu nor by an earlier round (a slot that could
+not be found is not looked for again while it lives), and replaces the file only when its
+content differs from what the table says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+import structlog
+
+from vgpu_bridge.node.cdi import SHARED_REGION_FILE
+from vgpu_bridge.node.metrics import HostPids, Process, RegionError, read_region
+
+log = structlog.get_logger("vgpu_bridge.node.hostpids")
+
+FILE = "host-pids"
+HEADER = "vgpu-host-pids 1"
+PERIOD_S = 1.0  # a new process is measured by its own host pid within about a second
+MAX_BYTES = 64 * 1024  # 1024 slots of at most 43 characters each, and the header
+
+Key = tuple[int, int]  # (pid in the container, start time)
+
+
+def format_host_pids(table: Mapping[Key, int]) -> bytes:
+    """The file for a table of host pids (0 = not found: left out), sorted by pid."""
+    lines = [f"{pid} {start} {host}" for (pid, start), host in sorted(table.items()) if host > 0]
+    return "\n".join([HEADER, *lines, ""]).encode()
+
+
+def resolve(
+    processes: Iterable[Process], known: Mapping[Key, int], find: Callable[[int, int], int]
+) -> dict[Key, int]:
+    """Host pids (0 = not found) of the live processes libvgpu could not tell: as `known` has
+    them from an earlier round, else from `find(pid, start_time)`."""
+    table: dict[Key, int] = {}
+    for process in processes:
+        if process.host_pid > 0:
+            continue
+        key = (process.pid, process.start_time)
+        table[key] = known[key] if key in known else find(*key)
+    return table
+
+
+def content_to_write(table: Mapping[Key, int], current: bytes | None) -> bytes | None:
+    """What to write, or None to leave the file as it is: when it already says this, or when
+    there is none and nothing to say."""
+    wanted = format_host_pids(table)
+    if current == wanted or (current is None and not any(table.values())):
+        return None
+    return wanted
+
+
+class HostPidFiles:
+    """Keeps every prepared claim's host-pids file in step with its region. `claims` gives the
+    prepared claims' uids; `proc` is the host's /proc (the agent runs with hostPID)."""
+
+    def __init__(
+        self, claims: Callable[[], Iterable[str]], *, vgpu_dir: Path, proc: Path = Path("/proc")
+    ) -> None:
+        self._claims = claims
+        self._vgpu_dir = vgpu_dir
+        self._proc = proc
+        self._known: dict[str, dict[Key, int]] = {}
+        self._failing: dict[str, str] = {}  # claim uid -> the reason last logged
+
+    def sync(self) -> None:
+        """One round over the prepared claims; a claim's failure is logged once, not raised."""
+        host_pids = HostPids(self._proc)  # indexes /proc on its first question, if any
+        known: dict[str, dict[Key, int]] = {}
+        for uid in self._claims():
+            directory = self._vgpu_dir / "claims" / uid
+            try:
+                usage = read_region((directory / SHARED_REGION_FILE).read_bytes())
+            except (OSError, RegionError):
+                continue  # no CUDA process yet, or not a region libvgpu v1 wrote: nothing to do
+            table = resolve(usage.by_process, self._known.get(uid, {}), host_pids.find)
+            known[uid] = table
+            data = content_to_write(table, _read_current(directory / FILE))
+            try:
+                if data is not None:
+                    _replace(directory / FILE, data)
+            except OSError as error:
+                reason = error.strerror or str(error)  # without the temp file's random name
+                if self._failing.get(uid) != reason:
+                    log.warning("cannot write host pids", claim_uid=uid, error=str(error))
+                self._failing[uid] = reason
+            else:
+                self._failing.pop(uid, None)
+        self._known = known
+
+
+def _read_current(path: Path) -> bytes | None:
+    """The file's content; None when there is none, b"" when it is not a regular file we may
+    read (a container may have put a symlink or a FIFO there: replaced, never followed)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, MAX_BYTES + 1) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    finally:
+        os.close(fd)
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Replace `path` atomically with a 0644 file. Not `files.write_atomic`: it sets the mode by
+    path, which would follow a symlink that a container put in place of the temp file (the
+    claim's dir is writable from inside); here every step is on the descriptor or a rename. No
+    fsync: the file is rewritten within a second of being lost."""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), 0o644)
+            handle.write(data)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
