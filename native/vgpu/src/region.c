@@ -16,6 +16,7 @@ static struct vgpu_region *region;
 static int my_slot = -1;
 static pid_t my_pid;
 static int my_priority;
+static char host_pids_path[4096]; /* <region's dir>/host-pids, written by the node agent */
 
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
@@ -284,11 +285,21 @@ int vgpu_open_shared_file(const char *path, int extra_flags)
 	return -1;
 }
 
+static void set_host_pids_path(const char *region_path)
+{
+	const char *slash = strrchr(region_path, '/');
+	int dir_len = slash ? (int)(slash - region_path) + 1 : 0;
+
+	snprintf(host_pids_path, sizeof(host_pids_path), "%.*s%s", dir_len, region_path,
+		 VGPU_HOST_PIDS_FILE);
+}
+
 int vgpu_region_open(const char *path, int priority)
 {
 	int fd = -1, rc = -1;
 
 	my_priority = priority;
+	set_host_pids_path(path);
 	mkdir_parent(path);
 	fd = vgpu_open_shared_file(path, 0);
 	if (fd < 0) {
@@ -424,17 +435,110 @@ int vgpu_region_sweep(bool thorough)
 	return n;
 }
 
+/* A live slot whose owner could not tell its host pid. */
+struct unresolved {
+	int32_t pid;
+	uint64_t start_time;
+};
+
+enum host_pids_outcome { HP_UNREAD, HP_READ, HP_MISSING, HP_UNREADABLE, HP_FOREIGN };
+
+/* Logs the file's outcome once per change of it (one debug line, not one per tick). */
+static void note_host_pids(enum host_pids_outcome outcome, int err)
+{
+	static enum host_pids_outcome last = HP_UNREAD;
+
+	if (outcome == last)
+		return;
+	last = outcome;
+	if (outcome == HP_READ)
+		LOG_DEBUG("host pids: reading %s", host_pids_path);
+	else if (outcome == HP_FOREIGN)
+		LOG_DEBUG("host pids: %s is not a \"%s\" file; host pids unknown",
+			  host_pids_path, VGPU_HOST_PIDS_HEADER);
+	else
+		LOG_DEBUG("host pids: %s: %s; host pids unknown", host_pids_path, strerror(err));
+}
+
+/* Opens the agent's file for reading: a regular file only (a FIFO must not block the watcher). */
+static FILE *open_host_pids(void)
+{
+	struct stat st;
+	FILE *f;
+	int fd = open(host_pids_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+
+	if (fd < 0) {
+		note_host_pids(errno == ENOENT ? HP_MISSING : HP_UNREADABLE, errno);
+		return NULL;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		note_host_pids(HP_UNREADABLE, EINVAL);
+		close(fd);
+		return NULL;
+	}
+	if ((f = fdopen(fd, "r")) == NULL) {
+		note_host_pids(HP_UNREADABLE, errno);
+		close(fd);
+	}
+	return f;
+}
+
+/* Looks the unresolved slots up in the agent's host-pids file (format in region.h); appends the
+ * host pids found to out and returns their count (at most max). A slot found is crossed off
+ * (pid 0), so a repeated line cannot count a process twice. */
+static int lookup_host_pids(struct unresolved *want, int nwant, int32_t *out, int max)
+{
+	char line[128];
+	long long pid, host;
+	unsigned long long start;
+	int n = 0;
+	FILE *f = open_host_pids();
+
+	if (f == NULL)
+		return 0;
+	if (fgets(line, sizeof(line), f) == NULL || strcmp(line, VGPU_HOST_PIDS_HEADER "\n") != 0) {
+		note_host_pids(HP_FOREIGN, 0);
+		fclose(f);
+		return 0;
+	}
+	note_host_pids(HP_READ, 0);
+	while (n < max && fgets(line, sizeof(line), f) != NULL) {
+		if (sscanf(line, "%lld %llu %lld", &pid, &start, &host) != 3 || host <= 0 ||
+		    host > INT32_MAX)
+			continue;
+		for (int i = 0; i < nwant; i++)
+			if (want[i].pid != 0 && want[i].pid == pid && want[i].start_time == start) {
+				out[n++] = (int32_t)host;
+				want[i].pid = 0;
+				break;
+			}
+	}
+	fclose(f);
+	return n;
+}
+
 int vgpu_region_host_pids(int32_t *out, int max)
 {
+	struct unresolved want[VGPU_REGION_SLOTS];
 	uint32_t hw;
-	int n = 0;
+	int n = 0, nwant = 0;
 
 	if (region == NULL)
 		return 0;
 	hw = LOAD(&region->high_water);
-	for (uint32_t i = 0; i < hw && i < VGPU_REGION_SLOTS && n < max; i++)
-		if (LOAD(&region->slots[i].pid) != 0 && region->slots[i].host_pid > 0)
-			out[n++] = region->slots[i].host_pid;
+	for (uint32_t i = 0; i < hw && i < VGPU_REGION_SLOTS && n < max; i++) {
+		const struct vgpu_region_slot *s = &region->slots[i];
+		int32_t pid = LOAD(&s->pid);
+
+		if (pid == 0)
+			continue;
+		if (s->host_pid > 0)
+			out[n++] = s->host_pid;
+		else if (s->start_time != 0)
+			want[nwant++] = (struct unresolved){pid, s->start_time};
+	}
+	if (nwant > 0 && n < max)
+		n += lookup_host_pids(want, nwant, out + n, max - n);
 	return n;
 }
 

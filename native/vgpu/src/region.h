@@ -27,6 +27,15 @@
  *    on registration, before refusing an allocation, after EOWNERDEAD, and from memory queries.
  *  - A device entry is written (uuid, limits) before ndev is raised.
  * Usage per device = the sum of used[d] over live slots, read with atomic loads.
+ *
+ * Host pids. A slot's host_pid is what its owner could tell from its own /proc (NStgid); in a
+ * container with its own pid namespace and /proc that is nothing (0). The node agent, on the
+ * host, finds those owners (same start time, innermost NSpid = slot pid) and writes, next to the
+ * region, the text file VGPU_HOST_PIDS_FILE (replaced atomically, only when it changes):
+ *     vgpu-host-pids 1
+ *     <slot pid> <slot start_time> <host pid>      one line per slot it resolved, decimal
+ * The file is advisory and read-only for libvgpu: a slot is never written by anyone but its owner,
+ * and a missing file, or one of another first line, means "host pid unknown".
  */
 #ifndef VGPU_REGION_H
 #define VGPU_REGION_H
@@ -39,6 +48,8 @@
 #define VGPU_REGION_MAGIC 0x55504756u /* "VGPU" */
 #define VGPU_REGION_VERSION 1u
 #define VGPU_REGION_SLOTS 1024
+#define VGPU_HOST_PIDS_FILE "host-pids"         /* in the region's directory */
+#define VGPU_HOST_PIDS_HEADER "vgpu-host-pids 1" /* its first line: format, version 1 */
 
 struct vgpu_region_device {
 	char uuid[48];       /* "GPU-xxxxxxxx-...", NUL-terminated */
@@ -49,7 +60,8 @@ struct vgpu_region_device {
 
 struct vgpu_region_slot {
 	int32_t pid;          /* owner's pid in the container's pid namespace; 0 = free */
-	int32_t host_pid;     /* outermost pid from /proc/self/status NStgid; 0 = unknown */
+	int32_t host_pid;     /* outermost pid from /proc/self/status NStgid; 0 = unknown (see
+			       * "Host pids" above for how the watcher finds it then) */
 	uint64_t start_time;  /* owner's start time (clock ticks after boot): guards pid reuse */
 	int32_t priority;     /* CUDA_TASK_PRIORITY */
 	uint32_t sm_util;     /* last container utilisation this process measured, percent */
@@ -94,7 +106,9 @@ uint64_t vgpu_region_used(int d);
 /* Frees slots of dead processes (thorough: also of reused pids, a /proc read per slot).
  * Returns how many were freed, -1 if the region is unavailable. */
 int vgpu_region_sweep(bool thorough);
-/* Host pids of live processes of the container; returns the count (at most max). */
+/* Host pids of live processes of the container; returns the count (at most max). A slot without
+ * one (host_pid 0) is looked up by (pid, start_time) in the node agent's host-pids file (below),
+ * read once per call and only when such a slot exists. For the SM watcher (one call per tick). */
 int vgpu_region_host_pids(int32_t *out, int max);
 /* Adds to this process's launch count and records the measured utilisation (metrics). */
 void vgpu_region_publish(uint64_t launches, uint32_t sm_util);

@@ -1,7 +1,8 @@
 /*
  * SM shares. A launch costs blocks × threads-per-block "work units". Per device, launches draw
  * on a token bucket refilled at `rate` units/s. A watcher thread polls the container's
- * utilisation U (NVML, summed over the container's host pids) every tick; on each new sample
+ * utilisation U (NVML, summed over the container's host pids: the slots' own, else the node
+ * agent's host-pids file; else the device's utilisation) every tick; on each new sample
  *     rate = consumed_rate × limit / U     (both averaged over the last HISTORY samples)
  * i.e. the rate that would have produced exactly the limit, smoothed and bounded to ×½..×2 per
  * update. The controller is scale-free: nothing depends on SM count, so a 188-SM card throttles as
@@ -60,17 +61,22 @@ static void sleep_ns(uint64_t ns)
 		;
 }
 
+/* The container's host pids, gathered once per tick for every watched device. */
+struct host_pids {
+	int32_t pid[VGPU_REGION_SLOTS];
+	int n;
+};
+
 /* Container SM utilisation of the device in percent; -1 when there is nothing new to go by. */
-static double measure(struct sm_dev *s)
+static double measure(struct sm_dev *s, const struct host_pids *hp)
 {
 	nvmlProcessUtilizationSample_t samples[MAX_SAMPLES];
-	int32_t pids[VGPU_REGION_SLOTS];
+	const int32_t *pids = hp->pid;
 	unsigned int n = MAX_SAMPLES;
 	nvmlUtilization_t u;
 	nvmlReturn_t r = NVML_ERROR_NOT_SUPPORTED;
-	int npids;
+	int npids = hp->n;
 
-	npids = vgpu_region_host_pids(pids, VGPU_REGION_SLOTS);
 	if (npids > 0)
 		r = real_nvmlDeviceGetProcessUtilization(s->nvml, samples, &n, s->last_seen_us);
 	if (r == NVML_ERROR_NOT_FOUND)
@@ -97,9 +103,11 @@ static double measure(struct sm_dev *s)
 		if (matched)
 			return sum > 100 ? 100 : sum;
 		/* samples, none of them ours: our host pids are not NVML's (a pid namespace the
-		 * NStgid check did not see through); fall through to the device's figure */
+		 * NStgid check did not see through, a stale agent file); fall through to the
+		 * device's figure */
 	}
-	/* No per-process numbers (no host pid, or not supported): the device's utilisation,
+	/* No per-process numbers (no host pid, neither from NStgid nor from the node agent's
+	 * host-pids file; or not supported): the device's utilisation,
 	 * neighbours included, is an upper bound on ours, so throttling on it errs on the safe
 	 * side. */
 	if (real_nvmlDeviceGetUtilizationRates(s->nvml, &u) == NVML_SUCCESS && u.gpu <= 100)
@@ -107,10 +115,10 @@ static double measure(struct sm_dev *s)
 	return -1;
 }
 
-static void tick(struct sm_dev *s, uint64_t now)
+static void tick(struct sm_dev *s, uint64_t now, const struct host_pids *hp)
 {
 	uint64_t launches = __atomic_exchange_n(&s->launches, 0, __ATOMIC_ACQ_REL);
-	double u = measure(s), consumed, dt, c_sum = 0, u_sum = 0, target;
+	double u = measure(s, hp), consumed, dt, c_sum = 0, u_sum = 0, target;
 
 	vgpu_region_publish(launches, u < 0 ? 0 : (uint32_t)lround(u));
 	if (u < 0)
@@ -155,6 +163,7 @@ static void tick(struct sm_dev *s, uint64_t now)
 
 static void *watcher(void *arg)
 {
+	static struct host_pids hp; /* this thread's only */
 	uint64_t t;
 	sigset_t all;
 
@@ -164,9 +173,11 @@ static void *watcher(void *arg)
 	for (;;) {
 		sleep_ns(TICK_NS);
 		t = now_ns();
+		/* once per tick: a slot without a host pid costs one read of the agent's file */
+		hp.n = vgpu_region_host_pids(hp.pid, VGPU_REGION_SLOTS);
 		for (int d = 0; d < VGPU_MAX_DEVICES; d++)
 			if (__atomic_load_n(&sm[d].watched, __ATOMIC_ACQUIRE))
-				tick(&sm[d], t);
+				tick(&sm[d], t, &hp);
 	}
 	return NULL;
 }

@@ -1,8 +1,10 @@
 /* The shared region itself (src/region.c linked in): the robust lock after its holder is
- * killed, compaction without moving slots, pid reuse, half-initialised and foreign files. */
+ * killed, compaction without moving slots, pid reuse, half-initialised and foreign files, host
+ * pids from NStgid and from the node agent's host-pids file. */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -176,6 +178,63 @@ static void host_pid_comes_from_nstgid(void)
 	CHECK_EQ(vgpu_proc_start_time(getpid()), vgpu_proc_start_time(getpid()));
 }
 
+static int write_text(const char *file, const char *text)
+{
+	FILE *f;
+
+	unlink(file);
+	if ((f = fopen(file, "w")) == NULL)
+		return -1;
+	fputs(text, f);
+	return fclose(f);
+}
+
+/* A slot whose owner could not tell its host pid (in a pod) is looked up in the node agent's
+ * host-pids file beside the region, by pid and start time; anything else there is ignored. */
+static void slots_without_a_host_pid_are_looked_up_in_the_agents_file(void)
+{
+	char file[300], text[1024];
+	struct vgpu_region_slot *mine = NULL;
+	struct vgpu_region *r;
+	unsigned long long start;
+	int32_t pids[8];
+	int me = (int)getpid();
+
+	fresh_region("hostpids/region");
+	CHECK(vgpu_region_open(path, 1) == 0);
+	r = vgpu_region_get();
+	for (uint32_t i = 0; r && i < r->high_water; i++)
+		if (r->slots[i].pid == me)
+			mine = &r->slots[i];
+	CHECK(mine != NULL);
+	if (mine == NULL)
+		return;
+	mine->host_pid = 0; /* as in a pod: unknown */
+	start = (unsigned long long)mine->start_time;
+	snprintf(file, sizeof(file), "%.*s/host-pids", (int)(strrchr(path, '/') - path), path);
+	unlink(file);
+	CHECK_EQ(vgpu_region_host_pids(pids, 8), 0); /* no file: unknown */
+	snprintf(text, sizeof(text), "vgpu-host-pids 2\n%d %llu 777\n", me, start);
+	CHECK(write_text(file, text) == 0);
+	CHECK_EQ(vgpu_region_host_pids(pids, 8), 0); /* another version: unknown */
+	unlink(file);
+	CHECK(mkfifo(file, 0644) == 0);
+	alarm(5); /* a FIFO must not block the watcher */
+	CHECK_EQ(vgpu_region_host_pids(pids, 8), 0);
+	alarm(0);
+	snprintf(text, sizeof(text),
+		 "vgpu-host-pids 1\nnot a line\n%d %llu 0\n%d %llu 778\n%d %llu 779\n%d %llu 777\n"
+		 "%d %llu 777\n",
+		 me, start, me, start + 1, me + 1, start, me, start, me, start);
+	CHECK(write_text(file, text) == 0);
+	CHECK_EQ(vgpu_region_host_pids(pids, 8), 1); /* once, though listed twice */
+	CHECK_EQ(pids[0], 777);
+	CHECK_EQ(mine->host_pid, 0); /* read, never written back */
+	mine->host_pid = 4242;       /* a known host pid wins; no lookup */
+	CHECK_EQ(vgpu_region_host_pids(pids, 8), 1);
+	CHECK_EQ(pids[0], 4242);
+}
+
 static void reservations_never_pass_the_limit_under_contention(void)
 {
 	pid_t pids[8];
@@ -215,6 +274,7 @@ int main(int argc, char **argv)
 		CASE(a_creator_killed_mid_initialisation_is_recovered),
 		CASE(a_region_of_another_version_is_refused),
 		CASE(host_pid_comes_from_nstgid),
+		CASE(slots_without_a_host_pid_are_looked_up_in_the_agents_file),
 		CASE(reservations_never_pass_the_limit_under_contention),
 	};
 	return check_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]));
