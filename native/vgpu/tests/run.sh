@@ -61,6 +61,29 @@ region() { # a fresh shared-region path
 	echo "$TMP/region.$n/shared-region"
 }
 
+# beside_a_neighbour LABEL VAR=VALUE...: test_sm's measured_beside_a_neighbour, limited to 50%
+# in a pid namespace with its own /proc, while a neighbour outside it keeps the device 40% busy
+beside_a_neighbour() {
+	local label=$1 dir neighbour
+	shift
+	n=$((n + 1))
+	dir=$TMP/neighbour.$n
+	mkdir -p "$dir"
+	LD_LIBRARY_PATH=$B/fake FAKE_CUDA_KERNEL_US=500 FAKE_GPU_STATE="$dir/gpu" \
+		TEST_NEIGHBOUR_UTIL=40 TEST_NEIGHBOUR_S=8 timeout 60 "$T/test_sm" \
+		neighbour_keeps_the_device_busy >"$dir/neighbour.out" 2>&1 &
+	neighbour=$!
+	run "$label" "${SM[@]}" FAKE_GPU_STATE="$dir/gpu" CUDA_DEVICE_SM_LIMIT=50 \
+		TEST_NEIGHBOUR_UTIL=40 FAKE_HOST_PROC=/proc/self/fd/9 \
+		CUDA_DEVICE_MEMORY_SHARED_CACHE="$dir/shared/vgpu.cache" "$@" \
+		unshare -p -f --mount-proc timeout 60 "$T/test_sm" measured_beside_a_neighbour 9</proc
+	if ! wait $neighbour; then
+		echo "FAIL $label: the neighbour"
+		sed 's/^/    /' "$dir/neighbour.out"
+		failed=$((failed + 1))
+	fi
+}
+
 for variant in plain san; do
 	if [ $variant = plain ]; then
 		T=$B/tests
@@ -149,6 +172,21 @@ for variant in plain san; do
 				unshare -p -f --mount-proc timeout 60 "$T/test_sm" device_utilisation_follows_the_limit
 		else
 			echo "skip pid-namespace cases (unshare -p needs privileges here)"
+		fi
+		# beside a neighbour (another container's process on the shared device, not in the
+		# region, no libvgpu) that keeps the device 40% busy, a worker limited to 50% whose host
+		# pid libvgpu cannot tell (pid namespace with its own /proc; the fake driver still
+		# knows it through the host's /proc on fd 9) is measured by the device: ~10% for itself.
+		# With the node agent's host-pids file (written by the test as the agent would) it is
+		# measured by its own host pid and gets its 50%; a file of another version is ignored.
+		if unshare -p -f --mount-proc true 2>/dev/null; then
+			beside_a_neighbour "test_sm[50% beside a 40% neighbour, no host-pids file]" \
+				TEST_EXPECT_UTIL=10 TEST_TOLERANCE=10
+			beside_a_neighbour "test_sm[50% beside a 40% neighbour, host-pids file]" \
+				TEST_EXPECT_UTIL=50 TEST_HOST_PIDS_FILE=1
+			beside_a_neighbour "test_sm[50% beside a 40% neighbour, host-pids file v2]" \
+				TEST_EXPECT_UTIL=10 TEST_TOLERANCE=10 TEST_HOST_PIDS_FILE=1 \
+				"TEST_HOST_PIDS_HEADER=vgpu-host-pids 2"
 		fi
 		# throttling follows what NVML measures, not what the library expects: a device NVML
 		# reports 90% busy (a neighbour, say) holds a 50% share back to almost nothing

@@ -13,6 +13,8 @@
  *   FAKE_CUDA_PROC_INTERNAL  1: cuGetProcAddress hands out internal entry points, not exports
  *   FAKE_GPU_STATE           a file: every process naming it shares one device (kernel queue,
  *                            busy time per pid for NVML, physical memory in use)
+ *   FAKE_HOST_PROC           the host's /proc, for a process with a /proc of its own pid namespace:
+ *                            where its host pid (NVML's and the busy time's pid) is read from
  *   FAKE_NVML_UTIL           force nvmlDeviceGetUtilizationRates/ProcessUtilization to this %
  *   FAKE_NVML_NO_PROCESS_UTIL 1: nvmlDeviceGetProcessUtilization is not supported
  *   FAKE_NVML_WINDOW_MS      utilisation sampling window (default 100)
@@ -50,18 +52,24 @@ static inline uint64_t fake_env_bytes(const char *name, uint64_t dflt)
 	return n;
 }
 
-/* What NVML calls a process: its host pid, the outermost NStgid entry (cached per process). */
+/* What NVML calls a process: its host pid, the outermost NStgid entry (cached per process). The
+ * real driver knows it even for a process in a pid namespace with its own /proc, which shows
+ * only the inner pid: there FAKE_HOST_PROC names the host's /proc as the process can still reach
+ * it (e.g. /proc/self/fd/N of a descriptor opened before unshare), whose "self" is the process
+ * seen from the host. */
 static inline uint32_t fake_host_pid(void)
 {
 	static pid_t cached_for;
 	static uint32_t host;
+	const char *host_proc = getenv("FAKE_HOST_PROC");
 	char line[256];
 	FILE *f;
 
 	if (cached_for == getpid())
 		return host;
 	host = (uint32_t)getpid();
-	if ((f = fopen("/proc/self/status", "r")) != NULL) {
+	snprintf(line, sizeof(line), "%s/self/status", host_proc && *host_proc ? host_proc : "/proc");
+	if ((f = fopen(line, "r")) != NULL) {
 		while (fgets(line, sizeof(line), f))
 			if (strncmp(line, "NStgid:", 7) == 0)
 				host = (uint32_t)strtoul(line + 7, NULL, 10);
