@@ -18,11 +18,13 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = 
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
+            # the mode by descriptor, never by path: in a directory a container can write (a
+            # claim's dir), the temp file's name could be swapped for a symlink to a host file
+            os.fchmod(handle.fileno(), mode)
             handle.write(data)
             handle.flush()
             if durable:
                 os.fsync(handle.fileno())
-        os.chmod(temp, mode)
         os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -19,16 +19,15 @@ content differs from what the table says.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import structlog
 
 from vgpu_bridge.node.cdi import SHARED_REGION_FILE
+from vgpu_bridge.node.files import write_atomic
 from vgpu_bridge.node.metrics import HostPids, Process, RegionError, read_region
 
 log = structlog.get_logger("vgpu_bridge.node.hostpids")
@@ -98,7 +97,8 @@ class HostPidFiles:
             data = content_to_write(table, _read_current(directory / FILE))
             try:
                 if data is not None:
-                    _replace(directory / FILE, data)
+                    # no fsync: the file is rewritten within a second of being lost
+                    write_atomic(directory / FILE, data, durable=False)
             except OSError as error:
                 reason = error.strerror or str(error)  # without the temp file's random name
                 if self._failing.get(uid) != reason:
@@ -122,20 +122,3 @@ def _read_current(path: Path) -> bytes | None:
         return os.read(fd, MAX_BYTES + 1) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
     finally:
         os.close(fd)
-
-
-def _replace(path: Path, data: bytes) -> None:
-    """Replace `path` atomically with a 0644 file. Not `files.write_atomic`: it sets the mode by
-    path, which would follow a symlink that a container put in place of the temp file (the
-    claim's dir is writable from inside); here every step is on the descriptor or a rename. No
-    fsync: the file is rewritten within a second of being lost."""
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), 0o644)
-            handle.write(data)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise

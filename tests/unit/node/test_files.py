@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -33,3 +34,19 @@ def test_remove_says_whether_there_was_a_file(tmp_path: Path) -> None:
     path.write_text("x")
     assert remove(path) is True
     assert remove(path) is False
+
+
+def test_the_mode_is_set_on_the_descriptor_never_by_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a directory a container can write, a path-based chmod of the temp file could be sent
+    through a symlink swapped in under its name: write_atomic never chmods by path."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"chmod by path: {args}")
+
+    monkeypatch.setattr(os, "chmod", refuse)
+    target = tmp_path / "host-pids"
+    write_atomic(target, b"data\n", mode=0o640, durable=False)
+    assert target.read_bytes() == b"data\n"
+    assert target.stat().st_mode & 0o777 == 0o640
