@@ -14,6 +14,7 @@ Collected only with ``VGPU_REALNODE=1`` (``make e2e-realnode``); see conftest.py
 from __future__ import annotations
 
 import urllib.request
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,17 @@ def test_gpumem_pods_share_a_real_node_gpu_each_within_its_own_share(product: Pr
         assert spec.is_file(), sorted(p.name for p in node.layout.cdi_dir.iterdir())
     assert devices == {(DEFAULT.driver, node.name, "gpu-0")}
 
+    # the agent tells each pod's libvgpu its host pid (a pod's /proc shows only its own pid
+    # namespace): the host-pids file beside the claim's region names a process of that pod
+    for claim in claims:
+        (pod_uid,) = [ref["uid"] for ref in claim["status"]["reservedFor"]]
+        path = vgpu_dir(node.layout) / "claims" / claim["metadata"]["uid"] / "host-pids"
+        lines = wait_for(partial(_host_pid_lines, path), timeout_s=30, what=f"{path} written")
+        assert lines[0] == "vgpu-host-pids 1", lines
+        (entry,) = lines[1:]
+        host_pid = int(entry.split()[2])
+        assert f"pod{pod_uid}" in Path(f"/proc/{host_pid}/cgroup").read_text(), entry
+
     claim_dirs = vgpu_dir(node.layout) / "claims"
     assert claim_dirs.is_dir()
     for name in shares:
@@ -133,6 +145,14 @@ def test_gpumem_pods_share_a_real_node_gpu_each_within_its_own_share(product: Pr
         what="the claims deleted",
     )
     assert not _entries(claim_dirs)
+
+
+def _host_pid_lines(path: Path) -> list[str] | None:
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    return lines if len(lines) > 1 else None
 
 
 def container_memory(metrics_url: str) -> dict[str, float]:
