@@ -6,6 +6,8 @@
  *   gpu_check hold BYTES SECONDS      allocate, print "held", keep the GPU busy, exit 0 if fine
  *   gpu_check throughput SECONDS      busy-kernel throughput, kernels/s after a 5 s warm-up (SM controller settles)
  *   gpu_check launch N                launch cost of an empty kernel, ns/launch
+ *   gpu_check progress SECONDS        busy kernels for SECONDS after setup; prints "<CLOCK_BOOTTIME s>
+ *                                     <kernels done>" at start, after setup, then every >= 100 ms
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +78,14 @@ static double now_s(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* one clock for every process on the node, as the priority board's */
+static double boot_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_BOOTTIME, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
@@ -204,6 +214,26 @@ int main(int argc, char **argv)
 		printf("%.1f\n", (now_s() - t0) * 1e9 / (double)n);
 		return 0;
 	}
-	fprintf(stderr, "usage: gpu_check info|alloc B|hold B S|throughput S|launch N\n");
+	if (strcmp(cmd, "progress") == 0 && argc > 2) {
+		long n = 0;
+		printf("%.3f 0\n", boot_s()); /* before the driver is touched */
+		setup(1);
+		unsigned int iters = calibrate();
+		double t = boot_s(), end = t + atof(argv[2]), next = t;
+		while (t < end) {
+			if (t >= next) {
+				printf("%.3f %ld\n", t, n);
+				fflush(stdout);
+				next = t + 0.1;
+			}
+			for (int k = 0; k < 8; k++, n++)
+				TRY(spin(iters, blocks));
+			TRY(cuCtxSynchronize());
+			t = boot_s();
+		}
+		printf("%.3f %ld\n", t, n);
+		return 0;
+	}
+	fprintf(stderr, "usage: gpu_check info|alloc B|hold B S|throughput S|launch N|progress S\n");
 	return 64;
 }
