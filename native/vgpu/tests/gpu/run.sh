@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# libvgpu on a real NVIDIA GPU (H100/H200 class): one script, about 5 minutes, well inside 10.
+# libvgpu on a real NVIDIA GPU (H100/H200 class): one script, about 6 minutes, well inside 10.
 #
 #   native/vgpu/tests/gpu/run.sh            from anywhere in the repository, on the GPU machine
 #   GPU_CHECK_FAKE=1 native/vgpu/tests/gpu/run.sh   dry run of this script over the fake driver
@@ -11,10 +11,13 @@
 # Checks: the limited total is what CUDA/NVML/PyTorch see; past the limit allocation fails with
 # OOM while a neighbour keeps running; two processes share one limit; SM limits 25/50/75% give
 # throughput within ±10% of target; with no limits the overhead is under 2% (busy kernels,
-# launch microbenchmark, matmul loop). Results: bench/results/vgpu-gpu-<UTC time>.txt.
-# GPU_CHECK_ONLY=memory,sm,overhead runs only those groups (to rerun part within a budget);
+# launch microbenchmark, matmul loop); a priority-0 task holds a priority-1 task of another
+# container on the same GPU (<= 10% of its rate alone) and lets it resume after the 200 ms HOLD
+# (>= 80%). Results: bench/results/vgpu-gpu-<UTC time>.txt.
+# GPU_CHECK_ONLY=memory,sm,overhead,priority runs only those groups (to rerun part in a budget);
 # GPU_CHECK_LIB=path tests another build of the library.
-# SM runs also leave the controller's trace in bench/results/vgpu-gpu-<time>-sm<limit>.log.
+# SM runs also leave the controller's trace in bench/results/vgpu-gpu-<time>-sm<limit>.log, the
+# priority run the low task's libvgpu log (its first hold) in …-priority.log.
 # Last line: "N passed, N failed"; exit status 1 if anything failed.
 # Through the project's device tool (files come back only from $OUT):
 #   native/vgpu/tests/gpu/run.sh; rc=$?; cp bench/results/vgpu-gpu-* "$OUT"/; exit $rc
@@ -49,7 +52,7 @@ if ! make -s -C "$V" build/libvgpu.so build/gpu_check >/dev/null; then
 fi
 LIB=${GPU_CHECK_LIB:-$B/libvgpu.so}
 CHECK=$B/gpu_check
-ONLY=${GPU_CHECK_ONLY:-memory,sm,overhead}
+ONLY=${GPU_CHECK_ONLY:-memory,sm,overhead,priority}
 group() { [[ ",$ONLY," == *",$1,"* ]]; }
 if [ -n "${GPU_CHECK_FAKE:-}" ]; then
 	export LD_LIBRARY_PATH=$B/fake FAKE_CUDA_KERNEL_US=2000 FAKE_CUDA_MEMORY=80G
@@ -200,6 +203,47 @@ else
 	skip "no_limit_matmul_overhead_under_2%" "no PyTorch"
 fi
 
+fi
+
+if group priority; then
+# 6. task priority: two containers (own regions, one priority dir) on GPU 0; the priority-1 one
+# runs busy kernels throughout, the priority-0 one for the middle window. The low one's rate
+# while the high one runs must fall to <= 10% of its rate alone, and come back to >= 80% once
+# the high one has stopped (after the 200 ms HOLD). Rates from gpu_check's CLOCK_BOOTTIME lines.
+P=$TMP/priority
+mkdir -m 1777 "$P"
+share=() # over the fake driver both processes must queue on one device, as on a GPU
+[ -z "${GPU_CHECK_FAKE:-}" ] || share=(FAKE_GPU_STATE="$TMP/gpu-state")
+with "${share[@]}" CUDA_TASK_PRIORITY_DIR="$P" CUDA_TASK_PRIORITY=1 LIBVGPU_LOG_LEVEL=info \
+	CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" "$CHECK" progress $((3 * SECONDS_PER_RUN + 2)) \
+	>"$TMP/low.out" 2>"${REPORT%.txt}-priority.log" & # its first hold, logged by libvgpu
+low=$!
+for _ in $(seq 300); do [ "$(wc -l <"$TMP/low.out")" -ge 2 ] && break; sleep 0.1; done
+sleep $((SECONDS_PER_RUN + 1)) # 1 s warm-up, then the low one alone
+with "${share[@]}" CUDA_TASK_PRIORITY_DIR="$P" CUDA_TASK_PRIORITY=0 \
+	CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" "$CHECK" progress "$SECONDS_PER_RUN" >"$TMP/high.out"
+wait $low
+# kernels/s of the low one: alone (warm-up to the high one's start), while the high one runs
+# (from 250 ms after its setup to its last line), after (HOLD + 300 ms on); and the high one's
+read -r alone during after high < <(awk -v hold=0.2 '
+	FNR == 1 { f++ }
+	f == 1 { lt[++ln] = $1; lc[ln] = $2 }
+	f == 2 { ht[++hn] = $1; hc[hn] = $2 }
+	function done_by(x, i, c) { for (i = 1; i <= ln && lt[i] <= x; i++) c = lc[i]; return c + 0 }
+	function rate(a, b) { return b > a ? (done_by(b) - done_by(a)) / (b - a) : 0 }
+	END {
+		if (ln < 3 || hn < 3) { print "0 0 0 0"; exit }
+		printf "%.1f %.1f %.1f %.1f\n", rate(lt[2] + 1, ht[1]), rate(ht[2] + 0.25, ht[hn]),
+			rate(ht[hn] + hold + 0.3, lt[ln]), hc[hn] / (ht[hn] - ht[2])
+	}' "$TMP/low.out" "$TMP/high.out")
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (b > 0 ? 100 * a / b : 0) }'; }
+log "# priority: low (1) alone $alone kernels/s, while high (0) runs $during, after $after; high $high"
+verdict "priority_0_holds_a_priority_1_neighbour" \
+	"$(awk -v d="$during" -v a="$alone" 'BEGIN{exit !(a > 0 && d <= 0.10 * a)}' && echo 1)" \
+	"low $alone → $during kernels/s = $(pct "$during" "$alone")% of alone while high runs"
+verdict "priority_1_resumes_after_the_hold" \
+	"$(awk -v r="$after" -v a="$alone" 'BEGIN{exit !(a > 0 && r >= 0.80 * a)}' && echo 1)" \
+	"low $after kernels/s after high stops = $(pct "$after" "$alone")% of alone"
 fi
 
 log "# results in $REPORT; $skipped skipped"
