@@ -276,33 +276,37 @@ else
 fi
 
 # The GPU script itself, dry run over the fake driver (it cannot meet a GPU here): it must run
-# to its summary, pass the deterministic memory checks and report every timing check. Timing
-# accuracy on the fake is test_sm's job (a loaded 2-core box makes 2-second windows noisy).
+# to its summary, pass the deterministic memory checks and the priority hold (the low task is
+# blocked outright) and report every timing check. Timing accuracy on the fake is test_sm's and
+# test_priority's job (a loaded 2-core box makes 2-second windows noisy).
 gpu_script_dry_run() {
 	local out=$TMP/gpu.out
 	GPU_CHECK_FAKE=1 GPU_CHECK_SECONDS=2 "$HERE/gpu/run.sh" >"$out" 2>&1
 	cat "$out"
 	grep -Eq '^[0-9]+ passed, [0-9]+ failed$' "$out" || return 1
 	for name in cuda_and_nvml_see_the_4Gi_limit over_the_limit_is_cuda_error_out_of_memory \
-		the_neighbour_keeps_running two_processes_share_one_limit; do
+		the_neighbour_keeps_running two_processes_share_one_limit \
+		priority_0_holds_a_priority_1_neighbour; do
 		grep -q "^ok   $name" "$out" || return 1
 	done
 	for name in sm_limit_25_gives sm_limit_50_gives sm_limit_75_gives \
-		no_limit_busy_kernel_overhead no_limit_launch_overhead; do
+		no_limit_busy_kernel_overhead no_limit_launch_overhead priority_1_resumes_after_the_hold; do
 		grep -Eq "^(ok  |FAIL) $name" "$out" || return 1
 	done
 }
 check "gpu_script_dry_run_over_fake_driver" gpu_script_dry_run
 
-# ... and it fails when the library does nothing (here: a preload that does not exist)
+# ... and it fails when the library does nothing (here: a preload that does not exist): memory
+# is not limited and the priority-1 task shares the fake device with the priority-0 one (~50%)
 gpu_script_catches_a_missing_library() {
 	local out=$TMP/gpu-none.out
-	! GPU_CHECK_FAKE=1 GPU_CHECK_ONLY=memory GPU_CHECK_LIB=$TMP/no-such-libvgpu.so \
-		"$HERE/gpu/run.sh" >"$out" 2>&1 || return 1
+	! GPU_CHECK_FAKE=1 GPU_CHECK_SECONDS=2 GPU_CHECK_ONLY=memory,priority \
+		GPU_CHECK_LIB=$TMP/no-such-libvgpu.so "$HERE/gpu/run.sh" >"$out" 2>&1 || return 1
 	cat "$out"
 	grep -q "^FAIL cuda_and_nvml_see_the_4Gi_limit" "$out" &&
 		grep -q "^FAIL over_the_limit_is_cuda_error_out_of_memory" "$out" &&
-		grep -q "^FAIL two_processes_share_one_limit" "$out" && ! grep -q "sm_limit" "$out"
+		grep -q "^FAIL two_processes_share_one_limit" "$out" &&
+		grep -q "^FAIL priority_0_holds_a_priority_1_neighbour" "$out" && ! grep -q "sm_limit" "$out"
 }
 check "gpu_script_catches_a_missing_library" gpu_script_catches_a_missing_library
 
