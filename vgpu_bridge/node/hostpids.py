@@ -4,7 +4,8 @@ libvgpu's SM watcher measures a container by `nvmlDeviceGetProcessUtilization` o
 host pids. A process learns its host pid from `NStgid` in /proc/self/status, which in a pod (own
 pid namespace, own /proc) shows only the container pid: the region slot's host pid stays 0 and
 the watcher falls back to the whole device's utilisation, neighbours included. The agent, on the
-host, finds those processes (`HostPids`: same start time, innermost `NSpid` = slot pid) and writes
+host, finds those processes (`HostPids`: same start time, innermost `NSpid` = slot pid, the
+claim's region file mapped) and writes
 next to each claim's region `<vgpu-dir>/claims/<uid>/host-pids` (format and reader:
 native/vgpu/src/region.h, "Host pids"):
 
@@ -22,13 +23,14 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from pathlib import Path
 
 import structlog
 
 from vgpu_bridge.node.cdi import SHARED_REGION_FILE
 from vgpu_bridge.node.files import write_atomic
-from vgpu_bridge.node.metrics import HostPids, Process, RegionError, read_region
+from vgpu_bridge.node.metrics import FileId, HostPids, Process, RegionError, read_region
 
 log = structlog.get_logger("vgpu_bridge.node.hostpids")
 
@@ -92,7 +94,11 @@ class HostPidFiles:
                 usage = read_region((directory / SHARED_REGION_FILE).read_bytes())
             except (OSError, RegionError):
                 continue  # no CUDA process yet, or not a region libvgpu v1 wrote: nothing to do
-            table = resolve(usage.by_process, self._known.get(uid, {}), host_pids.find)
+            region = FileId.of(directory / SHARED_REGION_FILE)
+            if region is None:
+                continue  # removed since
+            find = partial(host_pids.find, maps=region)
+            table = resolve(usage.by_process, self._known.get(uid, {}), find)
             known[uid] = table
             data = content_to_write(table, _read_current(directory / FILE))
             try:

@@ -9,6 +9,7 @@ The agent's HTTP server serves these at `/metrics` and its health at `/healthz` 
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import struct
@@ -130,21 +131,40 @@ def container_of(host_pid: int, proc: Path = Path("/proc")) -> Container:
     return Container(found[-1] if found else "", pods[-1].replace("_", "-") if pods else "")
 
 
+class FileId(NamedTuple):
+    """A file as /proc/<pid>/maps names it, whatever mount namespace maps it: device and inode."""
+
+    major: int
+    minor: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: Path) -> FileId | None:
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return cls(os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+
+
 class HostPids:
     """Finds the host pid of a process libvgpu saw only from inside its container: the one whose
-    start time matches and whose innermost pid (last `NSpid` entry) is the container pid. The
-    host's processes are indexed by start time once, on the first question."""
+    start time matches, whose innermost pid (last `NSpid` entry) is the container pid, and which
+    maps the claim's region file (two pods' first processes often share pid 1 and one start tick:
+    only the mapping tells them apart). The host's processes are indexed by start time once, on
+    the first question."""
 
     def __init__(self, proc: Path) -> None:
         self._proc = proc
         self._by_start: dict[int, list[int]] | None = None
 
-    def find(self, pid: int, start_time: int) -> int:
+    def find(self, pid: int, start_time: int, *, maps: FileId) -> int:
         """The host pid, or 0 when no live process matches."""
         if self._by_start is None:
             self._by_start = self._index()
         for host_pid in self._by_start.get(start_time, []):
-            if _innermost_pid(self._proc / str(host_pid) / "status") == pid:
+            directory = self._proc / str(host_pid)
+            if _innermost_pid(directory / "status") == pid and _maps_file(directory / "maps", maps):
                 return host_pid
         return 0
 
@@ -167,6 +187,21 @@ def _start_time(stat: Path) -> int:
         return 0
 
 
+def _maps_file(maps: Path, wanted: FileId) -> bool:
+    """Whether a /proc/<pid>/maps lists `wanted` (`addr perms offset MAJ:MIN inode path`)."""
+    try:
+        text = maps.read_text()
+    except OSError:
+        return False
+    device = f"{wanted.major:02x}:{wanted.minor:02x}"
+    inode = str(wanted.inode)
+    for line in text.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) >= 5 and fields[4] == inode and fields[3] == device:
+            return True
+    return False
+
+
 def _innermost_pid(status: Path) -> int:
     try:
         for line in status.read_text().splitlines():
@@ -178,11 +213,11 @@ def _innermost_pid(status: Path) -> int:
 
 
 def _by_container(
-    usage: RegionUsage, proc: Path, host_pids: HostPids
+    usage: RegionUsage, proc: Path, host_pids: HostPids, region: FileId
 ) -> dict[Container, dict[str, int]]:
     totals: dict[Container, dict[str, int]] = {}
     for owner, per_uuid in usage.by_process.items():
-        host_pid = owner.host_pid or host_pids.find(owner.pid, owner.start_time)
+        host_pid = owner.host_pid or host_pids.find(owner.pid, owner.start_time, maps=region)
         mine = totals.setdefault(container_of(host_pid, proc), {})
         for uuid, value in per_uuid.items():
             mine[uuid] = mine.get(uuid, 0) + value
@@ -266,26 +301,28 @@ class NodeCollector(Collector):
                 limit.add_metric(labels, device.memory)
                 sm.add_metric(labels, device.cores)
             labels = [claim.namespace, claim.name, claim.uid]
-            usage = self._usage(claim.uid)
+            usage, region_file = self._usage(claim.uid)
             readable.add_metric(labels, 0 if usage is None else 1)
-            if usage is not None:
+            if usage is not None and region_file is not None:
                 for uuid, value in usage.used.items():
                     used.add_metric([*labels, uuid], value)
                 processes.add_metric(labels, usage.processes)
                 launches.add_metric(labels, usage.launches)
-                for container, per_uuid in _by_container(usage, self._proc, host_pids).items():
+                by_owner = _by_container(usage, self._proc, host_pids, region_file)
+                for container, per_uuid in by_owner.items():
                     for uuid, value in per_uuid.items():
                         by_container.add_metric(
                             [*labels, container.pod_uid, container.container_id, uuid], value
                         )
         yield from (limit, sm, used, processes, launches, by_container, readable, prepared)
 
-    def _usage(self, claim_uid: str) -> RegionUsage | None:
+    def _usage(self, claim_uid: str) -> tuple[RegionUsage | None, FileId | None]:
+        """The claim's region, read, and which file it is (for `HostPids`)."""
         path = self._vgpu_dir / "claims" / claim_uid / SHARED_REGION_FILE
         try:
-            return read_region(path.read_bytes())
+            return read_region(path.read_bytes()), FileId.of(path)
         except (OSError, RegionError):
-            return None
+            return None, None
 
 
 class CallMetrics:

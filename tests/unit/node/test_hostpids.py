@@ -84,19 +84,21 @@ def _claim(vgpu_dir: Path, region: bytes) -> Path:
     return directory
 
 
-def _host(proc: Path) -> None:
-    _fake_process(proc, 5101, ns_pids="5101\t101", start=601, cgroup="")
-    _fake_process(proc, 5200, ns_pids="5200\t103", start=601, cgroup="")  # other start time
-    _fake_process(proc, 5103, ns_pids="5103\t103", start=603, cgroup="")
+def _host(proc: Path, region: Path) -> None:
+    """Host processes mapping the claim's `region`, and one of another claim."""
+    _fake_process(proc, 5101, ns_pids="5101\t101", start=601, cgroup="", maps=region)
+    _fake_process(proc, 5200, ns_pids="5200\t103", start=601, cgroup="", maps=region)  # start
+    _fake_process(proc, 5003, ns_pids="5003\t103", start=603, cgroup="")  # another region
+    _fake_process(proc, 5103, ns_pids="5103\t103", start=603, cgroup="", maps=region)
 
 
 def test_slots_without_a_host_pid_are_found_on_the_host_and_written(tmp_path: Path) -> None:
     proc, vgpu = tmp_path / "proc", tmp_path / "vgpu"
     proc.mkdir()
-    _host(proc)
     region = _region(devices=["GPU-a"], slots=[(101, [1], 1), (103, [1], 1)], high_water=2,
                      host_pids=False)  # fmt: skip
     directory = _claim(vgpu, region)
+    _host(proc, directory / "vgpu.cache")
     files = HostPidFiles(lambda: [UID, "uid-without-region"], vgpu_dir=vgpu, proc=proc)
     files.sync()
     path = directory / FILE
@@ -129,9 +131,9 @@ def test_regions_whose_processes_know_their_host_pids_get_no_file_and_no_scan(
 def test_a_symlink_put_in_place_of_the_file_is_replaced_not_followed(tmp_path: Path) -> None:
     proc, vgpu = tmp_path / "proc", tmp_path / "vgpu"
     proc.mkdir()
-    _host(proc)
     directory = _claim(vgpu, _region(devices=["GPU-a"], slots=[(101, [1], 1)], high_water=1,
                                      host_pids=False))  # fmt: skip
+    _host(proc, directory / "vgpu.cache")
     target = tmp_path / "host-file"
     target.write_bytes(b"the host's\n")
     os.symlink(target, directory / FILE)
@@ -152,16 +154,19 @@ def test_a_file_that_cannot_be_written_is_logged_once_and_other_claims_go_on(
 ) -> None:
     proc, vgpu = tmp_path / "proc", tmp_path / "vgpu"
     proc.mkdir()
-    _host(proc)
     region = _region(devices=["GPU-a"], slots=[(101, [1], 1)], high_water=1, host_pids=False)
     blocked = _claim(vgpu, region)
     (blocked / FILE / "in-the-way").mkdir(parents=True)  # a directory cannot be replaced
     other = vgpu / "claims" / "uid-other"
     shutil.copytree(blocked, other, ignore=shutil.ignore_patterns(FILE))
+    _host(proc, blocked / "vgpu.cache")
+    # the other claim's process: the same container pid and start tick, its own region
+    _fake_process(proc, 6101, ns_pids="6101\t101", start=601, cgroup="",
+                  maps=other / "vgpu.cache")  # fmt: skip
     files = HostPidFiles(lambda: [UID, "uid-other"], vgpu_dir=vgpu, proc=proc)
     with capture_logs() as logs:
         files.sync()
         files.sync()
     assert [(e["event"], e["claim_uid"]) for e in logs] == [("cannot write host pids", UID)]
-    assert (other / FILE).read_bytes() == b"vgpu-host-pids 1\n101 601 5101\n"
+    assert (other / FILE).read_bytes() == b"vgpu-host-pids 1\n101 601 6101\n"
     assert sorted(p.name for p in blocked.iterdir()) == [FILE, "vgpu.cache"]  # no temp file left
