@@ -62,22 +62,6 @@ static pthread_mutex_t open_mu = PTHREAD_MUTEX_INITIALIZER;
 static int dir_warned, waited_before;
 static int32_t my_pid; /* host pid written beside stamps; 0 until known (atomic) */
 
-static uint64_t boottime_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_BOOTTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-static void sleep_ns(uint64_t ns)
-{
-	struct timespec ts = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
-
 /* Opens (creating if needed) the board file; -1 with one warning per process. */
 static int open_board_file(const char *path)
 {
@@ -174,8 +158,8 @@ static uint64_t hold_left(uint64_t last, uint64_t now, uint64_t hold)
 
 static void wait_for_high(struct vgpu_board *b, int dev)
 {
-	uint64_t hold = (uint64_t)vgpu_cfg.priority_hold_ms * 1000000ULL, now = boottime_ns();
-	uint64_t start = now, left;
+	uint64_t hold = (uint64_t)vgpu_cfg.priority_hold_ms * 1000000ULL;
+	uint64_t now = vgpu_clock_ns(CLOCK_BOOTTIME), start = now, left;
 
 	left = hold_left(__atomic_load_n(&b->high_ns, __ATOMIC_ACQUIRE), now, hold);
 	if (left == 0)
@@ -186,8 +170,8 @@ static void wait_for_high(struct vgpu_board *b, int dev)
 			 vgpu_cfg.priority, dev, (int)__atomic_load_n(&b->high_pid, __ATOMIC_RELAXED),
 			 vgpu_cfg.priority_hold_ms);
 	do {
-		sleep_ns(left < STEP_NS ? left : STEP_NS);
-		now = boottime_ns();
+		vgpu_sleep_ns(left < STEP_NS ? left : STEP_NS);
+		now = vgpu_clock_ns(CLOCK_BOOTTIME);
 		left = hold_left(__atomic_load_n(&b->high_ns, __ATOMIC_ACQUIRE), now, hold);
 	} while (left);
 	LOG_DEBUG("launch on device %d held %.1f ms for a priority-0 task", dev,
@@ -196,7 +180,7 @@ static void wait_for_high(struct vgpu_board *b, int dev)
 
 static void stamp(struct vgpu_board *b)
 {
-	uint64_t now = boottime_ns();
+	uint64_t now = vgpu_clock_ns(CLOCK_BOOTTIME);
 	int32_t pid = __atomic_load_n(&my_pid, __ATOMIC_RELAXED);
 
 	/* unsigned: a stamp "in the future" (another clock) is overwritten too */

@@ -87,13 +87,13 @@ _Static_assert(sizeof(struct vgpu_region_slot) == 224, "slot size");
 _Static_assert(__builtin_offsetof(struct vgpu_region, devices) == 64, "devices offset");
 _Static_assert(__builtin_offsetof(struct vgpu_region, slots) == 1088, "slots offset");
 
-/* Maps (creating if needed) the region at `path` and registers this process. 0 or -1. */
 /* Opens a file that processes of several users share (read-write), creating it with mode 0666
  * when missing: O_CREAT|O_EXCL first, then fchmod (the umask is process-wide: clearing it would
  * race other threads); otherwise a plain open of the existing file, since an O_CREAT open of
  * another user's file in a sticky directory is refused under fs.protected_regular. -1 with
  * errno. `extra_flags`: e.g. O_NOFOLLOW. */
 int vgpu_open_shared_file(const char *path, int extra_flags);
+/* Maps (creating if needed) the region at `path` and registers this process. 0 or -1. */
 int vgpu_region_open(const char *path, int priority);
 /* Region device index for `uuid`, adding it with these limits if new; -1 if the table is full. */
 int vgpu_region_device(const char *uuid, uint64_t mem_limit, unsigned int sm_limit);

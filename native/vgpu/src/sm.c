@@ -45,22 +45,6 @@ static struct sm_dev sm[VGPU_MAX_DEVICES];
 static int watcher_started;
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-static void sleep_ns(uint64_t ns)
-{
-	struct timespec ts = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
-
 /* The container's host pids, gathered once per tick for every watched device. */
 struct host_pids {
 	int32_t pid[VGPU_REGION_SLOTS];
@@ -141,7 +125,7 @@ static void tick(struct sm_dev *s, uint64_t now, const struct host_pids *hp)
 		if (u > s->limit && consumed > 0) {
 			s->rate = consumed * s->limit / u;
 			s->tokens = 0;
-			s->last_ns = now_ns();
+			s->last_ns = vgpu_clock_ns(CLOCK_MONOTONIC);
 			s->hist_n = s->hist_i = 0; /* history from before throttling says little */
 		}
 	} else {
@@ -171,8 +155,8 @@ static void *watcher(void *arg)
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	for (;;) {
-		sleep_ns(TICK_NS);
-		t = now_ns();
+		vgpu_sleep_ns(TICK_NS);
+		t = vgpu_clock_ns(CLOCK_MONOTONIC);
 		/* once per tick: a slot without a host pid costs one read of the agent's file */
 		hp.n = vgpu_region_host_pids(hp.pid, VGPU_REGION_SLOTS);
 		for (int d = 0; d < VGPU_MAX_DEVICES; d++)
@@ -208,7 +192,7 @@ static void watch(CUdevice dev)
 		goto out;
 	}
 	vgpu_dev_index(dev); /* so the device is in the region for metrics */
-	s->measured_ns = now_ns();
+	s->measured_ns = vgpu_clock_ns(CLOCK_MONOTONIC);
 	__atomic_store_n(&s->watched, 1, __ATOMIC_RELEASE);
 	if (!watcher_started) {
 		pthread_attr_init(&attr);
@@ -244,7 +228,7 @@ static void throttle(uint64_t units, int graph)
 	__atomic_add_fetch(&s->launches, 1, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&s->mu);
 	if (s->rate > 0) {
-		t = now_ns();
+		t = vgpu_clock_ns(CLOCK_MONOTONIC);
 		s->tokens += s->rate * (double)(t - s->last_ns) / 1e9;
 		if (s->tokens > s->rate * BURST_S)
 			s->tokens = s->rate * BURST_S;
@@ -255,7 +239,7 @@ static void throttle(uint64_t units, int graph)
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (wait)
-		sleep_ns(wait < MAX_SLEEP_NS ? wait : MAX_SLEEP_NS);
+		vgpu_sleep_ns(wait < MAX_SLEEP_NS ? wait : MAX_SLEEP_NS);
 }
 
 /* Everything a launch waits for, in order: a priority-0 task on the device, then the SM share.

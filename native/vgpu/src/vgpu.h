@@ -2,8 +2,10 @@
 #ifndef VGPU_H
 #define VGPU_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "abi.h"
 
@@ -105,6 +107,25 @@ int vgpu_dev_uuid(CUdevice dev, char *buf, size_t len);
 
 /* ---- memory (memory.c) ---- */
 void vgpu_memory_atfork_child(void);
+
+/* ---- time (the launch gates of sm.c and priority.c) ---- */
+/* Nanoseconds on `clock` (CLOCK_MONOTONIC within a process, CLOCK_BOOTTIME across containers). */
+static inline uint64_t vgpu_clock_ns(clockid_t clock)
+{
+	struct timespec ts;
+
+	clock_gettime(clock, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* Sleeps `ns`, resuming after a signal. */
+static inline void vgpu_sleep_ns(uint64_t ns)
+{
+	struct timespec ts = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
 
 /* ---- SM throttling (sm.c) ---- */
 void vgpu_sm_atfork_child(void);
