@@ -7,10 +7,11 @@ Nothing else of ours reads `os.environ`: the environment is passed in, so tests 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Self
+from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 ENV_PREFIX = "VGPU_BRIDGE_"
 
@@ -24,6 +25,22 @@ def split_host_port(listen: str) -> tuple[str, int]:
     """`HOST:PORT` (`[::1]:8443` too); an empty host means every address."""
     host, _, port = listen.rpartition(":")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def check_host_port(value: str) -> str:
+    """A `HOST:PORT` setting that `split_host_port` can use; empty (off) passes."""
+    if value:
+        try:
+            port = split_host_port(value)[1]
+        except ValueError:
+            port = -1
+        if not 0 <= port <= 65535:
+            raise ValueError(f"{value!r} is not HOST:PORT")
+    return value
+
+
+#: a field of `HOST:PORT` (or empty), checked when the settings are read
+HostPort = Annotated[str, AfterValidator(check_host_port)]
 
 
 def flag_of(field: str) -> str:
@@ -67,6 +84,19 @@ class FlagSettings(BaseModel):
             if value is not None:
                 values[name] = value
         return cls.model_validate(values)
+
+    @classmethod
+    def from_namespace_or_report(
+        cls, args: argparse.Namespace, environ: Mapping[str, str]
+    ) -> Self | None:
+        """The settings, or None after one `prog: --flag (ENV): reason` line per invalid
+        setting on stderr (the binaries then exit 2)."""
+        try:
+            return cls.from_namespace(args, environ)
+        except ValidationError as error:
+            for problem in problems(error):
+                print(f"{cls.prog}: {problem}", file=sys.stderr)
+            return None
 
     @classmethod
     def from_args(cls, argv: Sequence[str], environ: Mapping[str, str]) -> Self:

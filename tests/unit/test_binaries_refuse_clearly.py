@@ -70,3 +70,12 @@ def test_an_unreadable_kubeconfig_is_named(
     assert err.startswith(
         f"vgpu-bridge {binary}: cannot start: cannot read --kubeconfig {kubeconfig}: "
     )
+
+
+def test_the_node_agent_names_a_bad_listen_address(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run(["node", "--node-name", "n", "--metrics-listen", "localhost:99999"], capsys)
+    assert code == 2
+    assert err == (
+        "vgpu-bridge node: --metrics-listen (VGPU_BRIDGE_METRICS_LISTEN): "
+        "Value error, 'localhost:99999' is not HOST:PORT\n"
+    )

@@ -17,10 +17,8 @@ from collections.abc import Callable, Mapping
 
 import structlog
 from prometheus_client import CollectorRegistry
-from pydantic import ValidationError
 
 from vgpu_bridge.core.profiles import DEFAULT, DriverProfile
-from vgpu_bridge.flag_settings import problems
 from vgpu_bridge.kube import KubeApi, KubeConfigError
 from vgpu_bridge.logs import configure_json_logging
 from vgpu_bridge.node.cdi import CdiLayout
@@ -143,14 +141,11 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
 
 def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """Exit 2 for bad settings, 1 when the agent cannot start (with the reason on stderr)."""
-    try:
-        settings = Settings.from_namespace(args, environ)
-    except ValidationError as error:
-        for problem in problems(error):
-            print(f"vgpu-bridge node: {problem}", file=sys.stderr)
+    settings = Settings.from_namespace_or_report(args, environ)
+    if settings is None:
         return 2
     try:
         return serve(settings)
     except (InventoryError, StateLocked, KubeConfigError, OSError) as error:
-        print(f"vgpu-bridge node: cannot start: {error}", file=sys.stderr)
+        print(f"{Settings.prog}: cannot start: {error}", file=sys.stderr)
         return 1

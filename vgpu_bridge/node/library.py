@@ -19,9 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from vgpu_bridge.flag_settings import flag_of, problems
+from vgpu_bridge.flag_settings import flag_of
 from vgpu_bridge.node.cdi import CONTAINER_LIBRARY, LIBRARY_FILE, PRELOAD_FILE
 from vgpu_bridge.node.files import write_atomic
 from vgpu_bridge.node.settings import InstallSettings
@@ -157,11 +155,8 @@ def _reason(error: OSError) -> str:
 
 def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """Exit 0 when installed (or already), 1 with the reason on stderr, 2 for bad settings."""
-    try:
-        settings = InstallSettings.from_namespace(args, environ)
-    except ValidationError as error:
-        for problem in problems(error):
-            print(f"{InstallSettings.prog}: {problem}", file=sys.stderr)
+    settings = InstallSettings.from_namespace_or_report(args, environ)
+    if settings is None:
         return 2
     try:
         done = install(settings.libvgpu_source, settings.vgpu_dir)

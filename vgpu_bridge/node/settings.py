@@ -9,7 +9,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from vgpu_bridge.core.profiles import DEFAULT
-from vgpu_bridge.flag_settings import FlagSettings, split_host_port
+from vgpu_bridge.flag_settings import FlagSettings, HostPort, split_host_port
 
 KUBELET_PLUGINS = Path("/var/lib/kubelet/plugins")
 
@@ -35,14 +35,14 @@ class Settings(FlagSettings):
         default=Path("/usr/local/vgpu"),
         description="host dir with libvgpu.so, ld.so.preload and claims/ (shared regions)",
     )
-    metrics_listen: str = Field(
+    metrics_listen: HostPort = Field(
         default="0.0.0.0:9401", description="HOST:PORT of /metrics and /healthz; empty to disable"
     )
     resync_seconds: float = Field(default=30, gt=0, description="how often slices are checked")
     health_grace_seconds: float = Field(
         default=120,
         gt=0,
-        description="/healthz fails when no slice publication ends for resync-seconds plus this",
+        description="/healthz fails when no slice publication succeeds for resync-seconds + this",
     )
     cleanup_seconds: float = Field(
         default=600, gt=0, description="how often prepared claims that are gone are cleaned"
@@ -66,7 +66,7 @@ class Settings(FlagSettings):
 
     @property
     def max_publication_silence_s(self) -> float:
-        """How long /healthz tolerates no finished ResourceSlice publication."""
+        """How long /healthz tolerates no successful ResourceSlice publication."""
         return self.resync_seconds + self.health_grace_seconds
 
     @property

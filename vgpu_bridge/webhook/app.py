@@ -9,11 +9,9 @@ import threading
 from collections.abc import Callable, Mapping
 
 import structlog
-from pydantic import ValidationError
 
 from vgpu_bridge.adapters import default_registry
 from vgpu_bridge.core import TranslatorConfig, profile_named
-from vgpu_bridge.flag_settings import problems
 from vgpu_bridge.kube import KubeApi, KubeConfigError
 from vgpu_bridge.logs import configure_json_logging
 from vgpu_bridge.webhook.admission import Admitter
@@ -122,14 +120,11 @@ def serve(settings: Settings) -> int:
 
 def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """Exit 2 for bad settings, 1 when the webhook cannot start (with the reason on stderr)."""
-    try:
-        settings = Settings.from_namespace(args, environ)
-    except ValidationError as error:
-        for problem in problems(error):
-            print(f"vgpu-bridge webhook: {problem}", file=sys.stderr)
+    settings = Settings.from_namespace_or_report(args, environ)
+    if settings is None:
         return 2
     try:
         return serve(settings)
     except (KubeConfigError, OSError) as error:  # ssl.SSLError is an OSError
-        print(f"vgpu-bridge webhook: cannot start: {error}", file=sys.stderr)
+        print(f"{Settings.prog}: cannot start: {error}", file=sys.stderr)
         return 1

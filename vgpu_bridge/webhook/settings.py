@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from vgpu_bridge.flag_settings import FlagSettings, comma_list, split_host_port
+from vgpu_bridge.flag_settings import FlagSettings, HostPort, comma_list, split_host_port
 
 
 class Settings(FlagSettings):
     prog: ClassVar[str] = "vgpu-bridge webhook"
 
-    listen: str = Field(default="0.0.0.0:8443", description="HOST:PORT to serve HTTPS on")
-    metrics_listen: str = Field(
+    listen: HostPort = Field(default="0.0.0.0:8443", description="HOST:PORT to serve HTTPS on")
+    metrics_listen: HostPort = Field(
         default="",
         description="HOST:PORT of a plain-HTTP /metrics, /healthz, /readyz (never /mutate); "
         "empty: off",
@@ -44,18 +44,6 @@ class Settings(FlagSettings):
     kai_without_capacity: Literal["warn", "refuse"] = Field(
         default="warn", description="what to do when the KAI build has no consumable capacity"
     )
-
-    @field_validator("listen", "metrics_listen")
-    @classmethod
-    def _host_port(cls, value: str) -> str:
-        if value:
-            try:
-                port = split_host_port(value)[1]
-            except ValueError:
-                port = -1
-            if not 0 <= port <= 65535:
-                raise ValueError(f"{value!r} is not HOST:PORT")
-        return value
 
     @property
     def host_port(self) -> tuple[str, int]:
