@@ -96,10 +96,19 @@ def test_gpumem_pods_share_a_real_node_gpu_each_within_its_own_share(product: Pr
         allocated = int(values["allocated_mib"][0])
         assert mib - CHUNK_MIB < allocated <= mib, held[name]
 
-    # the agent attributes each pod's memory to its pod (uid from the real kubelet's pod cgroup)
-    used = container_memory(product.agent_metrics_url)
+    # the agent attributes each pod's memory to its pod (uid from the real kubelet's pod cgroup,
+    # once its host-pids round, every second, has found the pods' processes)
+    uids = {n: client.get(f"/api/v1/namespaces/{ns}/pods/{n}")["metadata"]["uid"] for n in shares}
+
+    def both_pods_counted() -> dict[str, float] | None:
+        used = container_memory(product.agent_metrics_url)
+        return used if set(uids.values()) <= set(used) else None
+
+    used = wait_for(
+        both_pods_counted, timeout_s=30, what="both pods' memory in the agent's metrics"
+    )
     for name in shares:
-        uid = client.get(f"/api/v1/namespaces/{ns}/pods/{name}")["metadata"]["uid"]
+        uid = uids[name]
         allocated = int(parse(held[name])["allocated_mib"][0])
         assert used.get(uid) == allocated * 2**20, (name, uid, used)
 

@@ -75,6 +75,7 @@ def agent() -> Iterator[Agent]:
             gpus=GPUS,
             node=NODE,
             vgpu_dir=dirs.layout.vgpu_dir,
+            host_pids=lambda _uid: {},
         )
         assert server is not None
         try:

@@ -87,6 +87,9 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
         publications=lambda: publisher.last,
         max_silence_s=settings.max_publication_silence_s,
     )
+    host_pids = HostPidFiles(
+        lambda: [claim.uid for claim in state.snapshot()], vgpu_dir=settings.vgpu_dir
+    )
     metrics = serve_metrics(
         settings.metrics_host_port,
         registry=registry,
@@ -95,9 +98,7 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
         gpus=gpus,
         node=settings.node_name,
         vgpu_dir=settings.vgpu_dir,
-    )
-    host_pids = HostPidFiles(
-        lambda: [claim.uid for claim in state.snapshot()], vgpu_dir=settings.vgpu_dir
+        host_pids=host_pids.found,
     )
     workers = [
         threading.Thread(

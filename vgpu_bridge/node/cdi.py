@@ -38,11 +38,17 @@ PRIORITY_DIR_MODE = 0o1777
 # any user of the claim's containers may create the region file; not sticky (fs.protected_regular)
 SHARED_DIR_MODE = 0o777
 SHARED_REGION_FILE = "vgpu.cache"
+CLAIMS_DIR = "claims"  # in the host's vgpu dir: one shared-region dir per claim
 LIBRARY_FILE = "libvgpu.so"  # in the host's vgpu dir and in CONTAINER_VGPU_DIR
 PRELOAD_FILE = "ld.so.preload"  # in the host's vgpu dir, mounted as the container's PRELOAD_MOUNT
 CONTAINER_LIBRARY = f"{CONTAINER_VGPU_DIR}/{LIBRARY_FILE}"
 PRELOAD_MOUNT = "/etc/ld.so.preload"
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+
+
+def claim_dir(vgpu_dir: Path, claim_uid: str) -> Path:
+    """A claim's shared-region directory on the host (mounted at CONTAINER_SHARED_DIR)."""
+    return vgpu_dir / CLAIMS_DIR / claim_uid
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,7 @@ class CdiLayout:
         return self.cdi_dir / f"{self.vendor}-{CDI_CLASS}_{claim_uid}.json"
 
     def shared_dir(self, claim_uid: str) -> Path:
-        return self.vgpu_dir / "claims" / claim_uid
+        return claim_dir(self.vgpu_dir, claim_uid)
 
     @property
     def priority_dir(self) -> Path:

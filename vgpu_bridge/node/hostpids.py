@@ -15,7 +15,8 @@ native/vgpu/src/region.h, "Host pids"):
 `HostPidFiles.sync` runs every `PERIOD_S`: it reads each prepared claim's region, scans /proc
 only when a live slot is neither resolved by libvgpu nor by an earlier round (a slot that could
 not be found is not looked for again while it lives), and replaces the file only when its
-content differs from what the table says.
+content differs from what the table says. The metrics count each pod's memory by the same
+table (`found`), so /proc is searched once, here, not again on every scrape.
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ import stat
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 import structlog
 
-from vgpu_bridge.node.cdi import SHARED_REGION_FILE
+from vgpu_bridge.node.cdi import SHARED_REGION_FILE, claim_dir
 from vgpu_bridge.node.files import write_atomic
-from vgpu_bridge.node.metrics import FileId, HostPids, Process, RegionError, read_region
+from vgpu_bridge.node.metrics import Process, RegionError, read_region
 
 log = structlog.get_logger("vgpu_bridge.node.hostpids")
 
@@ -40,6 +42,87 @@ PERIOD_S = 1.0  # a new process is measured by its own host pid within about a s
 MAX_BYTES = 64 * 1024  # 1024 slots of at most 43 characters each, and the header
 
 Key = tuple[int, int]  # (pid in the container, start time)
+
+
+class FileId(NamedTuple):
+    """A file as /proc/<pid>/maps names it, whatever mount namespace maps it: device and inode."""
+
+    major: int
+    minor: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: Path) -> FileId | None:
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return cls(os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+
+
+class HostPids:
+    """Finds the host pid of a process libvgpu saw only from inside its container: the one whose
+    start time matches, whose innermost pid (last `NSpid` entry) is the container pid, and which
+    maps the claim's region file (two pods' first processes often share pid 1 and one start tick:
+    only the mapping tells them apart). The host's processes are indexed by start time once, on
+    the first question."""
+
+    def __init__(self, proc: Path) -> None:
+        self._proc = proc
+        self._by_start: dict[int, list[int]] | None = None
+
+    def find(self, pid: int, start_time: int, *, maps: FileId) -> int:
+        """The host pid, or 0 when no live process matches."""
+        if self._by_start is None:
+            self._by_start = self._index()
+        for host_pid in self._by_start.get(start_time, []):
+            directory = self._proc / str(host_pid)
+            if _innermost_pid(directory / "status") == pid and _maps_file(directory / "maps", maps):
+                return host_pid
+        return 0
+
+    def _index(self) -> dict[int, list[int]]:
+        index: dict[int, list[int]] = {}
+        for entry in self._proc.iterdir():
+            if entry.name.isdigit():
+                start = _start_time(entry / "stat")
+                if start:
+                    index.setdefault(start, []).append(int(entry.name))
+        return index
+
+
+def _start_time(stat: Path) -> int:
+    """Field 22 of /proc/<pid>/stat (after the parenthesised command name); 0 if unreadable."""
+    try:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+        return int(fields[19])  # fields[0] is field 3
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _maps_file(maps: Path, wanted: FileId) -> bool:
+    """Whether a /proc/<pid>/maps lists `wanted` (`addr perms offset MAJ:MIN inode path`)."""
+    try:
+        text = maps.read_text()
+    except OSError:
+        return False
+    device = f"{wanted.major:02x}:{wanted.minor:02x}"
+    inode = str(wanted.inode)
+    for line in text.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) >= 5 and fields[4] == inode and fields[3] == device:
+            return True
+    return False
+
+
+def _innermost_pid(status: Path) -> int:
+    try:
+        for line in status.read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def format_host_pids(table: Mapping[Key, int]) -> bytes:
@@ -89,7 +172,7 @@ class HostPidFiles:
         host_pids = HostPids(self._proc)  # indexes /proc on its first question, if any
         known: dict[str, dict[Key, int]] = {}
         for uid in self._claims():
-            directory = self._vgpu_dir / "claims" / uid
+            directory = claim_dir(self._vgpu_dir, uid)
             try:
                 usage = read_region((directory / SHARED_REGION_FILE).read_bytes())
             except (OSError, RegionError):
@@ -113,6 +196,11 @@ class HostPidFiles:
             else:
                 self._failing.pop(uid, None)
         self._known = known
+
+    def found(self, claim_uid: str) -> Mapping[Key, int]:
+        """The host pids the last round found for the claim's slots (0: not found), for the
+        metrics; the same table the claim's file says."""
+        return self._known.get(claim_uid, {})
 
 
 def _read_current(path: Path) -> bytes | None:

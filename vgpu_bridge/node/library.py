@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vgpu_bridge.flag_settings import flag_of
-from vgpu_bridge.node.cdi import CONTAINER_LIBRARY, LIBRARY_FILE, PRELOAD_FILE
+from vgpu_bridge.node.cdi import CLAIMS_DIR, CONTAINER_LIBRARY, LIBRARY_FILE, PRELOAD_FILE
 from vgpu_bridge.node.files import write_atomic
 from vgpu_bridge.node.settings import InstallSettings
 
@@ -115,7 +115,7 @@ def install(source: Path, vgpu_dir: Path) -> list[str]:
     per file. Raises InstallError before writing anything when the source is bad."""
     library = read_library(source)
     try:
-        (vgpu_dir / "claims").mkdir(parents=True, exist_ok=True)
+        (vgpu_dir / CLAIMS_DIR).mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise InstallError("vgpu_dir", f"{vgpu_dir}: {_reason(error)}") from None
     wanted = (

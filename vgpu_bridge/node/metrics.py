@@ -9,12 +9,11 @@ The agent's HTTP server serves these at `/metrics` and its health at `/healthz` 
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import struct
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from socketserver import ThreadingMixIn
@@ -25,7 +24,7 @@ from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from vgpu_bridge.node.cdi import SHARED_REGION_FILE
+from vgpu_bridge.node.cdi import SHARED_REGION_FILE, claim_dir
 from vgpu_bridge.node.health import Health, with_healthz
 from vgpu_bridge.node.inventory import Gpu
 from vgpu_bridge.node.state import DeviceState
@@ -131,93 +130,16 @@ def container_of(host_pid: int, proc: Path = Path("/proc")) -> Container:
     return Container(found[-1] if found else "", pods[-1].replace("_", "-") if pods else "")
 
 
-class FileId(NamedTuple):
-    """A file as /proc/<pid>/maps names it, whatever mount namespace maps it: device and inode."""
-
-    major: int
-    minor: int
-    inode: int
-
-    @classmethod
-    def of(cls, path: Path) -> FileId | None:
-        try:
-            st = path.stat()
-        except OSError:
-            return None
-        return cls(os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
-
-
-class HostPids:
-    """Finds the host pid of a process libvgpu saw only from inside its container: the one whose
-    start time matches, whose innermost pid (last `NSpid` entry) is the container pid, and which
-    maps the claim's region file (two pods' first processes often share pid 1 and one start tick:
-    only the mapping tells them apart). The host's processes are indexed by start time once, on
-    the first question."""
-
-    def __init__(self, proc: Path) -> None:
-        self._proc = proc
-        self._by_start: dict[int, list[int]] | None = None
-
-    def find(self, pid: int, start_time: int, *, maps: FileId) -> int:
-        """The host pid, or 0 when no live process matches."""
-        if self._by_start is None:
-            self._by_start = self._index()
-        for host_pid in self._by_start.get(start_time, []):
-            directory = self._proc / str(host_pid)
-            if _innermost_pid(directory / "status") == pid and _maps_file(directory / "maps", maps):
-                return host_pid
-        return 0
-
-    def _index(self) -> dict[int, list[int]]:
-        index: dict[int, list[int]] = {}
-        for entry in self._proc.iterdir():
-            if entry.name.isdigit():
-                start = _start_time(entry / "stat")
-                if start:
-                    index.setdefault(start, []).append(int(entry.name))
-        return index
-
-
-def _start_time(stat: Path) -> int:
-    """Field 22 of /proc/<pid>/stat (after the parenthesised command name); 0 if unreadable."""
-    try:
-        fields = stat.read_text().rsplit(")", 1)[1].split()
-        return int(fields[19])  # fields[0] is field 3
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def _maps_file(maps: Path, wanted: FileId) -> bool:
-    """Whether a /proc/<pid>/maps lists `wanted` (`addr perms offset MAJ:MIN inode path`)."""
-    try:
-        text = maps.read_text()
-    except OSError:
-        return False
-    device = f"{wanted.major:02x}:{wanted.minor:02x}"
-    inode = str(wanted.inode)
-    for line in text.splitlines():
-        fields = line.split(maxsplit=5)
-        if len(fields) >= 5 and fields[4] == inode and fields[3] == device:
-            return True
-    return False
-
-
-def _innermost_pid(status: Path) -> int:
-    try:
-        for line in status.read_text().splitlines():
-            if line.startswith("NSpid:"):
-                return int(line.split()[-1])
-    except (OSError, ValueError):
-        pass
-    return 0
+#: host pids of slots libvgpu could not tell, by (pid in the container, start time)
+HostPidTable = Mapping[tuple[int, int], int]
 
 
 def _by_container(
-    usage: RegionUsage, proc: Path, host_pids: HostPids, region: FileId
+    usage: RegionUsage, proc: Path, found: HostPidTable
 ) -> dict[Container, dict[str, int]]:
     totals: dict[Container, dict[str, int]] = {}
     for owner, per_uuid in usage.by_process.items():
-        host_pid = owner.host_pid or host_pids.find(owner.pid, owner.start_time, maps=region)
+        host_pid = owner.host_pid or found.get((owner.pid, owner.start_time), 0)
         mine = totals.setdefault(container_of(host_pid, proc), {})
         for uuid, value in per_uuid.items():
             mine[uuid] = mine.get(uuid, 0) + value
@@ -232,8 +154,12 @@ class NodeCollector(Collector):
         *,
         node: str,
         vgpu_dir: Path,
+        host_pids: Callable[[str], HostPidTable] = lambda _uid: {},
         proc: Path = Path("/proc"),
     ):
+        """`host_pids(claim uid)`: what the agent found for the claim's slots libvgpu could not
+        tell (`HostPidFiles.found`), so a pod's memory is counted to its container and pod."""
+        self._host_pids = host_pids
         self._proc = proc
         self._state = state
         self._gpus = tuple(gpus)
@@ -294,21 +220,20 @@ class NodeCollector(Collector):
         )
         prepared = GaugeMetricFamily("vgpu_bridge_prepared_claims", "claims prepared on the node")
         prepared.add_metric([], len(claims))
-        host_pids = HostPids(self._proc)  # one index of the host's processes per scrape
         for claim in claims:
             for device in claim.devices:
                 labels = [claim.namespace, claim.name, claim.uid, device.device_name, device.uuid]
                 limit.add_metric(labels, device.memory)
                 sm.add_metric(labels, device.cores)
             labels = [claim.namespace, claim.name, claim.uid]
-            usage, region_file = self._usage(claim.uid)
+            usage = self._usage(claim.uid)
             readable.add_metric(labels, 0 if usage is None else 1)
-            if usage is not None and region_file is not None:
+            if usage is not None:
                 for uuid, value in usage.used.items():
                     used.add_metric([*labels, uuid], value)
                 processes.add_metric(labels, usage.processes)
                 launches.add_metric(labels, usage.launches)
-                by_owner = _by_container(usage, self._proc, host_pids, region_file)
+                by_owner = _by_container(usage, self._proc, self._host_pids(claim.uid))
                 for container, per_uuid in by_owner.items():
                     for uuid, value in per_uuid.items():
                         by_container.add_metric(
@@ -316,13 +241,12 @@ class NodeCollector(Collector):
                         )
         yield from (limit, sm, used, processes, launches, by_container, readable, prepared)
 
-    def _usage(self, claim_uid: str) -> tuple[RegionUsage | None, FileId | None]:
-        """The claim's region, read, and which file it is (for `HostPids`)."""
-        path = self._vgpu_dir / "claims" / claim_uid / SHARED_REGION_FILE
+    def _usage(self, claim_uid: str) -> RegionUsage | None:
+        path = claim_dir(self._vgpu_dir, claim_uid) / SHARED_REGION_FILE
         try:
-            return read_region(path.read_bytes()), FileId.of(path)
+            return read_region(path.read_bytes())
         except (OSError, RegionError):
-            return None, None
+            return None
 
 
 class CallMetrics:
@@ -366,12 +290,13 @@ def serve_metrics(
     gpus: Sequence[Gpu],
     node: str,
     vgpu_dir: Path,
+    host_pids: Callable[[str], HostPidTable],
 ) -> MetricsServer | None:
     """Serve `/metrics` and `/healthz` on `host_port` from a daemon thread; the server (stop it
     with `.shutdown()`), or None when disabled."""
     if host_port is None:
         return None
-    registry.register(NodeCollector(state, gpus, node=node, vgpu_dir=vgpu_dir))
+    registry.register(NodeCollector(state, gpus, node=node, vgpu_dir=vgpu_dir, host_pids=host_pids))
     server = MetricsServer(host_port)
     server.set_app(with_healthz(make_wsgi_app(registry), health))
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()

@@ -19,12 +19,8 @@ from vgpu_bridge.node.metrics import (
     SLOT_SIZE,
     SLOTS,
     SLOTS_OFFSET,
-    Container,
-    FileId,
-    HostPids,
     Process,
     RegionError,
-    _by_container,
     container_of,
     read_region,
 )
@@ -84,51 +80,6 @@ def _fake_process(
     (directory / "stat").write_text(f"{host_pid} (a (b) c) {' '.join(fields)}\n")
     (directory / "status").write_text(f"Name:\tcuda\nNSpid:\t{ns_pids}\nVmRSS:\t1 kB\n")
     (directory / "cgroup").write_text(cgroup)
-
-
-def test_a_process_seen_only_inside_its_container_is_found_on_the_host(tmp_path: Path) -> None:
-    """libvgpu in a container knows only its own pid and start time; the agent finds the host
-    process with that start time whose innermost pid it is and which maps the claim's region,
-    and so its container and pod. Two pods' first processes often share pid and start tick."""
-    uid, other_uid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "11111111-2222-3333-4444-555555555555"
-    ours, other = "a" * 64, "b" * 64
-    region_file, other_region = tmp_path / "ours.cache", tmp_path / "other.cache"
-    region_file.write_bytes(b"r")
-    other_region.write_bytes(b"r")
-    proc = tmp_path / "proc"
-    proc.mkdir()
-    # another pod's process: the same container pid and start tick, but its own claim's region
-    _fake_process(proc, 5001, ns_pids="5001\t101", start=601, maps=other_region,
-                  cgroup=f"0::/vgpu-realnode/besteffort/pod{other_uid}/{other}\n")  # fmt: skip
-    _fake_process(proc, 5101, ns_pids="5101\t101", start=601, maps=region_file,
-                  cgroup=f"0::/vgpu-realnode/besteffort/pod{uid}/{ours}\n")  # fmt: skip
-    # same start time, another container's pid 7: not ours
-    _fake_process(proc, 5200, ns_pids="5200\t7", start=601, maps=region_file,
-                  cgroup=f"0::/vgpu-realnode/besteffort/pod{uid}/{other}\n")  # fmt: skip
-    # pid 103 in some container, but started at another time: pid reuse, not ours
-    _fake_process(proc, 5103, ns_pids="5103\t103", start=9999, maps=region_file,
-                  cgroup=f"0::/vgpu-realnode/besteffort/pod{uid}/{other}\n")  # fmt: skip
-    (proc / "self").mkdir()  # not a pid: ignored
-    usage = read_region(
-        _region(
-            devices=["GPU-aaaa"],
-            slots=[(101, [100], 1), (103, [20], 1)],
-            high_water=2,
-            host_pids=False,
-        )
-    )
-    assert set(usage.by_process) == {Process(101, 0, 601), Process(103, 0, 603)}
-    host_pids = HostPids(proc)
-    mine, theirs = FileId.of(region_file), FileId.of(other_region)
-    assert mine is not None
-    assert theirs is not None
-    assert host_pids.find(101, 601, maps=mine) == 5101
-    assert host_pids.find(101, 601, maps=theirs) == 5001
-    assert host_pids.find(103, 603, maps=mine) == 0
-    assert _by_container(usage, proc, host_pids, mine) == {
-        Container(ours, uid): {"GPU-aaaa": 100},
-        Container("", ""): {"GPU-aaaa": 20},
-    }
 
 
 def test_a_process_is_attributed_to_the_container_and_pod_its_cgroup_names(
