@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "abi.h"
 #include "check.h"
@@ -50,6 +51,28 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t, nvmlMemory_t *);
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t, nvmlMemory_v2_t *);
 
 #define FAKE_KERNEL ((CUfunction)(uintptr_t)0x1000)
+
+/* cuLaunchKernel's per-thread-stream flavour, as cuGetProcAddress hands it out. */
+typedef CUresult (*launch_ptsz_fn)(CUfunction, unsigned int, unsigned int, unsigned int,
+				   unsigned int, unsigned int, unsigned int, unsigned int, CUstream,
+				   void **, void **);
+
+/* One launch of the fake kernel by `kind`: "kernel", "ptsz" (through `ptsz`), "ex", "coop" or
+ * "graph" (anything else launches "kernel"). */
+static inline CUresult launch_kind(const char *kind, launch_ptsz_fn ptsz)
+{
+	CUlaunchConfig cfg = {64, 1, 1, 256, 1, 1, 0, NULL, NULL, 0};
+
+	if (strcmp(kind, "ptsz") == 0)
+		return ptsz(FAKE_KERNEL, 64, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL);
+	if (strcmp(kind, "ex") == 0)
+		return cuLaunchKernelEx(&cfg, FAKE_KERNEL, NULL, NULL);
+	if (strcmp(kind, "coop") == 0)
+		return cuLaunchCooperativeKernel(FAKE_KERNEL, 64, 1, 1, 256, 1, 1, 0, NULL, NULL);
+	if (strcmp(kind, "graph") == 0)
+		return cuGraphLaunch((CUgraphExec)(uintptr_t)0x2000, NULL);
+	return cuLaunchKernel(FAKE_KERNEL, 64, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL);
+}
 
 /* cuInit + a current context on device `dev`; 0 on success. */
 static inline int ctx_on(int dev)

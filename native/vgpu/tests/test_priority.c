@@ -60,26 +60,8 @@ static struct progress *map_progress(const char *path, int create)
 }
 
 /* ---- the worker: test_priority worker PROGRESS ORDINAL KIND ---- */
-typedef CUresult (*launch_ptsz_fn)(CUfunction, unsigned int, unsigned int, unsigned int,
-				   unsigned int, unsigned int, unsigned int, unsigned int, CUstream,
-				   void **, void **);
 static const char *const kinds[] = {"kernel", "ptsz", "ex", "coop", "graph"};
 #define NKINDS 5
-
-static CUresult launch(const char *kind, launch_ptsz_fn ptsz)
-{
-	CUlaunchConfig cfg = {64, 1, 1, 256, 1, 1, 0, NULL, NULL, 0};
-
-	if (strcmp(kind, "ptsz") == 0)
-		return ptsz(FAKE_KERNEL, 64, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL);
-	if (strcmp(kind, "ex") == 0)
-		return cuLaunchKernelEx(&cfg, FAKE_KERNEL, NULL, NULL);
-	if (strcmp(kind, "coop") == 0)
-		return cuLaunchCooperativeKernel(FAKE_KERNEL, 64, 1, 1, 256, 1, 1, 0, NULL, NULL);
-	if (strcmp(kind, "graph") == 0)
-		return cuGraphLaunch((CUgraphExec)(uintptr_t)0x2000, NULL);
-	return cuLaunchKernel(FAKE_KERNEL, 64, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL);
-}
 
 static int worker(const char *path, int ordinal, const char *kind)
 {
@@ -97,7 +79,7 @@ static int worker(const char *path, int ordinal, const char *kind)
 	for (uint64_t i = 0; !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE) && boot_ns() < deadline; i++) {
 		const char *k = strcmp(kind, "all") == 0 ? kinds[i % NKINDS] : kind;
 		t0 = boot_ns();
-		CUresult r = launch(k, ptsz);
+		CUresult r = launch_kind(k, ptsz);
 		t1 = boot_ns();
 		if (r != CUDA_SUCCESS) {
 			__atomic_add_fetch(&p->errors, 1, __ATOMIC_RELAXED);

@@ -18,25 +18,6 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-typedef CUresult (*launch_ptsz_fn)(CUfunction, unsigned int, unsigned int, unsigned int,
-				   unsigned int, unsigned int, unsigned int, unsigned int, CUstream,
-				   void **, void **);
-
-static CUresult launch_one(const char *kind, launch_ptsz_fn ptsz)
-{
-	CUlaunchConfig cfg = {64, 1, 1, 256, 1, 1, 0, NULL, NULL, 0};
-
-	if (strcmp(kind, "ptsz") == 0)
-		return ptsz(FAKE_KERNEL, 64, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL);
-	if (strcmp(kind, "ex") == 0)
-		return cuLaunchKernelEx(&cfg, FAKE_KERNEL, NULL, NULL);
-	if (strcmp(kind, "coop") == 0)
-		return cuLaunchCooperativeKernel(FAKE_KERNEL, 64, 1, 1, 256, 1, 1, 0, NULL, NULL);
-	if (strcmp(kind, "graph") == 0)
-		return cuGraphLaunch((CUgraphExec)(uintptr_t)0x2000, NULL);
-	return cuLaunchKernel(FAKE_KERNEL, 64, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL);
-}
-
 static void device_utilisation_follows_the_limit(void)
 {
 	const char *kind = getenv("TEST_LAUNCH") ? getenv("TEST_LAUNCH") : "kernel";
@@ -62,7 +43,7 @@ static void device_utilisation_follows_the_limit(void)
 		}
 		if (t >= end)
 			break;
-		CHECK_EQ(launch_one(kind, ptsz), CUDA_SUCCESS);
+		CHECK_EQ(launch_kind(kind, ptsz), CUDA_SUCCESS);
 		n++;
 	}
 	busy1 = fake_cuda_busy_total_ns(0);
