@@ -75,29 +75,26 @@ def node_and_cluster(
         cluster.stop()
 
 
-def probe_pod(name: str, node_name: str, *, args: tuple[str, ...] = ()) -> Json:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node_name},
-            "hostNetwork": True,
-            "dnsPolicy": "Default",
-            "automountServiceAccountToken": False,
-            "enableServiceLinks": False,
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {
-                    "name": "probe",
-                    "image": TEST_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "args": list(args),
-                }
-            ],
-        },
+def node_pod(name: str, node_name: str, container: Json, *, security: Json | None = None) -> Json:
+    """A pod of one container pinned to the real node: host network (no CNI here), nothing
+    pulled, runs once, stops at once."""
+    spec: Json = {
+        "nodeSelector": {"kubernetes.io/hostname": node_name},
+        "hostNetwork": True,
+        "dnsPolicy": "Default",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"imagePullPolicy": "Never", **container}],
     }
+    if security is not None:
+        spec["securityContext"] = security
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def probe_pod(name: str, node_name: str, *, args: tuple[str, ...] = ()) -> Json:
+    return node_pod(name, node_name, {"name": "probe", "image": TEST_IMAGE, "args": list(args)})
 
 
 @dataclass

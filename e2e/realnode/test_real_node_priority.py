@@ -27,7 +27,7 @@ from e2e.cluster.client import Json, KubeClient
 from e2e.realnode.agent import vgpu_dir
 from e2e.realnode.node import CUDA_IMAGE, RealNode
 from e2e.realnode.product import RESOURCE, Product, gone, parse
-from e2e.realnode.spike import pod_log
+from e2e.realnode.spike import node_pod, pod_log
 from e2e.waiting import wait_for
 from vgpu_bridge.core import DEFAULT
 
@@ -57,32 +57,15 @@ def launch_pod(name: str, node_name: str, *, launch_s: int, priority: str | None
         security = {"runAsUser": NOBODY, "runAsGroup": NOBODY}
     else:
         limits["nvidia.com/priority"] = priority
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node_name},
-            "hostNetwork": True,
-            "dnsPolicy": "Default",
-            "automountServiceAccountToken": False,
-            "enableServiceLinks": False,
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "securityContext": security,
-            "containers": [
-                {
-                    "name": "cuda",
-                    "image": CUDA_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": ["/cudalaunch"],
-                    "args": [str(launch_s), str(LIVE_S)],
-                    "env": [{"name": "FAKE_CUDA_KERNEL_US", "value": str(KERNEL_US)}],
-                    "resources": {"limits": limits},
-                }
-            ],
-        },
+    container = {
+        "name": "cuda",
+        "image": CUDA_IMAGE,
+        "command": ["/cudalaunch"],
+        "args": [str(launch_s), str(LIVE_S)],
+        "env": [{"name": "FAKE_CUDA_KERNEL_US", "value": str(KERNEL_US)}],
+        "resources": {"limits": limits},
     }
+    return node_pod(name, node_name, container, security=security)
 
 
 @dataclass(frozen=True)

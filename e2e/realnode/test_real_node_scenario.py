@@ -24,7 +24,7 @@ from e2e.cluster.client import Json
 from e2e.realnode.agent import CONTAINER_LIBVGPU, vgpu_dir
 from e2e.realnode.node import CUDA_IMAGE
 from e2e.realnode.product import RESOURCE, Product, gone, parse
-from e2e.realnode.spike import pod_log
+from e2e.realnode.spike import node_pod, pod_log
 from e2e.waiting import wait_for
 from vgpu_bridge.core import DEFAULT
 
@@ -37,29 +37,13 @@ CUDA_ERROR_OUT_OF_MEMORY = 2
 
 
 def cuda_pod(name: str, node_name: str, gpumem_mib: int) -> Json:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node_name},
-            "hostNetwork": True,
-            "dnsPolicy": "Default",
-            "automountServiceAccountToken": False,
-            "enableServiceLinks": False,
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {
-                    "name": "cuda",
-                    "image": CUDA_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "args": [str(CHUNK_MIB), str(HOLD_S)],
-                    "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": gpumem_mib}},
-                }
-            ],
-        },
+    container = {
+        "name": "cuda",
+        "image": CUDA_IMAGE,
+        "args": [str(CHUNK_MIB), str(HOLD_S)],
+        "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": gpumem_mib}},
     }
+    return node_pod(name, node_name, container)
 
 
 def test_gpumem_pods_share_a_real_node_gpu_each_within_its_own_share(product: Product) -> None:
