@@ -3,14 +3,13 @@
 It registers through the real kubelet's plugin registry (``<kubelet root>/plugins_registry``),
 serves DRA on ``<kubelet root>/plugins/<driver>/dra.sock``, writes CDI specs where the node's
 containerd reads them, and mounts ``libvgpu.so`` + ``ld.so.preload`` from the node's vgpu dir,
-installed here as the chart's init container does.
+installed by the same code as the chart's init container.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,8 +21,10 @@ from e2e.realnode.build import NativeParts
 from e2e.realnode.host import Layout
 from e2e.realnode.node import Component, RealNode, record_pids, wait_started
 from vgpu_bridge.core import DEFAULT
+from vgpu_bridge.node.library import install
 
 RESOURCE = "/apis/resource.k8s.io/v1"
+#: where the scenario expects libvgpu in a claimed container (the path the CDI spec mounts)
 CONTAINER_LIBVGPU = "/usr/local/vgpu/libvgpu.so"
 
 
@@ -32,11 +33,10 @@ def vgpu_dir(layout: Layout) -> Path:
 
 
 def install_libvgpu(layout: Layout, native: NativeParts) -> Path:
-    """libvgpu.so and the ld.so.preload that CDI mounts as the container's /etc/ld.so.preload."""
+    """libvgpu.so and the ld.so.preload that CDI mounts as the container's /etc/ld.so.preload,
+    installed by the code the chart's init container runs (`vgpu-bridge node install-libvgpu`)."""
     directory = vgpu_dir(layout)
-    directory.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(native.libvgpu, directory / "libvgpu.so")
-    (directory / "ld.so.preload").write_text(CONTAINER_LIBVGPU + "\n")
+    install(native.libvgpu, directory)
     return directory
 
 
