@@ -8,7 +8,7 @@ the pods of one labelled namespace; everything is torn down however the block en
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +19,7 @@ from e2e.dra_objects import device_class
 from e2e.realnode.agent import start_agent
 from e2e.realnode.node import RealNode
 from e2e.realnode.spike import node_and_cluster
+from e2e.waiting import wait_for
 from e2e.webhook.process import running_webhook
 from vgpu_bridge.core import DEFAULT
 
@@ -81,3 +82,22 @@ def gone(client: KubeClient, path: str) -> bool:
     except ApiError as error:
         return error.status == 404
     return False
+
+
+def delete_and_unprepare(product: Product, names: Iterable[str]) -> None:
+    """Delete the pods; wait until the kubelet has removed them and NodeUnprepareResources has
+    removed every CDI spec of the node."""
+    client, pods = product.client, f"/api/v1/namespaces/{product.namespace}/pods"
+    names = list(names)
+    for name in names:
+        client.delete(f"{pods}/{name}")
+    wait_for(
+        lambda: all(gone(client, f"{pods}/{name}") for name in names),
+        timeout_s=60,
+        what="the pods deleted by the kubelet",
+    )
+    wait_for(
+        lambda: not list(product.node.layout.cdi_dir.glob("*.json")),
+        timeout_s=60,
+        what="the CDI specs removed by NodeUnprepareResources",
+    )

@@ -26,7 +26,7 @@ import pytest
 from e2e.cluster.client import Json, KubeClient
 from e2e.realnode.agent import vgpu_dir
 from e2e.realnode.node import CUDA_IMAGE, RealNode
-from e2e.realnode.product import RESOURCE, Product, gone, parse
+from e2e.realnode.product import RESOURCE, Product, delete_and_unprepare, parse
 from e2e.realnode.spike import node_pod, pod_log
 from e2e.waiting import wait_for
 from vgpu_bridge.core import DEFAULT
@@ -190,18 +190,7 @@ def test_a_priority_0_pod_holds_back_a_low_pods_launches_on_the_same_gpu_until_i
     assert "CUDA_TASK_PRIORITY=0" in specs["high"]["containerEdits"]["env"]
     assert not [e for e in specs["low"]["containerEdits"]["env"] if "TASK_PRIORITY=" in e]
 
-    for name in ("high", "low"):
-        client.delete(f"{pods}/{name}")
-    wait_for(
-        lambda: all(gone(client, f"{pods}/{name}") for name in ("high", "low")),
-        timeout_s=60,
-        what="both pods deleted by the kubelet",
-    )
-    wait_for(
-        lambda: not list(node.layout.cdi_dir.glob("*.json")),
-        timeout_s=60,
-        what="the CDI specs removed by NodeUnprepareResources",
-    )
+    delete_and_unprepare(product, ("high", "low"))
     assert board.is_file()  # the node's priority dir and its boards outlive the claims
 
 

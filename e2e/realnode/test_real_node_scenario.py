@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from e2e.cluster.client import Json
 from e2e.realnode.agent import CONTAINER_LIBVGPU, vgpu_dir
 from e2e.realnode.node import CUDA_IMAGE
-from e2e.realnode.product import RESOURCE, Product, gone, parse
+from e2e.realnode.product import RESOURCE, Product, delete_and_unprepare, parse
 from e2e.realnode.spike import node_pod, pod_log
 from e2e.waiting import wait_for
 from vgpu_bridge.core import DEFAULT
@@ -120,18 +120,7 @@ def test_gpumem_pods_share_a_real_node_gpu_each_within_its_own_share(product: Pr
 
     claim_dirs = vgpu_dir(node.layout) / "claims"
     assert claim_dirs.is_dir()
-    for name in shares:
-        client.delete(f"/api/v1/namespaces/{ns}/pods/{name}")
-    wait_for(
-        lambda: all(gone(client, f"/api/v1/namespaces/{ns}/pods/{name}") for name in shares),
-        timeout_s=60,
-        what="both pods deleted by the kubelet",
-    )
-    wait_for(
-        lambda: not list(node.layout.cdi_dir.glob("*.json")),
-        timeout_s=60,
-        what="the CDI specs removed by NodeUnprepareResources",
-    )
+    delete_and_unprepare(product, shares)
     wait_for(
         lambda: not client.items(f"{RESOURCE}/namespaces/{ns}/resourceclaims"),
         timeout_s=60,
