@@ -8,7 +8,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from vgpu_bridge.core import names
-from vgpu_bridge.core.container import whole_number
+from vgpu_bridge.core.container import MAX_DEVICES, MAX_MEMORY_MIB, whole_number
 from vgpu_bridge.core.models import DeviceFilter, Problems, RawRequest
 
 # What a product name or a uuid may contain. Anything else (quotes, backslashes, operators) is
@@ -129,7 +129,7 @@ def read_kai(
             memory,
             path=_path(meta_path, names.KAI_MEMORY),
             low=1,
-            high=None,
+            high=MAX_MEMORY_MIB,
             unit=" of MiB",
             problems=problems,
         )
@@ -139,8 +139,8 @@ def read_kai(
             devices,
             path=_path(meta_path, names.KAI_NUM_DEVICES),
             low=1,
-            high=None,
-            unit="",
+            high=MAX_DEVICES,
+            unit=" of GPUs",
             problems=problems,
         )
         raw.sources["count"] = _path(meta_path, names.KAI_NUM_DEVICES)

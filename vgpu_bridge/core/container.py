@@ -8,7 +8,10 @@ from typing import Any
 
 from vgpu_bridge.core.models import Problems, RawRequest
 from vgpu_bridge.core.names import RESOURCE_FAMILIES, ResourceNames
-from vgpu_bridge.core.quantity import QuantityError, parse_quantity
+from vgpu_bridge.core.quantity import MAX_QUANTITY, MiB, QuantityError, parse_quantity
+
+MAX_DEVICES = 32  # a DRA allocation holds at most 32 results (AllocationResultsMaxSize)
+MAX_MEMORY_MIB = MAX_QUANTITY // MiB  # a claim's memory request is a quantity of bytes
 
 
 def whole_number(
@@ -30,8 +33,8 @@ def whole_number(
 
 # (field of RawRequest, attribute of ResourceNames, low, high, unit)
 _FIELDS = (
-    ("count", "count", 0, None, ""),
-    ("memory_mib", "memory", 1, None, " of MiB"),
+    ("count", "count", 0, MAX_DEVICES, " of GPUs"),
+    ("memory_mib", "memory", 1, MAX_MEMORY_MIB, " of MiB"),
     ("memory_percent", "memory_percentage", 1, 100, " (percent)"),
     ("cores", "cores", 0, 100, " (percent of SMs)"),
     ("priority", "priority", 0, 1, " (0 high, 1 low)"),

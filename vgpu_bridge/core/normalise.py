@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from vgpu_bridge.core.config import TranslatorConfig
+from vgpu_bridge.core.container import MAX_MEMORY_MIB
 from vgpu_bridge.core.models import GpuRequest, Problems, RawRequest
 
 WHOLE = Decimal(100)
@@ -24,18 +25,10 @@ def normalise(
     if count == 0:
         problems.add(raw.sources["count"], "must be at least 1 when a GPU share is asked for")
         return None
-    memory_mib, percent = raw.memory_mib, raw.memory_percent
-    if memory_mib is not None:
-        memory_mib *= config.memory_factor
-        if percent is not None:
-            warnings.append(
-                f"{raw.sources['memory_percent']} is ignored: "
-                f"{raw.sources['memory_mib']} is set and wins, as in HAMi"
-            )
-            percent = None
-    elif percent is None:
-        memory_mib = config.default_memory or None
-        percent = None if memory_mib else WHOLE
+    memory = _memory(raw, config=config, problems=problems, warnings=warnings)
+    if memory is None:
+        return None
+    memory_mib, percent = memory
     exclusive = memory_mib is None and percent == WHOLE
     cores = raw.cores if raw.cores is not None else (100 if exclusive else config.default_cores)
     return GpuRequest(
@@ -45,3 +38,29 @@ def normalise(
         cores=cores,
         priority=raw.priority,
     )
+
+
+def _memory(
+    raw: RawRequest, *, config: TranslatorConfig, problems: Problems, warnings: list[str]
+) -> tuple[int | None, Decimal | None] | None:
+    """(MiB, percent) of each card, HAMi's way; None after recording why the MiB are too many."""
+    memory_mib, percent = raw.memory_mib, raw.memory_percent
+    if memory_mib is None:
+        if percent is not None:
+            return None, percent
+        memory_mib = config.default_memory or None
+        return memory_mib, None if memory_mib else WHOLE
+    memory_mib *= config.memory_factor
+    if memory_mib > MAX_MEMORY_MIB:
+        problems.add(
+            raw.sources["memory_mib"],
+            f"times the memory factor {config.memory_factor} is {memory_mib} MiB, more than "
+            f"a Kubernetes quantity holds (at most {MAX_MEMORY_MIB} MiB)",
+        )
+        return None
+    if percent is not None:
+        warnings.append(
+            f"{raw.sources['memory_percent']} is ignored: "
+            f"{raw.sources['memory_mib']} is set and wins, as in HAMi"
+        )
+    return memory_mib, None
