@@ -30,60 +30,72 @@ static const char *skip_space(const char *s)
 	return s;
 }
 
-int vgpu_parse_bytes(const char *s, uint64_t *out, const char **why)
+/* The unit of `s` (letters, any case, then only spaces); 0 when unknown. */
+static uint64_t unit_multiplier(const char *s)
 {
-	uint64_t whole = 0, frac = 0, frac_div = 1, mult = 0;
 	char unit[8];
 	size_t n = 0;
-	bool digits = false, has_frac = false;
 
-	s = skip_space(s);
-	for (; isdigit((unsigned char)*s); s++, digits = true) {
-		if (whole > (UINT64_MAX - 9) / 10)
-			goto too_big;
-		whole = whole * 10 + (uint64_t)(*s - '0');
-	}
-	if (*s == '.') {
-		has_frac = true;
-		for (s++; isdigit((unsigned char)*s); s++, digits = true) {
-			if (frac_div >= 1000000000000ULL)
-				continue; /* finer than a byte of a terabyte: ignore */
-			frac = frac * 10 + (uint64_t)(*s - '0');
-			frac_div *= 10;
-		}
-	}
-	if (!digits) {
-		*why = "expected a number of bytes such as 4Gi, 4G or 4096m";
-		return -1;
-	}
 	s = skip_space(s);
 	while (isalpha((unsigned char)*s)) {
 		if (n + 1 >= sizeof(unit))
-			goto bad_unit;
+			return 0;
 		unit[n++] = (char)tolower((unsigned char)*s++);
 	}
 	unit[n] = '\0';
 	if (*skip_space(s) != '\0')
-		goto bad_unit;
+		return 0;
 	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
 		if (strcmp(unit, units[i].name) == 0)
-			mult = units[i].mult;
-	if (mult == 0)
-		goto bad_unit;
-	if (has_frac && mult == 1) {
+			return units[i].mult;
+	return 0;
+}
+
+#define MAX_WHOLE_DIGITS 20 /* UINT64_MAX has 20 */
+#define MAX_FRACTION_DIGITS 12
+
+/* Exact: (whole · 10^f + fraction) · unit / 10^f in 128 bits, rounded down. With at most 20 whole
+ * digits (< 2^67) and a unit of at most 2^40, whole · unit fits; once that is at most UINT64_MAX
+ * (< 2^64), the whole mantissa · unit stays below 2^64 · 10^12 · 2 < 2^106. */
+int vgpu_parse_bytes(const char *s, uint64_t *out, const char **why)
+{
+	unsigned __int128 whole = 0, fraction = 0, scale = 1, bytes;
+	int whole_digits = 0, fraction_digits = 0;
+	uint64_t mult;
+
+	s = skip_space(s);
+	for (; isdigit((unsigned char)*s); s++, whole_digits++)
+		if (whole_digits < MAX_WHOLE_DIGITS)
+			whole = whole * 10 + (unsigned)(*s - '0');
+	if (*s == '.')
+		for (s++; isdigit((unsigned char)*s); s++, fraction_digits++)
+			if (fraction_digits < MAX_FRACTION_DIGITS) {
+				fraction = fraction * 10 + (unsigned)(*s - '0');
+				scale *= 10;
+			}
+	if (whole_digits + fraction_digits == 0) {
+		*why = "expected a number of bytes such as 4Gi, 4G or 4096m";
+		return -1;
+	}
+	if (whole_digits > MAX_WHOLE_DIGITS || fraction_digits > MAX_FRACTION_DIGITS) {
+		*why = "too many digits (at most 20, and 12 after the point)";
+		return -1;
+	}
+	if ((mult = unit_multiplier(s)) == 0) {
+		*why = "unknown unit (use k, m, g, Ki, Mi or Gi)";
+		return -1;
+	}
+	if (fraction_digits > 0 && mult == 1) {
 		*why = "a fraction needs a unit (k, m, g, Ki, Mi, Gi)";
 		return -1;
 	}
-	if (whole > UINT64_MAX / mult)
-		goto too_big;
-	*out = whole * mult + frac * mult / frac_div;
+	/* whole · unit <= UINT64_MAX leaves no room for a fraction to overflow: it adds < 1 unit */
+	if (whole * mult > UINT64_MAX || (bytes = (whole * scale + fraction) * mult / scale) > UINT64_MAX) {
+		*why = "number too large";
+		return -1;
+	}
+	*out = (uint64_t)bytes;
 	return 0;
-too_big:
-	*why = "number too large";
-	return -1;
-bad_unit:
-	*why = "unknown unit (use k, m, g, Ki, Mi or Gi)";
-	return -1;
 }
 
 int vgpu_parse_percent(const char *s, unsigned int *out, const char **why)
@@ -124,9 +136,37 @@ static const char *env_get(char *const *envp, const char *key)
 static int fail(struct vgpu_config *cfg, const char *key, const char *val, const char *why)
 {
 	if (!cfg->failed)
-		snprintf(cfg->error, sizeof(cfg->error), "%s=\"%s\": %s", key, val, why);
+		snprintf(cfg->error, sizeof(cfg->error), "%s=\"%.200s\": %s", key, val, why);
 	cfg->failed = true;
 	return -1;
+}
+
+/* KEY_<i> must name a device by its canonical decimal index 0..VGPU_MAX_DEVICES-1: "_00", "_16"
+ * or "_x" would otherwise be ignored silently, leaving that device without its limit. */
+static int check_indices(struct vgpu_config *cfg, char *const *envp, const char *key)
+{
+	size_t n = strlen(key);
+	int rc = 0;
+
+	for (; envp && *envp; envp++) {
+		const char *e = *envp, *eq = strchr(e, '='), *d;
+		if (eq == NULL || strncmp(e, key, n) != 0 || e[n] != '_')
+			continue;
+		d = e + n + 1;
+		bool canonical = d < eq && (eq - d == 1 || *d != '0') && eq - d <= 2;
+		int index = 0;
+		for (const char *c = d; canonical && c < eq; c++) {
+			canonical = isdigit((unsigned char)*c);
+			index = index * 10 + (*c - '0');
+		}
+		if (!canonical || index >= VGPU_MAX_DEVICES) {
+			char name[128];
+			snprintf(name, sizeof(name), "%.*s", (int)(eq - e), e);
+			rc = fail(cfg, name, eq + 1,
+				  "no such device index (a CUDA ordinal 0..15, written without leading zeros)");
+		}
+	}
+	return rc;
 }
 
 /* Reads KEY and KEY_<i>; the per-device value overrides the global one. */
@@ -136,7 +176,7 @@ static int parse_limits(struct vgpu_config *cfg, char *const *envp, const char *
 	const char *why = NULL, *v;
 	uint64_t global = 0, b;
 	unsigned int gp = 0, p;
-	int rc = 0;
+	int rc = check_indices(cfg, envp, key);
 
 	if ((v = env_get(envp, key)) != NULL) {
 		if (bytes ? vgpu_parse_bytes(v, &global, &why) : vgpu_parse_percent(v, &gp, &why))
@@ -202,18 +242,62 @@ static void parse_priority_board(struct vgpu_config *cfg, char *const *envp)
 	}
 }
 
-int vgpu_config_parse(struct vgpu_config *cfg, char *const *envp)
+/* CUDA_TASK_PRIORITY: 0..1000. Returns 0, or -1 (value left alone) when set but bad. */
+static int parse_priority(struct vgpu_config *cfg, char *const *envp)
 {
-	const char *v;
+	const char *v = env_get(envp, "CUDA_TASK_PRIORITY");
 	char *end;
-	int rc = 0;
+	long p;
 
+	if (v == NULL || *v == '\0')
+		return 0;
+	errno = 0;
+	p = strtol(v, &end, 10);
+	if (errno || end == v || *end != '\0' || p < 0 || p > 1000 || !isdigit((unsigned char)*v))
+		return -1;
+	cfg->priority = (int)p;
+	return 0;
+}
+
+static int parse_shared_cache(struct vgpu_config *cfg, char *const *envp)
+{
+	const char *v = env_get(envp, "CUDA_DEVICE_MEMORY_SHARED_CACHE");
+
+	if (v == NULL)
+		return 0;
+	if (*v == '\0' || strlen(v) >= sizeof(cfg->shared_cache))
+		return fail(cfg, "CUDA_DEVICE_MEMORY_SHARED_CACHE", v, "empty or too long path");
+	snprintf(cfg->shared_cache, sizeof(cfg->shared_cache), "%s", v);
+	return 0;
+}
+
+static void config_defaults(struct vgpu_config *cfg)
+{
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->log_level = VGPU_LOG_WARN;
 	cfg->priority = 1;
 	cfg->priority_hold_ms = VGPU_DEFAULT_PRIORITY_HOLD_MS;
 	snprintf(cfg->shared_cache, sizeof(cfg->shared_cache), "%s", VGPU_DEFAULT_SHARED_CACHE);
+}
 
+void vgpu_config_settle(struct vgpu_config *cfg)
+{
+	cfg->any_mem_limit = cfg->any_sm_limit = false;
+	for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
+		if (cfg->sm_limit[i] >= 100)
+			cfg->sm_limit[i] = 0; /* 100% is the whole device: nothing to throttle */
+		cfg->any_mem_limit |= cfg->mem_limit[i] != 0;
+		cfg->any_sm_limit |= cfg->sm_limit[i] != 0;
+	}
+	cfg->gate_launches = cfg->any_sm_limit || cfg->priority_dir[0] != '\0';
+}
+
+int vgpu_config_parse(struct vgpu_config *cfg, char *const *envp)
+{
+	const char *v;
+	int rc = 0;
+
+	config_defaults(cfg);
 	if ((v = env_get(envp, "LIBVGPU_LOG_LEVEL")) != NULL && *v) {
 		int lvl = parse_log_level(v);
 		if (lvl < 0)
@@ -223,28 +307,26 @@ int vgpu_config_parse(struct vgpu_config *cfg, char *const *envp)
 	}
 	rc |= parse_limits(cfg, envp, "CUDA_DEVICE_MEMORY_LIMIT", true);
 	rc |= parse_limits(cfg, envp, "CUDA_DEVICE_SM_LIMIT", false);
-	for (int i = 0; i < VGPU_MAX_DEVICES; i++)
-		cfg->any_mem_limit |= cfg->mem_limit[i] != 0;
-	for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
-		if (cfg->sm_limit[i] >= 100)
-			cfg->sm_limit[i] = 0; /* 100% is the whole device: nothing to throttle */
-		cfg->any_sm_limit |= cfg->sm_limit[i] != 0;
-	}
-	if ((v = env_get(envp, "CUDA_DEVICE_MEMORY_SHARED_CACHE")) != NULL) {
-		if (*v == '\0' || strlen(v) >= sizeof(cfg->shared_cache))
-			rc |= fail(cfg, "CUDA_DEVICE_MEMORY_SHARED_CACHE", v, "empty or too long path");
-		else
-			snprintf(cfg->shared_cache, sizeof(cfg->shared_cache), "%s", v);
-	}
-	if ((v = env_get(envp, "CUDA_TASK_PRIORITY")) != NULL && *v) {
-		errno = 0;
-		long p = strtol(v, &end, 10);
-		if (errno || end == v || *end != '\0' || p < 0 || p > 1000)
-			fprintf(stderr, "libvgpu: CUDA_TASK_PRIORITY=\"%s\" ignored (integer 0..1000)\n", v);
-		else
-			cfg->priority = (int)p;
-	}
+	rc |= parse_shared_cache(cfg, envp);
+	if (parse_priority(cfg, envp) < 0) /* priority is not a limit: warn, keep the default */
+		fprintf(stderr, "libvgpu: CUDA_TASK_PRIORITY=\"%s\" ignored (integer 0..1000)\n",
+			env_get(envp, "CUDA_TASK_PRIORITY"));
 	parse_priority_board(cfg, envp);
-	cfg->gate_launches = cfg->any_sm_limit || cfg->priority_dir[0] != '\0';
+	vgpu_config_settle(cfg);
+	return rc ? -1 : 0;
+}
+
+int vgpu_config_parse_limits(struct vgpu_config *cfg, char *const *settings)
+{
+	int rc = 0;
+
+	config_defaults(cfg);
+	rc |= parse_limits(cfg, settings, "CUDA_DEVICE_MEMORY_LIMIT", true);
+	rc |= parse_limits(cfg, settings, "CUDA_DEVICE_SM_LIMIT", false);
+	rc |= parse_shared_cache(cfg, settings);
+	if (parse_priority(cfg, settings) < 0)
+		rc = fail(cfg, "CUDA_TASK_PRIORITY", env_get(settings, "CUDA_TASK_PRIORITY"),
+			  "expected an integer 0..1000");
+	vgpu_config_settle(cfg);
 	return rc ? -1 : 0;
 }

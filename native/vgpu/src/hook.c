@@ -100,10 +100,12 @@ static void do_init(void)
 
 	initialising = 1;
 	resolve_real_dlsym();
-	vgpu_config_parse(&vgpu_cfg, environ);
+	vgpu_config_load(&vgpu_cfg, environ, VGPU_LIMITS_FILE);
 	vgpu_log_level = vgpu_cfg.log_level;
 	if (vgpu_cfg.failed)
 		LOG_ERR("%s; refusing GPU work (fail closed)", vgpu_cfg.error);
+	else if (vgpu_cfg.limits_file)
+		LOG_INFO("limits from %s (the environment may only lower them)", VGPU_LIMITS_FILE);
 	cuda = open_lib("libcuda.so.1");
 	nvml = open_lib("libnvidia-ml.so.1");
 #define CU_HOOK(n, b, s, p, params, args) CU_REAL(n, params, args)

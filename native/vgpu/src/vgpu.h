@@ -26,6 +26,7 @@ struct vgpu_config {
 	bool any_mem_limit; /* some device has a memory limit */
 	bool any_sm_limit;  /* some device has an SM limit */
 	bool gate_launches; /* launches do work before the driver call: an SM limit or a board */
+	bool limits_file;  /* the limits come from VGPU_LIMITS_FILE, the environment only lowered them */
 	bool failed;       /* an unparseable limit: hooks refuse work (fail closed) */
 	char error[512];   /* first problem found, as printed */
 };
@@ -34,9 +35,20 @@ struct vgpu_config {
 #define VGPU_DEFAULT_PRIORITY_HOLD_MS 200u
 #define VGPU_MAX_PRIORITY_HOLD_MS 60000u
 
+/* The node agent's limits file for the container (src/limits_file.c); compiled in on purpose. */
+#define VGPU_LIMITS_FILE "/etc/vgpu-bridge/limits.conf"
+
 /* Parses `envp` (a NULL-terminated "KEY=VALUE" array, like environ) into `cfg`. Returns 0, or -1
  * with cfg->failed set and cfg->error describing the first bad value. */
 int vgpu_config_parse(struct vgpu_config *cfg, char *const *envp);
+/* vgpu_config_parse, then the limits file at `path` when there is one: the file's limits are the
+ * ceiling, the environment may only lower them. A file that is there but unusable fails closed. */
+int vgpu_config_load(struct vgpu_config *cfg, char *const *envp, const char *path);
+/* The limits file's settings (KEY=VALUE array): limits, priority and region only, every bad value
+ * (priority included) an error. */
+int vgpu_config_parse_limits(struct vgpu_config *cfg, char *const *settings);
+/* Derived fields (100% SM = none, any_*_limit, gate_launches) after the limits changed. */
+void vgpu_config_settle(struct vgpu_config *cfg);
 /* `<n>[k|m|g|t|Ki|Mi|Gi|Ti][B]` (k/m/g are binary, as HAMi users expect), decimals allowed with a
  * unit. Returns 0 and the byte count, or -1 with a reason in `why`. */
 int vgpu_parse_bytes(const char *s, uint64_t *out, const char **why);

@@ -1,5 +1,9 @@
 /* Configuration parsing (DESIGN §4): sizes users write, percentages, fail-closed errors. */
+#include <signal.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "vgpu.h"
@@ -17,11 +21,17 @@ static const struct {
 	{" 512 Mi ", 512 * MiB}, {"1.5g", 1536 * MiB},   {"0.5Gi", 512 * MiB},
 	{"0", 0},              {"1Ti", 1ULL << 40},      {"15360m", 15 * GiB},
 	{"1k", 1024},          {"1Ki", 1024},            {"12b", 12},
+	/* exact, rounded down: decimals no longer overflow on the way (1.99999999t was 1.16 TiB) */
+	{"1.99999999t", 2199023244556ULL},       {"1.5t", 1649267441664ULL},
+	{"0.000000000001t", 1},                  {"17179869183.99999999Gi", 18446744073709551605ULL},
+	{"18446744073709551615", UINT64_MAX},    {"00000000000000000001k", 1024},
 };
 
 static const char *const bad_sizes[] = {
 	"", "  ", "4GX", "Gi", "-1", "0x10", "4 G i", "1.5", "4Gi4", "18446744073709551616",
-	"17179869184Gi", "4%", "four",
+	"17179869184Gi", "4%", "four", "16777216t", "17179869183.9999999999999Gi",
+	"1.0000000000001g", "123456789012345678901", "000000000000000000001k", "0.5", ".", "1..5g",
+	"1.5.g",
 };
 
 static void sizes_mean_what_users_think(void)
@@ -91,7 +101,7 @@ static void per_device_values_override_the_global_one(void)
 
 static void nothing_set_means_no_limits(void)
 {
-	char *env[] = {"PATH=/bin", "CUDA_DEVICE_MEMORY_LIMIT_X=5", NULL};
+	char *env[] = {"PATH=/bin", "CUDA_DEVICE_MEMORY_LIMITS=5", "CUDA_DEVICE_SM_LIMITED=5", NULL};
 	struct vgpu_config c;
 
 	CHECK(vgpu_config_parse(&c, env) == 0);
@@ -121,6 +131,37 @@ static void a_bad_limit_fails_closed_and_names_the_variable(void)
 	CHECK(c.failed && strstr(c.error, "CUDA_DEVICE_SM_LIMIT") != NULL);
 	CHECK(vgpu_config_parse(&c, env3) == -1);
 	CHECK(c.failed);
+}
+
+/* A per-device name that names no device (HAMi's "_00", one past the last index, letters) was
+ * ignored, leaving that device without its limit: now it fails closed and names the variable. */
+static void a_device_index_out_of_range_fails_closed(void)
+{
+	static const char *const bad[] = {
+		"CUDA_DEVICE_MEMORY_LIMIT_00=1Gi", "CUDA_DEVICE_MEMORY_LIMIT_16=1Gi",
+		"CUDA_DEVICE_MEMORY_LIMIT_X=5",    "CUDA_DEVICE_MEMORY_LIMIT_=1Gi",
+		"CUDA_DEVICE_MEMORY_LIMIT_-1=1Gi", "CUDA_DEVICE_MEMORY_LIMIT_1 =1Gi",
+		"CUDA_DEVICE_MEMORY_LIMIT_100=1Gi", "CUDA_DEVICE_SM_LIMIT_01=50",
+		"CUDA_DEVICE_SM_LIMIT_16=50",      "CUDA_DEVICE_SM_LIMIT_+1=50",
+	};
+	struct vgpu_config c;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT=2Gi", (char *)bad[i], NULL};
+		char name[64];
+		snprintf(name, sizeof(name), "%.*s=\"", (int)strcspn(bad[i], "="), bad[i]);
+		CHECK(vgpu_config_parse(&c, env) == -1);
+		CHECK(c.failed);
+		if (strstr(c.error, name) == NULL || strstr(c.error, "0..15") == NULL)
+			fprintf(stderr, "    %s: error \"%s\"\n", bad[i], c.error);
+		CHECK(strstr(c.error, name) != NULL && strstr(c.error, "0..15") != NULL);
+	}
+	char *good[] = {"CUDA_DEVICE_MEMORY_LIMIT_0=1Gi", "CUDA_DEVICE_MEMORY_LIMIT_15=2Gi",
+			"CUDA_DEVICE_SM_LIMIT_10=50", NULL};
+	CHECK(vgpu_config_parse(&c, good) == 0);
+	CHECK_EQ(c.mem_limit[0], GiB);
+	CHECK_EQ(c.mem_limit[15], 2 * GiB);
+	CHECK_EQ(c.sm_limit[10], 50);
 }
 
 static void priority_board_settings(void)
@@ -182,6 +223,163 @@ static void bad_priority_or_log_level_is_not_fatal(void)
 	CHECK_EQ(c.log_level, VGPU_LOG_WARN);
 }
 
+/* ---- the limits file (src/limits_file.c), read here from a scratch path ---- */
+static char scratch[256];
+
+static const char *in_scratch(const char *name)
+{
+	static char path[512];
+
+	if (scratch[0] == '\0') {
+		snprintf(scratch, sizeof(scratch), "%s/unit_config.XXXXXX",
+			 getenv("TEST_TMP") ? getenv("TEST_TMP") : "/tmp");
+		CHECK(mkdtemp(scratch) != NULL);
+	}
+	snprintf(path, sizeof(path), "%s/%s", scratch, name);
+	return path;
+}
+
+static const char *write_limits(const char *name, const char *text, size_t len)
+{
+	const char *path = in_scratch(name);
+	FILE *f = fopen(path, "w");
+
+	CHECK(f != NULL && fwrite(text, 1, len, f) == len && fclose(f) == 0);
+	return path;
+}
+
+#define LIMITS_1GI_50                                                                            \
+	"vgpu-bridge-limits 1\nCUDA_DEVICE_MEMORY_LIMIT_0=1Gi\nCUDA_DEVICE_MEMORY_LIMIT_1=2Gi\n"  \
+	"CUDA_DEVICE_SM_LIMIT_0=50\nCUDA_TASK_PRIORITY=1\n"
+
+static void the_limits_file_is_a_ceiling_the_environment_may_only_lower(void)
+{
+	const char *path = write_limits("limits.conf", LIMITS_1GI_50, strlen(LIMITS_1GI_50));
+	char *raise[] = {"CUDA_DEVICE_MEMORY_LIMIT=8Gi", "CUDA_DEVICE_SM_LIMIT_0=90",
+			 "CUDA_TASK_PRIORITY=0", NULL};
+	char *lower[] = {"CUDA_DEVICE_MEMORY_LIMIT_0=512m", "CUDA_DEVICE_SM_LIMIT=25",
+			 "CUDA_TASK_PRIORITY=3", NULL};
+	char *none[] = {"CUDA_DEVICE_MEMORY_LIMIT_0=0", "CUDA_DEVICE_SM_LIMIT_0=100", NULL};
+	struct vgpu_config c;
+
+	CHECK(vgpu_config_load(&c, raise, path) == 0);
+	CHECK(!c.failed && c.limits_file);
+	CHECK_EQ(c.mem_limit[0], GiB);         /* 8Gi from the environment: ignored */
+	CHECK_EQ(c.mem_limit[1], 2 * GiB);
+	CHECK_EQ(c.mem_limit[2], 8 * GiB);     /* the file has no limit there: the env's is lower */
+	CHECK_EQ(c.sm_limit[0], 50);
+	CHECK_EQ(c.priority, 1);               /* 0 would be higher than the claim's */
+	CHECK(c.any_mem_limit && c.any_sm_limit && c.gate_launches);
+	CHECK(vgpu_config_load(&c, lower, path) == 0);
+	CHECK_EQ(c.mem_limit[0], 512 * MiB);
+	CHECK_EQ(c.mem_limit[1], 2 * GiB);
+	CHECK_EQ(c.mem_limit[2], 0);
+	CHECK_EQ(c.sm_limit[0], 25);
+	CHECK_EQ(c.sm_limit[1], 25);
+	CHECK_EQ(c.priority, 3);
+	CHECK(vgpu_config_load(&c, none, path) == 0); /* "no limit" is no lower than the file's */
+	CHECK_EQ(c.mem_limit[0], GiB);
+	CHECK_EQ(c.sm_limit[0], 50);
+}
+
+static void without_a_limits_file_the_environment_decides(void)
+{
+	char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT=8Gi", "CUDA_TASK_PRIORITY=0", NULL};
+	const char *file = write_limits("plain-file", "x", 1);
+	char under_a_file[600];
+	struct vgpu_config c;
+
+	snprintf(under_a_file, sizeof(under_a_file), "%s/limits.conf", file);
+	CHECK(vgpu_config_load(&c, env, in_scratch("absent.conf")) == 0);
+	CHECK(!c.failed && !c.limits_file);
+	CHECK_EQ(c.mem_limit[3], 8 * GiB);
+	CHECK_EQ(c.priority, 0);
+	CHECK(vgpu_config_load(&c, env, under_a_file) == 0); /* ENOTDIR: not there either */
+	CHECK(!c.failed && !c.limits_file);
+}
+
+static void the_limits_file_names_the_claims_region(void)
+{
+	static const char text[] = "vgpu-bridge-limits 1\n\nCUDA_DEVICE_MEMORY_SHARED_CACHE=/claim/vgpu.cache\n";
+	const char *path = write_limits("region.conf", text, strlen(text));
+	char *env[] = {"CUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/mine", "CUDA_DEVICE_MEMORY_LIMIT=1Gi", NULL};
+	struct vgpu_config c;
+
+	CHECK(vgpu_config_load(&c, env, path) == 0);
+	CHECK(strcmp(c.shared_cache, "/claim/vgpu.cache") == 0);
+	CHECK_EQ(c.mem_limit[0], GiB);
+}
+
+static void a_malformed_limits_file_fails_closed_and_names_it(void)
+{
+	static const struct {
+		const char *text;
+		size_t len; /* 0: strlen */
+		const char *why;
+	} bad[] = {
+		{"", 0, "first line"},
+		{"vgpu-bridge-limits 2\nCUDA_DEVICE_MEMORY_LIMIT=1Gi\n", 0, "first line"},
+		{"vgpu-bridge-limits 1 \n", 0, "first line"},
+		{"CUDA_DEVICE_MEMORY_LIMIT=1Gi\n", 0, "first line"},
+		{"vgpu-bridge-limits 1\nCUDA_DEVICE_MEMORY_LIMIT_0\n", 0, "line 2: not a KEY=VALUE"},
+		{"vgpu-bridge-limits 1\nPATH=/bin\n", 0, "line 2: not a KEY=VALUE"},
+		{"vgpu-bridge-limits 1\nCUDA_TASK_PRIORITY_DIR=/x\n", 0, "line 2: not a KEY=VALUE"},
+		{"vgpu-bridge-limits 1\n CUDA_TASK_PRIORITY=1\n", 0, "line 2: not a KEY=VALUE"},
+		{"vgpu-bridge-limits 1\nCUDA_DEVICE_MEMORY_LIMIT_0=4GX\n", 0, "unknown unit"},
+		{"vgpu-bridge-limits 1\nCUDA_DEVICE_MEMORY_LIMIT_0=1Gi\r\n", 0, "unknown unit"},
+		{"vgpu-bridge-limits 1\nCUDA_DEVICE_MEMORY_LIMIT_16=1Gi\n", 0, "0..15"},
+		{"vgpu-bridge-limits 1\nCUDA_DEVICE_SM_LIMIT_00=50\n", 0, "0..15"},
+		{"vgpu-bridge-limits 1\nCUDA_DEVICE_SM_LIMIT=150\n", 0, "above 100"},
+		{"vgpu-bridge-limits 1\nCUDA_TASK_PRIORITY=high\n", 0, "CUDA_TASK_PRIORITY=\"high\""},
+		{"vgpu-bridge-limits 1\nCUDA_TASK_PRIORITY=-1\n", 0, "CUDA_TASK_PRIORITY=\"-1\""},
+		{"vgpu-bridge-limits 1\nCUDA_DEVICE_MEMORY_SHARED_CACHE=\n", 0, "empty"},
+		{"vgpu-bridge-limits 1\nCUDA_DEVICE_SM_LIMIT_1=50\nCUDA_DEVICE_SM_LIMIT_1=90\n", 0,
+		 "line 3: the key is set twice"},
+		{"vgpu-bridge-limits 1\nCUDA_DEVICE_SM_LIMIT_1=50\0\n", 47, "NUL byte"},
+	};
+	static char big[4200];
+	char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT=1Gi", NULL};
+	struct vgpu_config c;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		size_t len = bad[i].len ? bad[i].len : strlen(bad[i].text);
+		const char *path = write_limits("bad.conf", bad[i].text, len);
+		CHECK(vgpu_config_load(&c, env, path) == -1);
+		if (!c.failed || strstr(c.error, path) == NULL || strstr(c.error, bad[i].why) == NULL)
+			fprintf(stderr, "    case %zu: failed %d, error \"%s\" (want \"%s\")\n", i,
+				c.failed, c.error, bad[i].why);
+		CHECK(c.failed && strstr(c.error, path) && strstr(c.error, bad[i].why));
+	}
+	/* 4096 bytes is the most: blank lines pad a good file to exactly that, then one more */
+	size_t head = strlen(LIMITS_1GI_50);
+	memcpy(big, LIMITS_1GI_50, head);
+	memset(big + head, '\n', sizeof(big) - head);
+	CHECK(vgpu_config_load(&c, env, write_limits("big.conf", big, 4096)) == 0 && c.limits_file);
+	CHECK(vgpu_config_load(&c, env, write_limits("big.conf", big, 4097)) == -1);
+	CHECK(strstr(c.error, "larger than 4096 bytes") != NULL);
+}
+
+/* A link (even to a good file), a FIFO with no writer, a directory: fail closed, never block. */
+static void a_link_fifo_or_directory_in_place_of_the_file_fails_closed(void)
+{
+	const char *good = write_limits("good.conf", LIMITS_1GI_50, strlen(LIMITS_1GI_50));
+	char target[512], link_path[512], fifo[512], dir[512];
+	char *env[] = {NULL};
+	struct vgpu_config c;
+
+	snprintf(target, sizeof(target), "%s", good);
+	snprintf(link_path, sizeof(link_path), "%s", in_scratch("link.conf"));
+	snprintf(fifo, sizeof(fifo), "%s", in_scratch("fifo.conf"));
+	snprintf(dir, sizeof(dir), "%s", in_scratch("dir.conf"));
+	CHECK(symlink(target, link_path) == 0 && mkfifo(fifo, 0644) == 0 && mkdir(dir, 0755) == 0);
+	alarm(20); /* a blocking open of the FIFO would end the test here (SIGALRM) */
+	CHECK(vgpu_config_load(&c, env, link_path) == -1 && strstr(c.error, "symbolic link"));
+	CHECK(vgpu_config_load(&c, env, fifo) == -1 && strstr(c.error, "not a regular file"));
+	CHECK(vgpu_config_load(&c, env, dir) == -1 && strstr(c.error, "not a regular file"));
+	alarm(0);
+	CHECK(vgpu_config_load(&c, env, target) == 0 && c.mem_limit[0] == GiB);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct check_case cases[] = {
@@ -194,6 +392,20 @@ int main(int argc, char **argv)
 		CASE(bad_priority_or_log_level_is_not_fatal),
 		CASE(priority_board_settings),
 		CASE(a_bad_hold_or_board_dir_only_warns),
+		CASE(a_device_index_out_of_range_fails_closed),
+		CASE(the_limits_file_is_a_ceiling_the_environment_may_only_lower),
+		CASE(without_a_limits_file_the_environment_decides),
+		CASE(the_limits_file_names_the_claims_region),
+		CASE(a_malformed_limits_file_fails_closed_and_names_it),
+		CASE(a_link_fifo_or_directory_in_place_of_the_file_fails_closed),
 	};
-	return check_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]));
+	int rc = check_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]));
+
+	if (scratch[0]) {
+		char cmd[300];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", scratch);
+		if (system(cmd) != 0)
+			fprintf(stderr, "cannot remove %s\n", scratch);
+	}
+	return rc;
 }
