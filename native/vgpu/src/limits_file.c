@@ -147,9 +147,11 @@ static void cap_by_file(struct vgpu_config *cfg, const struct vgpu_config *file,
 		cfg->sm_limit[i] = (unsigned int)tighter(cfg->sm_limit[i], file->sm_limit[i]);
 	}
 	if (mem_raised >= 0 || sm_raised >= 0 || cfg->priority < file->priority)
-		fprintf(stderr, "libvgpu: the environment asks for more than %s allows (%s%s%s); the "
-				"file's values apply\n", path, mem_raised >= 0 ? "memory " : "",
-			sm_raised >= 0 ? "SM " : "", cfg->priority < file->priority ? "priority" : "");
+		fprintf(stderr, "libvgpu: the environment asks for more than %s allows (%s%s%s%s%s); "
+				"the file's values apply\n", path, mem_raised >= 0 ? "memory" : "",
+			mem_raised >= 0 && sm_raised >= 0 ? ", " : "", sm_raised >= 0 ? "SM" : "",
+			(mem_raised >= 0 || sm_raised >= 0) && cfg->priority < file->priority ? ", " : "",
+			cfg->priority < file->priority ? "priority" : "");
 	if (cfg->priority < file->priority)
 		cfg->priority = file->priority;
 	if (file_region)

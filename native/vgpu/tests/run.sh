@@ -214,6 +214,12 @@ for variant in plain san; do
 		timeout 240 "$T/test_priority"
 	# users of one container share its region in a sticky dir under fs.protected_regular
 	run test_region_users "${FAKE[@]}" "${LIM[@]}" TEST_TMP="$TMP" timeout 60 "$T/test_region_users"
+	# the node agent's limits file at the compiled-in path (a private mount namespace, as root)
+	run test_limits_file "${FAKE[@]}" CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" TEST_TMP="$TMP" \
+		timeout 120 "$T/test_limits_file"
+	# what LD_PRELOAD enforcement cannot stop (SECURITY.md): these cases pass by escaping
+	run test_bypass "${FAKE[@]}" "${LIM[@]}" CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
+		TEST_TMP="$TMP" timeout 120 "$T/test_bypass"
 	run test_dlsym "${FAKE[@]}" TEST_LIB_DIR="$B/testlib" \
 		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_dlsym"
 done
