@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import ssl
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,8 +21,8 @@ from kubernetes import client
 from tests.tls import write_self_signed
 from vgpu_bridge.core import Inventory
 from vgpu_bridge.kube import KubeApi
-from vgpu_bridge.webhook.app import build, listen
-from vgpu_bridge.webhook.server import ProbeServer, TLSFiles, WebhookServer
+from vgpu_bridge.webhook.app import build, listen, tls_files
+from vgpu_bridge.webhook.server import ProbeServer, WebhookServer
 from vgpu_bridge.webhook.settings import Settings
 
 INVENTORY = Inventory({"gpu.vgpu-bridge.io": frozenset({40 * 2**30, 80 * 2**30})})
@@ -93,7 +97,7 @@ def running_webhook(directory: Path, **settings: Any) -> Iterator[RunningWebhook
     admitter, _inventory, _sweeper = build(config, unreachable_api())
     admitter.inventory = lambda: INVENTORY
     ready = threading.Event()
-    tls = TLSFiles(str(cert_file), str(key_file))
+    tls = tls_files(config)
     server, probes = listen(config, admitter, tls=tls, ready=ready.is_set)
     servers = [server] if probes is None else [server, probes]
     threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
@@ -106,3 +110,81 @@ def running_webhook(directory: Path, **settings: Any) -> Iterator[RunningWebhook
             running.shutdown()
             running.server_close()
             thread.join(timeout=5)
+
+
+# A kubeconfig whose API server does not answer: the process admits what needs no API call.
+NOWHERE_KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: none, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+users: [{name: none, user: {token: none}}]
+contexts: [{name: none, context: {cluster: none, user: none}}]
+current-context: none
+"""
+
+
+@dataclass
+class WebhookProcess:
+    """`vgpu-bridge webhook` as its own process; everything it prints goes to `output`."""
+
+    port: int
+    cert_file: Path
+    output: Path
+    process: subprocess.Popen[bytes]
+
+    def connection(self, *, timeout_s: float = 10) -> http.client.HTTPSConnection:
+        context = ssl.create_default_context(cafile=str(self.cert_file))
+        return http.client.HTTPSConnection(
+            "127.0.0.1", self.port, context=context, timeout=timeout_s
+        )
+
+    def lines(self) -> list[str]:
+        return self.output.read_text().splitlines()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def answers_health(webhook: WebhookProcess) -> bool:
+    conn = webhook.connection(timeout_s=2)
+    try:
+        conn.request("GET", "/healthz")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+@contextmanager
+def webhook_process(directory: Path, *args: str) -> Iterator[WebhookProcess]:
+    """Start the binary on a free loopback port and wait until /healthz answers."""
+    cert_file, key_file = write_self_signed(directory)
+    (directory / "kubeconfig").write_text(NOWHERE_KUBECONFIG)
+    port = free_port()
+    command = [
+        sys.executable, "-m", "vgpu_bridge.cli", "webhook", "--listen", f"127.0.0.1:{port}",
+        "--tls-cert-file", str(cert_file), "--tls-key-file", str(key_file),
+        "--kubeconfig", str(directory / "kubeconfig"), *args,
+    ]  # fmt: skip
+    output = directory / "webhook.log"
+    with output.open("wb") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+    running = WebhookProcess(port, cert_file, output, process)
+    try:
+        for _ in range(600):
+            if process.poll() is not None or answers_health(running):
+                break
+            time.sleep(0.1)
+        assert process.poll() is None, running.output.read_text()
+        yield running
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

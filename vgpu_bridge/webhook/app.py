@@ -69,22 +69,31 @@ def housekeeping(
             return
 
 
+def tls_files(settings: Settings) -> TLSFiles:
+    return TLSFiles(
+        settings.tls_cert_file, settings.tls_key_file, client_ca_file=settings.client_ca_file
+    )
+
+
 def listen(
     settings: Settings, admitter: Admitter, *, tls: TLSFiles, ready: Callable[[], bool]
 ) -> tuple[WebhookServer, ProbeServer | None]:
     """The HTTPS server, and the plain-HTTP one when `--metrics-listen` is set (bound, not yet
     serving)."""
-    server = WebhookServer(settings.host_port, admitter=admitter, tls=tls, ready=ready)
+    limits = settings.limits()
+    server = WebhookServer(settings.host_port, admitter=admitter, tls=tls, ready=ready,
+                           limits=limits)  # fmt: skip
     if settings.metrics_host_port is None:
         return server, None
-    return server, ProbeServer(settings.metrics_host_port, admitter=admitter, ready=ready)
+    probes = ProbeServer(settings.metrics_host_port, admitter=admitter, ready=ready, limits=limits)
+    return server, probes
 
 
 def serve(settings: Settings) -> int:
     configure_json_logging()
     api = KubeApi.connect(settings.kubeconfig)
     admitter, inventory, sweeper = build(settings, api)
-    tls = TLSFiles(settings.tls_cert_file, settings.tls_key_file)
+    tls = tls_files(settings)
     server, probes = listen(settings, admitter, tls=tls, ready=inventory.synced.is_set)
     stop = threading.Event()
     workers = [

@@ -2,61 +2,115 @@
 An optional plain-HTTP server (`--metrics-listen`) answers /metrics, /healthz and /readyz only,
 for scrapers without the webhook's CA; /mutate is never served without TLS.
 
-Why the standard library's threading HTTP server: the API server keeps its connections to a
-webhook alive, so a thread per connection serves a handful of long-lived connections; the work per
-request is ~0.1 ms of pure Python, so an event loop would add overhead without adding concurrency
-on 2 cores; and it needs no dependency. TLS handshakes run in the connection's thread, so a slow
-client never blocks accept.
+Both run on `connections.ConnectionLoop`: one selector thread holds every connection (slow ones
+cost a socket, never a thread) and a fixed pool of workers runs admissions. /healthz and /readyz
+are answered on the selector thread, so probes are answered while every worker is busy and
+thousands of slow connections are held.
+
+With `--client-ca-file`, /mutate and /metrics answer only clients that presented a certificate
+signed by that CA (the API server can be configured to present one); /healthz and /readyz stay
+open to the kubelet's probes, which present none.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import ssl
 import threading
 from collections.abc import Callable
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import structlog
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from vgpu_bridge.webhook.admission import Admitter
+from vgpu_bridge.webhook.connections import ConnectionLoop, Limits, Reply, Request, bind
 
 log = structlog.get_logger("vgpu_bridge.webhook.server")
-IDLE_TIMEOUT_S = 60
+NOT_FOUND = Reply(404, b"not found")
+CLIENT_CERT_REQUIRED = Reply(403, b"a client certificate signed by --client-ca-file is required")
 
 
 class TLSFiles:
-    """An SSLContext that reloads its certificate and key when either file changes."""
+    """The serving SSLContext, built anew when the certificate, key or client CA file changes
+    (new handshakes use the new one)."""
 
-    def __init__(self, cert_file: str, key_file: str) -> None:
-        self.cert_file, self.key_file = cert_file, key_file
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+    def __init__(self, cert_file: str, key_file: str, *, client_ca_file: str | None = None) -> None:
+        self.cert_file, self.key_file, self.client_ca_file = cert_file, key_file, client_ca_file
         self._stamp = self._mtimes()
-        self.context.load_cert_chain(cert_file, key_file)
+        self.context = self._load()
 
-    def _mtimes(self) -> tuple[float, float]:
-        return os.stat(self.cert_file).st_mtime, os.stat(self.key_file).st_mtime
+    @property
+    def requires_client_cert(self) -> bool:
+        return self.client_ca_file is not None
+
+    def _files(self) -> list[str]:
+        return [f for f in (self.cert_file, self.key_file, self.client_ca_file) if f]
+
+    def _mtimes(self) -> tuple[float, ...]:
+        return tuple(os.stat(f).st_mtime for f in self._files())
+
+    def _load(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.cert_file, self.key_file)
+        if self.client_ca_file:
+            context.load_verify_locations(cafile=self.client_ca_file)
+            context.verify_mode = ssl.CERT_OPTIONAL  # a wrong certificate fails the handshake
+        return context
 
     def reload_if_changed(self) -> bool:
         stamp = self._mtimes()
         if stamp == self._stamp:
             return False
-        self.context.load_cert_chain(self.cert_file, self.key_file)  # new handshakes use it
+        self.context = self._load()
         self._stamp = stamp
-        log.info("TLS certificate reloaded", cert_file=self.cert_file)
+        log.info("TLS files reloaded", cert_file=self.cert_file, client_ca_file=self.client_ca_file)
         return True
 
 
-class ProbeServer(ThreadingHTTPServer):
-    """Plain HTTP: /metrics, /healthz and /readyz; everything else is 404."""
+class ProbeRoutes:
+    """GET /healthz and /readyz (on the selector thread), GET /metrics; everything else 404."""
 
-    daemon_threads = True
-    allow_reuse_address = True
+    def __init__(self, admitter: Admitter, ready: Callable[[], bool]) -> None:
+        self.admitter, self.ready = admitter, ready
+
+    def inline(self, request: Request) -> Reply | None:
+        if request.head.method != "GET":
+            return None
+        if request.head.path == "/healthz":
+            return Reply(200, b"ok")
+        if request.head.path == "/readyz":
+            ready = self.ready()
+            return Reply(200 if ready else 503, b"ok" if ready else b"not ready")
+        return None
+
+    def handle(self, request: Request) -> Reply:
+        if request.head.method == "GET" and request.head.path == "/metrics":
+            from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+            registry = self.admitter.metrics.registry
+            return Reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+        return NOT_FOUND
+
+
+class AdmissionRoutes(ProbeRoutes):
+    """The probe routes and POST /mutate; with a client CA, /mutate and /metrics need a client
+    certificate signed by it."""
+
+    def __init__(self, admitter: Admitter, ready: Callable[[], bool], *, tls: TLSFiles) -> None:
+        super().__init__(admitter, ready)
+        self.tls = tls
+
+    def handle(self, request: Request) -> Reply:
+        if self.tls.requires_client_cert and not request.client_verified:
+            return CLIENT_CERT_REQUIRED
+        if request.head.method == "POST" and request.head.path == "/mutate":
+            status, body = self.admitter.review_body(request.body)
+            return Reply(status, body, "application/json" if status == 200 else "text/plain")
+        return super().handle(request)
+
+
+class ProbeServer:
+    """Plain HTTP on `address`: the probe routes."""
 
     def __init__(
         self,
@@ -64,15 +118,29 @@ class ProbeServer(ThreadingHTTPServer):
         *,
         admitter: Admitter,
         ready: Callable[[], bool],
-        handler: type[BaseHTTPRequestHandler] | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.admitter, self.ready = admitter, ready
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        super().__init__(address, handler or _ProbeHandler)
+        self.socket = bind(address)
+        self.server_address: tuple[str, int] = self.socket.getsockname()[:2]
+        self.loop = self._loop(limits or Limits(max_body_bytes=admitter.settings.max_body_bytes))
+
+    def _loop(self, limits: Limits) -> ConnectionLoop:
+        return ConnectionLoop(self.socket, routes=ProbeRoutes(self.admitter, self.ready),
+                              limits=limits)  # fmt: skip
+
+    def serve_forever(self) -> None:
+        self.loop.serve_forever()
+
+    def shutdown(self) -> None:
+        self.loop.shutdown()
+
+    def server_close(self) -> None:
+        self.loop.close()
 
 
 class WebhookServer(ProbeServer):
-    """HTTPS: the probe paths and POST /mutate."""
+    """HTTPS on `address`: the probe routes and POST /mutate."""
 
     def __init__(
         self,
@@ -81,77 +149,16 @@ class WebhookServer(ProbeServer):
         admitter: Admitter,
         tls: TLSFiles,
         ready: Callable[[], bool],
+        limits: Limits | None = None,
     ) -> None:
         self.tls = tls
-        super().__init__(address, admitter=admitter, ready=ready, handler=_AdmissionHandler)
+        super().__init__(address, admitter=admitter, ready=ready, limits=limits)
 
-    def get_request(self) -> tuple[Any, Any]:
-        sock, addr = self.socket.accept()
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle delay on replies
-        return self.tls.context.wrap_socket(
-            sock, server_side=True, do_handshake_on_connect=False
-        ), addr
-
-
-class _ProbeHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive: the API server reuses its connections
-    timeout = IDLE_TIMEOUT_S
-    server: ProbeServer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Access logs are replaced by the one structured line per admission."""
-
-    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
-        """Status line, headers and body leave in one write."""
-        head = [
-            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
-            f"Content-Type: {content_type}",
-            f"Content-Length: {len(body)}",
-        ]
-        if self.close_connection:
-            head.append("Connection: close")
-        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
-
-    def do_GET(self) -> None:
-        if self.path == "/healthz":
-            self._send(200, b"ok", "text/plain")
-        elif self.path == "/readyz":
-            ready = self.server.ready()
-            self._send(200 if ready else 503, b"ok" if ready else b"not ready", "text/plain")
-        elif self.path == "/metrics":
-            self._send(
-                200, generate_latest(self.server.admitter.metrics.registry), CONTENT_TYPE_LATEST
-            )
-        else:
-            self._send(404, b"not found", "text/plain")
-
-    def do_POST(self) -> None:
-        self._refuse_body()
-
-    def _refuse_body(self) -> None:
-        """404, and close: the request body is not read."""
-        self.close_connection = True
-        self._send(404, b"not found", "text/plain")
-
-
-class _AdmissionHandler(_ProbeHandler):
-    server: WebhookServer
-
-    def do_POST(self) -> None:
-        if self.path.split("?")[0] != "/mutate":
-            self._refuse_body()
-            return
-        length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
-            self.close_connection = True
-            self._send(411, b"Content-Length required", "text/plain")
-            return
-        if int(length) > self.server.admitter.settings.max_body_bytes:
-            self.close_connection = True
-            self._send(413, b"request body too large", "text/plain")
-            return
-        status, body = self.server.admitter.review_body(self.rfile.read(int(length)))
-        self._send(status, body, "application/json" if status == 200 else "text/plain")
+    def _loop(self, limits: Limits) -> ConnectionLoop:
+        routes = AdmissionRoutes(self.admitter, self.ready, tls=self.tls)
+        return ConnectionLoop(
+            self.socket, routes=routes, limits=limits, tls=lambda: self.tls.context
+        )
 
 
 def watch_tls(tls: TLSFiles, stop: threading.Event, *, every_s: float = 2.0) -> None:

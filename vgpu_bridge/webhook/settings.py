@@ -7,6 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from vgpu_bridge.flag_settings import FlagSettings, HostPort, comma_list, split_host_port
+from vgpu_bridge.webhook.connections import Limits
 
 
 class Settings(FlagSettings):
@@ -20,6 +21,11 @@ class Settings(FlagSettings):
     )
     tls_cert_file: str = Field(description="PEM certificate (reloaded when it changes)")
     tls_key_file: str = Field(description="PEM private key")
+    client_ca_file: str | None = Field(
+        default=None,
+        description="PEM CA: /mutate and /metrics then answer only clients with a certificate "
+        "it signed (configure the API server to present one); unset: any client",
+    )
     kubeconfig: str | None = Field(default=None, description="kubeconfig; in-cluster if unset")
     profile: Literal["default", "hami"] = Field(
         default="default", description="driver profile: default or hami"
@@ -31,6 +37,22 @@ class Settings(FlagSettings):
     sweep_grace_seconds: int = Field(default=600, ge=0, description="unreferenced template age")
     sweep_interval_seconds: int = Field(default=120, ge=1, description="how often to sweep")
     max_body_bytes: int = Field(default=3 * 2**20, ge=1024, description="largest request body")
+    max_connections: int = Field(
+        default=1000,
+        ge=16,
+        le=60000,
+        description="open connections; past it the longest-waiting one is closed",
+    )
+    request_timeout_seconds: float = Field(
+        default=10, gt=0, le=300, description="a request's head and body must arrive within it"
+    )
+    idle_timeout_seconds: float = Field(
+        default=60, gt=0, le=3600, description="a keep-alive connection may idle this long"
+    )
+    workers: int = Field(default=8, ge=1, le=256, description="threads that run admissions")
+    max_templates_per_namespace: int = Field(
+        default=100, ge=1, description="ResourceClaimTemplates the webhook creates per namespace"
+    )
     default_memory: int = Field(default=0, ge=0, description="MiB; 0 = whole card")
     default_cores: int = Field(default=0, ge=0, le=100, description="SM percent of a share")
     default_gpu_num: int = Field(default=1, ge=1, description="GPUs when no count is given")
@@ -44,6 +66,15 @@ class Settings(FlagSettings):
     kai_without_capacity: Literal["warn", "refuse"] = Field(
         default="warn", description="what to do when the KAI build has no consumable capacity"
     )
+
+    def limits(self) -> Limits:
+        return Limits(
+            max_connections=self.max_connections,
+            request_timeout_s=self.request_timeout_seconds,
+            idle_timeout_s=self.idle_timeout_seconds,
+            max_body_bytes=self.max_body_bytes,
+            workers=self.workers,
+        )
 
     @property
     def host_port(self) -> tuple[str, int]:

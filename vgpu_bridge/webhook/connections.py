@@ -1,0 +1,407 @@
+"""The connections of one listening socket: one selector thread moves every byte (TLS handshakes,
+requests, replies) without blocking; a fixed pool of worker threads runs the handlers.
+
+What a slow or hostile client can hold is bounded: no thread (only a socket and a buffer of at
+most one request), for at most `request_timeout_s` from its first byte (or its accept) to the
+end of its body, or `idle_timeout_s` between two requests. Past `max_connections` the connection
+that has waited longest in its state is closed to make room. Constant-time routes (`/healthz`,
+`/readyz`) are answered on the selector thread itself, so they never queue behind busy workers.
+Every failed connection is one structured log line, never a traceback on stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import selectors
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import structlog
+
+from vgpu_bridge.webhook import wire
+from vgpu_bridge.webhook.wire import Head, HttpError
+
+log = structlog.get_logger("vgpu_bridge.webhook.connections")
+LISTEN_BACKLOG = 1024
+EXPIRE_EVERY_S = 0.25
+READ_CHUNK = 64 * 1024
+ACCEPTS_PER_WAKEUP = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_connections: int = 1000
+    request_timeout_s: float = 10.0
+    idle_timeout_s: float = 60.0
+    max_body_bytes: int = 3 * 2**20
+    workers: int = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    head: Head
+    body: bytes
+    peer: str
+    client_verified: bool  # a client certificate signed by --client-ca-file was presented
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    status: int
+    body: bytes
+    content_type: str = "text/plain"
+
+
+class Routes(Protocol):
+    def inline(self, request: Request) -> Reply | None:
+        """A reply computed in constant time on the selector thread, or None for `handle`."""
+
+    def handle(self, request: Request) -> Reply:
+        """The reply, computed on a worker thread."""
+
+
+class _Connection:
+    __slots__ = ("body_length", "buffer", "close_after", "deadline", "head", "logged", "out",
+                 "peer", "phase", "sock", "verified", "watching")  # fmt: skip
+
+    def __init__(self, sock: socket.socket, peer: str, phase: str, deadline: float) -> None:
+        self.sock, self.peer, self.phase, self.deadline = sock, peer, phase, deadline
+        self.buffer = bytearray()
+        self.head: Head | None = None
+        self.body_length = 0
+        self.out = b""
+        self.close_after = self.logged = self.verified = False
+        self.watching = 0  # selector events registered; 0 = not registered
+
+
+def bind(address: tuple[str, int]) -> socket.socket:
+    family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+    return socket.create_server(address, family=family, backlog=LISTEN_BACKLOG)
+
+
+class ConnectionLoop:
+    """Serves `listener` until `shutdown()`; `tls` gives the context for each new connection
+    (None: plain HTTP)."""
+
+    def __init__(
+        self,
+        listener: socket.socket,
+        *,
+        routes: Routes,
+        limits: Limits,
+        tls: Callable[[], ssl.SSLContext] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._listener, self._routes, self._limits, self._tls = listener, routes, limits, tls
+        self._clock = clock
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._done: queue.SimpleQueue[tuple[_Connection, Reply]] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[tuple[_Connection, Request] | None] = queue.SimpleQueue()
+        self._conns: dict[_Connection, None] = {}  # insertion order: longest in its state first
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self._next_expiry = 0.0
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._conns)
+
+    def serve_forever(self) -> None:
+        self._listener.setblocking(False)
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._listener, selectors.EVENT_READ, "accept")
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        workers = [
+            threading.Thread(target=self._worker, name=f"worker-{i}", daemon=True)
+            for i in range(self._limits.workers)
+        ]
+        for worker in workers:
+            worker.start()
+        try:
+            while not self._stop.is_set():
+                self._turn()
+        finally:
+            for conn in list(self._conns):
+                self._close(conn)
+            for _ in workers:
+                self._work.put(None)
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._wake()
+        self._stopped.wait()
+
+    def close(self) -> None:
+        self._selector.close()
+        for sock in (self._listener, self._wake_r, self._wake_w):
+            sock.close()
+
+    def _turn(self) -> None:
+        for key, _mask in self._selector.select(timeout=EXPIRE_EVERY_S):
+            if key.data == "accept":
+                self._accept()
+            elif key.data == "wake":
+                self._drain_wakeups()
+            else:
+                self._step(key.data)
+        while not self._done.empty():
+            conn, reply = self._done.get_nowait()
+            self._step(conn, reply)
+        now = self._clock()
+        if now >= self._next_expiry:
+            self._next_expiry = now + EXPIRE_EVERY_S
+            self._expire(now)
+
+    # -- accepting ------------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        for _ in range(ACCEPTS_PER_WAKEUP):
+            try:
+                sock, address = self._listener.accept()
+            except BlockingIOError:
+                return
+            except OSError as error:  # e.g. out of file descriptors: make room, try later
+                log.warning("accept failed", error=str(error))
+                self._make_room()
+                return
+            if len(self._conns) >= self._limits.max_connections and not self._make_room():
+                sock.close()
+                log.warning(
+                    "connection refused", peer=_peer(address), reason="all connections busy"
+                )
+                continue
+            try:
+                self._admit(sock, _peer(address))
+            except OSError as error:  # gone before we could set it up
+                sock.close()
+                log.warning("connection failed", peer=_peer(address), reason=_describe(error))
+
+    def _admit(self, sock: socket.socket, peer: str) -> None:
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle delay on replies
+        deadline = self._clock() + self._limits.request_timeout_s
+        if self._tls is None:
+            conn = _Connection(sock, peer, "request", deadline)
+        else:
+            wrapped = self._tls().wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            conn = _Connection(wrapped, peer, "handshake", deadline)
+        self._conns[conn] = None
+        self._watch(conn, selectors.EVENT_READ)
+
+    def _make_room(self) -> bool:
+        """Close the connection that has waited longest in its state (never one a worker holds)."""
+        for conn in self._conns:
+            if conn.phase != "busy":
+                limit = self._limits.max_connections
+                self._fail(conn, f"closed to make room: {limit} connections open")
+                return True
+        return False
+
+    # -- one step of a connection ---------------------------------------------------------
+
+    def _step(self, conn: _Connection, reply: Reply | None = None) -> None:
+        try:
+            if reply is not None:
+                self._reply(conn, reply)
+            elif conn.phase == "handshake":
+                self._handshake(conn)
+            elif conn.phase == "reply":
+                self._write(conn)
+            else:
+                self._read(conn)
+            while conn.phase == "idle" and conn.buffer and conn in self._conns:
+                self._enter(conn, "request", self._limits.request_timeout_s)  # pipelined
+                self._parse(conn)
+        except HttpError as error:
+            self._refuse(conn, error)
+        except (ssl.SSLError, OSError) as error:
+            self._fail(conn, _describe(error))
+        except Exception as error:  # a bug of ours: one line with its traceback, then close
+            log.exception("connection failed", peer=conn.peer, phase=conn.phase)
+            self._fail(conn, f"internal error: {type(error).__name__}")
+
+    def _handshake(self, conn: _Connection) -> None:
+        sock = conn.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._watch(conn, selectors.EVENT_READ)
+            return
+        except ssl.SSLWantWriteError:
+            self._watch(conn, selectors.EVENT_WRITE)
+            return
+        conn.verified = bool(sock.getpeercert())
+        conn.phase = "request"
+        self._read(conn)
+
+    def _read(self, conn: _Connection) -> None:
+        room = wire.MAX_HEAD_BYTES + self._limits.max_body_bytes + 4
+        while len(conn.buffer) < room:
+            try:
+                chunk = conn.sock.recv(READ_CHUNK)
+            except (ssl.SSLWantReadError, BlockingIOError):
+                break
+            if not chunk:
+                self._end_of_stream(conn)
+                return
+            if conn.phase == "idle":  # the first byte of the next request starts its clock
+                self._enter(conn, "request", self._limits.request_timeout_s)
+            conn.buffer += chunk
+        self._watch(conn, selectors.EVENT_READ)
+        self._parse(conn)
+
+    def _end_of_stream(self, conn: _Connection) -> None:
+        if conn.phase == "idle" and not conn.buffer:
+            self._close(conn)  # a client closing its keep-alive connection
+        else:
+            self._fail(conn, "closed by the client before its request was complete")
+
+    def _parse(self, conn: _Connection) -> None:
+        if conn.head is None:
+            end = wire.head_end(conn.buffer)
+            if end < 0:
+                return
+            conn.head = wire.parse_head(bytes(conn.buffer[: end - 4]))
+            conn.body_length = wire.body_length(conn.head, limit=self._limits.max_body_bytes)
+            del conn.buffer[:end]
+        if len(conn.buffer) < conn.body_length:
+            return
+        body = bytes(conn.buffer[: conn.body_length])
+        del conn.buffer[: conn.body_length]
+        request = Request(conn.head, body, conn.peer, conn.verified)
+        conn.close_after = not conn.head.keep_alive
+        conn.head, conn.body_length = None, 0
+        reply = self._routes.inline(request)
+        if reply is not None:
+            self._reply(conn, reply)
+            return
+        self._enter(conn, "busy", 0)
+        self._watch(conn, 0)
+        self._work.put((conn, request))
+
+    def _reply(self, conn: _Connection, reply: Reply) -> None:
+        conn.out = wire.response(
+            reply.status, reply.body, content_type=reply.content_type, close=conn.close_after
+        )
+        self._enter(conn, "reply", self._limits.request_timeout_s)
+        self._write(conn)
+
+    def _write(self, conn: _Connection) -> None:
+        while conn.out:
+            try:
+                sent = conn.sock.send(conn.out)
+            except (ssl.SSLWantWriteError, BlockingIOError):
+                self._watch(conn, selectors.EVENT_WRITE)
+                return
+            except ssl.SSLWantReadError:
+                self._watch(conn, selectors.EVENT_READ)
+                return
+            conn.out = conn.out[sent:]
+        if conn.close_after:
+            self._close(conn)
+            return
+        self._enter(conn, "idle", self._limits.idle_timeout_s)
+        self._watch(conn, selectors.EVENT_READ)
+
+    # -- failures and time limits ---------------------------------------------------------
+
+    def _refuse(self, conn: _Connection, error: HttpError) -> None:
+        """Answer `error.status` with its reason, then close; one log line."""
+        self._log_failure(conn, error.reason, status=error.status)
+        conn.close_after = True
+        conn.buffer.clear()
+        conn.head = None
+        try:
+            self._reply(conn, Reply(error.status, error.reason.encode()))
+        except (ssl.SSLError, OSError):
+            self._close(conn)
+
+    def _fail(self, conn: _Connection, reason: str) -> None:
+        self._log_failure(conn, reason)
+        self._close(conn)
+
+    def _log_failure(self, conn: _Connection, reason: str, **fields: object) -> None:
+        if not conn.logged:
+            conn.logged = True
+            log.warning("connection failed", peer=conn.peer, phase=conn.phase, reason=reason,
+                        **fields)  # fmt: skip
+
+    def _expire(self, now: float) -> None:
+        for conn in [c for c in self._conns if c.phase != "busy" and now > c.deadline]:
+            if conn.phase == "idle":
+                self._close(conn)
+            elif conn.phase == "request" and conn.buffer:
+                self._refuse(conn, HttpError(408, _late(self._limits.request_timeout_s)))
+                self._close(conn)  # the 408 was a courtesy: never wait for a slow reader
+            else:
+                self._fail(conn, _late(self._limits.request_timeout_s))
+
+    def _close(self, conn: _Connection) -> None:
+        if conn in self._conns:
+            del self._conns[conn]
+            self._watch(conn, 0)
+            conn.sock.close()
+
+    # -- bookkeeping ----------------------------------------------------------------------
+
+    def _enter(self, conn: _Connection, phase: str, timeout_s: float) -> None:
+        conn.phase, conn.deadline = phase, self._clock() + timeout_s
+        self._conns.pop(conn, None)
+        self._conns[conn] = None  # now the newest in its state
+
+    def _watch(self, conn: _Connection, events: int) -> None:
+        if events == conn.watching:
+            return
+        if conn.watching and events:
+            self._selector.modify(conn.sock, events, conn)
+        elif events:
+            self._selector.register(conn.sock, events, conn)
+        else:
+            self._selector.unregister(conn.sock)
+        conn.watching = events
+
+    def _worker(self) -> None:
+        while (item := self._work.get()) is not None:
+            conn, request = item
+            try:
+                reply = self._routes.handle(request)
+            except Exception:
+                log.exception("request failed", peer=conn.peer, path=request.head.path)
+                reply = Reply(500, b"internal error")
+            self._done.put((conn, reply))
+            self._wake()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):  # full: already awake; closed: shutting down
+            self._wake_w.send(b"\0")
+
+    def _drain_wakeups(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while self._wake_r.recv(4096):
+                pass
+
+
+def _peer(address: object) -> str:
+    if isinstance(address, tuple) and len(address) >= 2:
+        return f"{address[0]}:{address[1]}"
+    return str(address)
+
+
+def _late(timeout_s: float) -> str:
+    return f"request not complete within {timeout_s:g} s"
+
+
+def _describe(error: OSError) -> str:
+    if isinstance(error, ssl.SSLError):
+        return f"TLS: {error.reason or error}"
+    return f"{type(error).__name__}: {error.strerror or error}"
