@@ -18,9 +18,12 @@ from vgpu_bridge.node.kubeletapi import dra_v1_pb2, dra_v1beta1_pb2, pluginregis
 from vgpu_bridge.node.state import ClaimRef, StateLocked
 
 CLAIM = allocated_claim(
-    result("gpu-1", memory="3000Mi", cores="30"), uid="uid-1", name="c1", priority=1
+    result("gpu-1", memory="3000Mi", cores="30"),
+    uid="0c1a1d00-0000-4000-8000-000000000001",
+    name="c1",
+    priority=1,
 )
-REF = ClaimRef("team-a", "c1", "uid-1")
+REF = ClaimRef("team-a", "c1", "0c1a1d00-0000-4000-8000-000000000001")
 
 
 @pytest.fixture
@@ -43,6 +46,10 @@ def _seed_prepared(dirs: AgentDirs) -> None:
     checkpoint.save(dirs.checkpoint, {REF.uid: prepared})
 
 
+def _uid(i: int) -> str:
+    return f"0c1a1d00-0000-4000-8000-{i:012d}"
+
+
 def test_registration_names_our_driver_the_dra_socket_and_v1_first(agent: RunningAgent) -> None:
     info = agent.registration().GetInfo(pluginregistration_v1_pb2.InfoRequest(), timeout=5)
     assert info.type == "DRAPlugin"
@@ -60,11 +67,11 @@ def test_registration_names_our_driver_the_dra_socket_and_v1_first(agent: Runnin
 def test_a_claim_the_api_cannot_be_asked_about_fails_alone_and_writes_nothing(
     agent: RunningAgent,
 ) -> None:
-    claims = [dra_v1_pb2.Claim(namespace="team-a", name=f"c{i}", uid=f"u{i}") for i in range(2)]
+    claims = [dra_v1_pb2.Claim(namespace="team-a", name=f"c{i}", uid=_uid(i)) for i in range(2)]
     response = agent.v1().NodePrepareResources(
         dra_v1_pb2.NodePrepareResourcesRequest(claims=claims), timeout=30
     )
-    assert set(response.claims) == {"u0", "u1"}
+    assert set(response.claims) == {_uid(0), _uid(1)}
     for answer in response.claims.values():
         assert "reading ResourceClaim team-a/" in answer.error
         assert not answer.devices
@@ -80,14 +87,28 @@ def test_after_a_reboot_a_prepared_claim_gets_its_spec_back_and_the_same_ids(
     with running_agent(dirs, GPUS, node=NODE) as agent:  # the API is unreachable: no API call
         assert spec_file.exists()
         request = dra_v1_pb2.NodePrepareResourcesRequest(
-            claims=[dra_v1_pb2.Claim(namespace="team-a", name="c1", uid="uid-1")]
+            claims=[
+                dra_v1_pb2.Claim(
+                    namespace="team-a", name="c1", uid="0c1a1d00-0000-4000-8000-000000000001"
+                )
+            ]
         )
-        first = agent.v1().NodePrepareResources(request, timeout=10).claims["uid-1"]
-        again = agent.v1().NodePrepareResources(request, timeout=10).claims["uid-1"]
+        first = (
+            agent.v1()
+            .NodePrepareResources(request, timeout=10)
+            .claims["0c1a1d00-0000-4000-8000-000000000001"]
+        )
+        again = (
+            agent.v1()
+            .NodePrepareResources(request, timeout=10)
+            .claims["0c1a1d00-0000-4000-8000-000000000001"]
+        )
     assert first.error == ""
     assert first == again
     [device] = first.devices
-    assert list(device.cdi_device_ids) == ["k8s.gpu.vgpu-bridge.io/claim=uid-1-0"]
+    assert list(device.cdi_device_ids) == [
+        "k8s.gpu.vgpu-bridge.io/claim=0c1a1d00-0000-4000-8000-000000000001-0"
+    ]
     assert (device.pool_name, device.device_name, list(device.request_names)) == (
         NODE,
         "gpu-1",
@@ -102,11 +123,21 @@ def test_v1beta1_answers_the_same_devices_without_share_ids(dirs: AgentDirs) -> 
     _seed_prepared(dirs)
     with running_agent(dirs, GPUS, node=NODE) as agent:
         request = dra_v1beta1_pb2.NodePrepareResourcesRequest(
-            claims=[dra_v1beta1_pb2.Claim(namespace="team-a", name="c1", uid="uid-1")]
+            claims=[
+                dra_v1beta1_pb2.Claim(
+                    namespace="team-a", name="c1", uid="0c1a1d00-0000-4000-8000-000000000001"
+                )
+            ]
         )
-        answer = agent.v1beta1().NodePrepareResources(request, timeout=10).claims["uid-1"]
+        answer = (
+            agent.v1beta1()
+            .NodePrepareResources(request, timeout=10)
+            .claims["0c1a1d00-0000-4000-8000-000000000001"]
+        )
     [device] = answer.devices
-    assert list(device.cdi_device_ids) == ["k8s.gpu.vgpu-bridge.io/claim=uid-1-0"]
+    assert list(device.cdi_device_ids) == [
+        "k8s.gpu.vgpu-bridge.io/claim=0c1a1d00-0000-4000-8000-000000000001-0"
+    ]
     assert "share_id" not in device.DESCRIPTOR.fields_by_name
 
 
@@ -116,12 +147,16 @@ def test_each_version_unprepares_through_the_same_state(dirs: AgentDirs, version
     _seed_prepared(dirs)
     with running_agent(dirs, GPUS, node=NODE) as agent:
         stub = agent.v1() if version == "v1" else agent.v1beta1()
-        claim = messages.Claim(namespace="team-a", name="c1", uid="uid-1")
+        claim = messages.Claim(
+            namespace="team-a", name="c1", uid="0c1a1d00-0000-4000-8000-000000000001"
+        )
         response = stub.NodeUnprepareResources(
             messages.NodeUnprepareResourcesRequest(claims=[claim]), timeout=10
         )
         assert type(response) is messages.NodeUnprepareResourcesResponse
-        assert {uid: r.error for uid, r in response.claims.items()} == {"uid-1": ""}
+        assert {uid: r.error for uid, r in response.claims.items()} == {
+            "0c1a1d00-0000-4000-8000-000000000001": ""
+        }
         assert agent.state.snapshot() == []
     assert not dirs.layout.spec_path(REF.uid).exists()
 
@@ -134,15 +169,19 @@ def test_unprepare_removes_everything_and_repeats_fine_also_for_unknown_claims(
         assert dirs.layout.shared_dir(REF.uid).is_dir()
         request = dra_v1_pb2.NodeUnprepareResourcesRequest(
             claims=[
-                dra_v1_pb2.Claim(namespace="team-a", name="c1", uid="uid-1"),
-                dra_v1_pb2.Claim(namespace="team-a", name="gone", uid="never-prepared"),
+                dra_v1_pb2.Claim(
+                    namespace="team-a", name="c1", uid="0c1a1d00-0000-4000-8000-000000000001"
+                ),
+                dra_v1_pb2.Claim(
+                    namespace="team-a", name="gone", uid="0c1a1d00-0000-4000-8000-0000000000ff"
+                ),
             ]
         )
         for _ in range(2):
             response = agent.v1().NodeUnprepareResources(request, timeout=10)
             assert {uid: r.error for uid, r in response.claims.items()} == {
-                "uid-1": "",
-                "never-prepared": "",
+                "0c1a1d00-0000-4000-8000-000000000001": "",
+                "0c1a1d00-0000-4000-8000-0000000000ff": "",
             }
         assert agent.state.snapshot() == []
     assert not dirs.layout.spec_path(REF.uid).exists()
@@ -152,17 +191,23 @@ def test_unprepare_removes_everything_and_repeats_fine_also_for_unknown_claims(
 
 def test_a_corrupt_checkpoint_is_moved_aside_and_the_agent_still_serves(dirs: AgentDirs) -> None:
     _seed_prepared(dirs)
-    dirs.checkpoint.write_text('{"version": "v1", "claims": {"uid-1": ')
+    dirs.checkpoint.write_text(
+        '{"version": "v1", "claims": {"0c1a1d00-0000-4000-8000-000000000001": '
+    )
     with running_agent(dirs, GPUS, node=NODE) as agent:  # the API is unreachable: cannot rebuild
         info = agent.registration().GetInfo(pluginregistration_v1_pb2.InfoRequest(), timeout=5)
         assert info.name == DEFAULT.driver
         unprepared = agent.v1().NodeUnprepareResources(
             dra_v1_pb2.NodeUnprepareResourcesRequest(
-                claims=[dra_v1_pb2.Claim(namespace="team-a", name="c1", uid="uid-1")]
+                claims=[
+                    dra_v1_pb2.Claim(
+                        namespace="team-a", name="c1", uid="0c1a1d00-0000-4000-8000-000000000001"
+                    )
+                ]
             ),
             timeout=10,
         )
-        assert unprepared.claims["uid-1"].error == ""
+        assert unprepared.claims["0c1a1d00-0000-4000-8000-000000000001"].error == ""
     assert [p.name.split("-")[0] for p in dirs.plugin.glob("checkpoint.json.corrupt-*")] == [
         "checkpoint.json.corrupt"
     ]
@@ -172,7 +217,7 @@ def test_a_corrupt_checkpoint_is_moved_aside_and_the_agent_still_serves(dirs: Ag
 
 def test_specs_no_prepared_claim_owns_are_removed_at_start(dirs: AgentDirs) -> None:
     _seed_prepared(dirs)
-    orphan = dirs.layout.spec_path("crashed-before-checkpoint")
+    orphan = dirs.layout.spec_path(_uid(99))  # crashed before its checkpoint
     orphan.write_text("{}")
     with running_agent(dirs, GPUS, node=NODE):
         assert not orphan.exists()
@@ -190,7 +235,7 @@ def test_sockets_are_removed_on_stop(dirs: AgentDirs) -> None:
 def test_every_claim_is_answered_before_the_callers_deadline(agent: RunningAgent) -> None:
     """The API is unreachable, so each new claim costs its retries: claims the call has no time
     left for fail with a reason instead of the whole call timing out."""
-    claims = [dra_v1_pb2.Claim(namespace="team-a", name=f"c{i}", uid=f"u{i}") for i in range(50)]
+    claims = [dra_v1_pb2.Claim(namespace="team-a", name=f"c{i}", uid=_uid(i)) for i in range(50)]
     response = agent.v1().NodePrepareResources(
         dra_v1_pb2.NodePrepareResourcesRequest(claims=claims), timeout=3.5
     )
@@ -220,14 +265,26 @@ def test_an_unwritable_cdi_dir_at_start_fails_the_claim_not_the_agent(dirs: Agen
     try:
         with running_agent(dirs, GPUS, node=NODE) as agent:  # starts despite the read-only dir
             request = dra_v1_pb2.NodePrepareResourcesRequest(
-                claims=[dra_v1_pb2.Claim(namespace="team-a", name="c1", uid="uid-1")]
+                claims=[
+                    dra_v1_pb2.Claim(
+                        namespace="team-a", name="c1", uid="0c1a1d00-0000-4000-8000-000000000001"
+                    )
+                ]
             )
-            refused = agent.v1().NodePrepareResources(request, timeout=10).claims["uid-1"]
+            refused = (
+                agent.v1()
+                .NodePrepareResources(request, timeout=10)
+                .claims["0c1a1d00-0000-4000-8000-000000000001"]
+            )
             assert "cannot rewrite the CDI spec" in refused.error
             assert "Read-only file system" in refused.error
             subprocess.run(["mount", "-o", "remount,rw", str(cdi)], check=True)
-            prepared = agent.v1().NodePrepareResources(request, timeout=10).claims["uid-1"]
+            prepared = (
+                agent.v1()
+                .NodePrepareResources(request, timeout=10)
+                .claims["0c1a1d00-0000-4000-8000-000000000001"]
+            )
             assert prepared.error == ""
-            assert dirs.layout.spec_path("uid-1").exists()
+            assert dirs.layout.spec_path("0c1a1d00-0000-4000-8000-000000000001").exists()
     finally:
         subprocess.run(["umount", str(cdi)], check=False)

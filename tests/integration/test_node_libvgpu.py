@@ -44,8 +44,12 @@ int main(int argc, char **argv) {
     return 0;
 }
 """
-CLAIM = allocated_claim(result("gpu-0", memory="3000Mi", cores="30"), uid="uid-lib", name="lib")
-REF = ClaimRef("team-a", "lib", "uid-lib")
+CLAIM = allocated_claim(
+    result("gpu-0", memory="3000Mi", cores="30"),
+    uid="0c1a1d00-0000-4000-8000-00000000011b",
+    name="lib",
+)
+REF = ClaimRef("team-a", "lib", "0c1a1d00-0000-4000-8000-00000000011b")
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,20 @@ launches hold back those of lower-priority tasks of other containers. The claim'
 directory is mode 0777: whichever container of the claim starts first creates the region file
 there, under whatever user it runs as (not sticky, so fs.protected_regular never refuses the
 others' `O_CREAT` open of that file). Building is pure; writing is atomic.
+
+The limits file (`<vgpu_dir>/limits/<uid>.conf`, 0444, in a root-owned 0755 dir no container
+can write) says the claim's limits once more, where the container cannot change them: the spec
+mounts it read-only at LIMITS_MOUNT, and libvgpu trusts it over the environment (the environment
+may only lower a limit). Format: the line `vgpu-bridge-limits 1`, then one `KEY=VALUE` line per
+limit the spec puts in the environment (`CUDA_DEVICE_MEMORY_LIMIT_<i>`,
+`CUDA_DEVICE_SM_LIMIT_<i>`, `CUDA_TASK_PRIORITY`), at most LIMITS_MAX_BYTES in all.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
+import os
+import re
 import shutil
 import stat
 from dataclasses import dataclass
@@ -25,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from vgpu_bridge.node.allocation import ClaimShares
-from vgpu_bridge.node.files import remove, write_atomic
+from vgpu_bridge.node.files import UnsafeFile, read_regular, remove, write_atomic
+from vgpu_bridge.node.names import UUID
 
 Json = dict[str, Any]
 CDI_VERSION = "0.6.0"  # annotations need 0.6.0; env, mounts and device nodes need less
@@ -44,6 +53,16 @@ PRELOAD_FILE = "ld.so.preload"  # in the host's vgpu dir, mounted as the contain
 CONTAINER_LIBRARY = f"{CONTAINER_VGPU_DIR}/{LIBRARY_FILE}"
 PRELOAD_MOUNT = "/etc/ld.so.preload"
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+LIMITS_DIR = "limits"  # in the host's vgpu dir: one limits file per claim, root's alone
+LIMITS_DIR_MODE = 0o755
+LIMITS_FILE_MODE = 0o444
+LIMITS_MOUNT = "/etc/vgpu-bridge/limits.conf"
+LIMITS_HEADER = "vgpu-bridge-limits 1"
+LIMITS_MAX_BYTES = 4096
+LIMITS_FILE_PATTERN = rf"({UUID.pattern})\.conf"
+LIMIT_KEY = re.compile(
+    r"CUDA_DEVICE_MEMORY_LIMIT_[0-9]+|CUDA_DEVICE_SM_LIMIT_[0-9]+|CUDA_TASK_PRIORITY"
+)
 
 
 def claim_dir(vgpu_dir: Path, claim_uid: str) -> Path:
@@ -75,6 +94,13 @@ class CdiLayout:
         return claim_dir(self.vgpu_dir, claim_uid)
 
     @property
+    def limits_dir(self) -> Path:
+        return self.vgpu_dir / LIMITS_DIR
+
+    def limits_path(self, claim_uid: str) -> Path:
+        return self.limits_dir / f"{claim_uid}.conf"
+
+    @property
     def priority_dir(self) -> Path:
         """The node's priority boards (one per GPU), shared by every claimed container."""
         return self.vgpu_dir / "priority"
@@ -82,11 +108,20 @@ class CdiLayout:
     def device_id(self, claim_uid: str, index: int) -> str:
         return f"{self.kind}={device_name(claim_uid, index)}"
 
-    def is_spec_file(self, path: Path) -> bool:
-        return path.name.startswith(f"{self.vendor}-{CDI_CLASS}_") and path.suffix == ".json"
+    @property
+    def spec_name_pattern(self) -> str:
+        """Our spec files' names exactly (a regular expression): the claim uid a UUID."""
+        return rf"{re.escape(f'{self.vendor}-{CDI_CLASS}_')}({UUID.pattern})\.json"
 
-    def claim_uid_of(self, path: Path) -> str:
-        return path.stem.removeprefix(f"{self.vendor}-{CDI_CLASS}_")
+    def claim_uid_of(self, path: Path) -> str | None:
+        """The claim uid of one of our spec files; None for any other name (only what this
+        agent wrote is ever removed: a `..` where the uid goes is not ours)."""
+        found = re.fullmatch(self.spec_name_pattern, path.name)
+        return found.group(1) if found else None
+
+    def claim_uid_of_limits(self, path: Path) -> str | None:
+        found = re.fullmatch(LIMITS_FILE_PATTERN, path.name)
+        return found.group(1) if found else None
 
 
 def device_name(claim_uid: str, index: int) -> str:
@@ -136,6 +171,11 @@ def _common_edits(claim: ClaimShares, layout: CdiLayout) -> Json:
             _mount(host / PRELOAD_FILE, PRELOAD_MOUNT, "ro"),
             _mount(layout.shared_dir(claim.uid), CONTAINER_SHARED_DIR, "rw"),
             _mount(layout.priority_dir, CONTAINER_PRIORITY_DIR, "rw"),
+            {
+                "hostPath": str(layout.limits_path(claim.uid)),
+                "containerPath": LIMITS_MOUNT,
+                "options": ["ro", "nosuid", "nodev", "noexec", "rbind"],
+            },
         ],
     }
     if any(s.gpu.device_node is not None for s in shares):
@@ -156,16 +196,34 @@ def spec_text(spec: Json) -> str:
     return json.dumps(spec, indent=2, sort_keys=True) + "\n"
 
 
+def limits_text(spec: Json) -> str:
+    """The limits file for a spec: its limit variables, shares in order, then the priority."""
+    devices = spec.get("devices") or []
+    edits = [d.get("containerEdits") or {} for d in devices] + [spec.get("containerEdits") or {}]
+    lines = [
+        e for edit in edits for e in edit.get("env", []) if LIMIT_KEY.fullmatch(e.split("=")[0])
+    ]
+    text = "\n".join([LIMITS_HEADER, *lines, ""])
+    if len(text.encode()) > LIMITS_MAX_BYTES:
+        raise ValueError(f"the limits file would be {len(text)} bytes, over {LIMITS_MAX_BYTES}")
+    return text
+
+
 def write_spec(text: str, claim_uid: str, layout: CdiLayout) -> None:
-    """Create the claim's shared-region dir and write its spec atomically; on failure neither.
-    The node's priority dir is created too when missing (and stays: every claim mounts it)."""
+    """Create the claim's shared-region dir, write its limits file and then its spec, each
+    atomically; on failure none of them. The node's priority dir is created too when missing
+    (and stays: every claim mounts it)."""
     _ensure_dir(layout.priority_dir, PRIORITY_DIR_MODE)
+    _ensure_dir(layout.limits_dir, LIMITS_DIR_MODE)
+    limits = limits_text(json.loads(text)).encode()
     shared = layout.shared_dir(claim_uid)
     existed = shared.is_dir()
     try:
         _ensure_dir(shared, SHARED_DIR_MODE)
+        write_atomic(layout.limits_path(claim_uid), limits, mode=LIMITS_FILE_MODE, durable=False)
         write_atomic(layout.spec_path(claim_uid), text.encode(), durable=False)  # tmpfs
     except BaseException:
+        remove(layout.limits_path(claim_uid), durable=False)
         if not existed:
             shutil.rmtree(shared, ignore_errors=True)
         raise
@@ -186,9 +244,18 @@ def _is_dir_of_mode(path: Path, mode: int) -> bool:
     return stat.S_ISDIR(found) and stat.S_IMODE(found) == mode
 
 
+def _limits_are(path: Path, text: str) -> bool:
+    try:
+        data = read_regular(path, max_bytes=LIMITS_MAX_BYTES)
+        mode = os.lstat(path).st_mode
+    except (OSError, UnsafeFile):
+        return False
+    return data == text.encode() and stat.S_IMODE(mode) == LIMITS_FILE_MODE
+
+
 def spec_is_current(text: str, claim_uid: str, layout: CdiLayout) -> bool:
-    """The spec file exists with exactly this content, and so do the dirs it mounts, each with
-    its mode."""
+    """The spec file exists with exactly this content, so does the limits file it mounts, and
+    the dirs it mounts, each with its mode."""
     try:
         on_disk = layout.spec_path(claim_uid).read_text()
     except OSError:
@@ -196,13 +263,18 @@ def spec_is_current(text: str, claim_uid: str, layout: CdiLayout) -> bool:
     dirs = (
         (layout.shared_dir(claim_uid), SHARED_DIR_MODE),
         (layout.priority_dir, PRIORITY_DIR_MODE),
+        (layout.limits_dir, LIMITS_DIR_MODE),
     )
-    return on_disk == text and all(_is_dir_of_mode(path, mode) for path, mode in dirs)
+    return (
+        on_disk == text
+        and _limits_are(layout.limits_path(claim_uid), limits_text(json.loads(text)))
+        and all(_is_dir_of_mode(path, mode) for path, mode in dirs)
+    )
 
 
 def remove_spec(claim_uid: str, layout: CdiLayout) -> None:
-    """Remove the claim's spec and shared-region dir (fine when they are already gone); the
-    node's priority dir stays."""
+    """Remove the claim's spec and limits file (fine when they are already gone). Its
+    shared-region dir is the tenant's to fill: removed apart (`claimdirs.trash`), outside any
+    lock; the node's priority dir stays."""
     remove(layout.spec_path(claim_uid), durable=False)
-    with contextlib.suppress(FileNotFoundError):
-        shutil.rmtree(layout.shared_dir(claim_uid))
+    remove(layout.limits_path(claim_uid), durable=False)

@@ -3,21 +3,30 @@
 Prepare reads it first (a prepared claim answers from here, with the same CDI IDs, and without
 calling the API), Unprepare works from it alone (the claim may be gone). Written atomically,
 without fsync (see `save`), after every change. A file that does not parse, has another version
-or fails its checksum is `CheckpointCorrupt`: the agent moves it aside and rebuilds from the
-API, it never crash-loops.
+or fails its checksum is `CheckpointCorrupt`, and so is anything that is not a regular file of
+at most MAX_BYTES (a directory, a FIFO: never read, never waited on), bytes that are not UTF-8
+and JSON nested too deep to parse: the agent moves it aside (`quarantine`, keeping the last
+KEEP_QUARANTINED) and rebuilds from the API, it never crash-loops or hangs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+import time
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from vgpu_bridge.node.files import write_atomic
+from vgpu_bridge.node import names
+from vgpu_bridge.node.files import UnsafeFile, read_regular, remove_tree, write_atomic
 
 VERSION = "v1"
+MAX_BYTES = 64 * 2**20  # ~10,000 claims of 16 shares each; a bigger file is not ours
+KEEP_QUARANTINED = 3
+QUARANTINE_SUFFIX = ".corrupt-"
 
 
 class CheckpointCorrupt(ValueError):
@@ -49,6 +58,21 @@ class PreparedClaim(BaseModel):
     priority: int | None = None
     cdi_spec: str = Field(description="the spec file's text, to rewrite it after a reboot")
 
+    @field_validator("uid")
+    @classmethod
+    def _uid(cls, value: str) -> str:
+        return names.check_uid(value)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        return names.check_namespace(value)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return names.check_name(value)
+
 
 _CLAIMS = TypeAdapter(dict[str, PreparedClaim])
 
@@ -73,13 +97,17 @@ def _checksum(canonical: str) -> str:
 def load(path: Path) -> dict[str, PreparedClaim]:
     """The prepared claims by uid; {} when there is no file yet."""
     try:
-        text = path.read_text()
+        data = read_regular(path, max_bytes=MAX_BYTES)
     except FileNotFoundError:
         return {}
+    except UnsafeFile as exc:
+        raise CheckpointCorrupt(str(exc)) from None
     try:
-        raw = json.loads(text)
-    except ValueError as exc:
+        raw = json.loads(data.decode())
+    except ValueError as exc:  # UnicodeDecodeError is one too
         raise CheckpointCorrupt(f"{path}: not JSON: {exc}") from None
+    except RecursionError:
+        raise CheckpointCorrupt(f"{path}: not JSON: nested too deep") from None
     if not isinstance(raw, dict) or raw.get("version") != VERSION:
         version = raw.get("version") if isinstance(raw, dict) else None
         raise CheckpointCorrupt(f"{path}: version {version!r}, this agent reads {VERSION}")
@@ -103,3 +131,17 @@ def save(path: Path, claims: dict[str, PreparedClaim]) -> None:
     # the same CDI IDs (they derive from the claim uid), Unprepare needs only the uid, and a torn
     # file is `CheckpointCorrupt`, rebuilt from the API. fsync cost 10-60 ms on a busy disk.
     write_atomic(path, text.encode(), mode=0o600, durable=False)
+
+
+def quarantine(path: Path) -> Path:
+    """Move a corrupt checkpoint (whatever it is: file, directory, FIFO) aside for a person to
+    look at, keeping only the newest KEEP_QUARANTINED; where it went."""
+    now = time.time_ns()
+    stamp = f"{time.strftime('%Y%m%dT%H%M%S', time.localtime(now // 10**9))}.{now % 10**9:09d}"
+    aside = path.with_name(f"{path.name}{QUARANTINE_SUFFIX}{stamp}")
+    os.replace(path, aside)
+    pattern = re.compile(re.escape(path.name + QUARANTINE_SUFFIX) + r"[0-9T.]+")
+    kept = sorted(name for name in os.listdir(path.parent) if pattern.fullmatch(name))
+    for name in kept[:-KEEP_QUARANTINED]:
+        remove_tree(path.parent, path.parent / name)
+    return aside

@@ -22,7 +22,6 @@ table (`found`), so /proc is searched once, here, not again on every scrape.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
@@ -31,8 +30,8 @@ from typing import NamedTuple
 import structlog
 
 from vgpu_bridge.node.cdi import SHARED_REGION_FILE, claim_dir
-from vgpu_bridge.node.files import write_atomic
-from vgpu_bridge.node.metrics import Process, RegionError, read_region
+from vgpu_bridge.node.files import UnsafeFile, read_regular, write_atomic
+from vgpu_bridge.node.metrics import Process, RegionError, read_region_file
 
 log = structlog.get_logger("vgpu_bridge.node.hostpids")
 
@@ -174,8 +173,8 @@ class HostPidFiles:
         for uid in self._claims():
             directory = claim_dir(self._vgpu_dir, uid)
             try:
-                usage = read_region((directory / SHARED_REGION_FILE).read_bytes())
-            except (OSError, RegionError):
+                usage = read_region_file(directory / SHARED_REGION_FILE)
+            except (OSError, RegionError):  # UnsafeFile (a link, a FIFO...) is an OSError
                 continue  # no CUDA process yet, or not a region libvgpu v1 wrote: nothing to do
             region = FileId.of(directory / SHARED_REGION_FILE)
             if region is None:
@@ -207,12 +206,8 @@ def _read_current(path: Path) -> bytes | None:
     """The file's content; None when there is none, b"" when it is not a regular file we may
     read (a container may have put a symlink or a FIFO there: replaced, never followed)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        return read_regular(path, max_bytes=MAX_BYTES)
     except FileNotFoundError:
         return None
-    except OSError:
+    except (UnsafeFile, OSError):
         return b""
-    try:
-        return os.read(fd, MAX_BYTES + 1) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
-    finally:
-        os.close(fd)

@@ -25,6 +25,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from vgpu_bridge.node.cdi import SHARED_REGION_FILE, claim_dir
+from vgpu_bridge.node.files import read_regular
 from vgpu_bridge.node.health import Health, with_healthz
 from vgpu_bridge.node.inventory import Gpu
 from vgpu_bridge.node.state import DeviceState
@@ -68,6 +69,12 @@ class RegionUsage:
     processes: int
     launches: int
     by_process: dict[Process, dict[str, int]]
+
+
+def read_region_file(path: Path) -> RegionUsage:
+    """The region in `path`, a file a container can replace: never followed if a link, never
+    waited on if a FIFO, never read past REGION_SIZE (`files.read_regular`)."""
+    return read_region(read_regular(path, max_bytes=REGION_SIZE))
 
 
 def read_region(data: bytes) -> RegionUsage:
@@ -244,7 +251,7 @@ class NodeCollector(Collector):
     def _usage(self, claim_uid: str) -> RegionUsage | None:
         path = claim_dir(self._vgpu_dir, claim_uid) / SHARED_REGION_FILE
         try:
-            return read_region(path.read_bytes())
+            return read_region_file(path)
         except (OSError, RegionError):
             return None
 

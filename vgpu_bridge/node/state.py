@@ -7,13 +7,17 @@ rejects such a claim, issue #45). Otherwise the claim is read from the API, its 
 counts as prepared only when the checkpoint holding it is on disk. Every error is per claim, and
 a failed claim leaves nothing behind. Unprepare needs only the checkpoint and the claim uid (the
 spec and shared-region names derive from it), so it works for deleted claims and repeats.
-Calls are serialised, like the Go helper does.
+Calls are serialised, like the Go helper does, but no call walks a tenant's files under the
+lock: a claim's dir is renamed into the trash under it and deleted after (`claimdirs`).
+Every claim uid, namespace and name the kubelet sends is checked (`names`) before it becomes a
+host path or an API path; a bad one is that claim's error.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -25,9 +29,10 @@ import structlog
 
 from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.kube import KubeApi, KubeError
-from vgpu_bridge.node import checkpoint
+from vgpu_bridge.node import checkpoint, claimdirs, names
 from vgpu_bridge.node.allocation import ClaimError, ClaimShares, claim_shares
 from vgpu_bridge.node.cdi import (
+    LIMITS_FILE_PATTERN,
     CdiLayout,
     build_spec,
     remove_spec,
@@ -36,6 +41,7 @@ from vgpu_bridge.node.cdi import (
     write_spec,
 )
 from vgpu_bridge.node.checkpoint import CheckpointCorrupt, PreparedClaim, PreparedDevice
+from vgpu_bridge.node.files import remove, remove_temp_files
 from vgpu_bridge.node.inventory import Gpu
 
 Json = dict[str, Any]
@@ -60,6 +66,20 @@ class ClaimRef:
     namespace: str
     name: str
     uid: str
+
+    def check(self) -> None:
+        """ClaimError naming the field unless every part is what the API server would make."""
+        try:
+            names.check_uid(self.uid, field="claim uid")
+            names.check_namespace(self.namespace, field="claim namespace")
+            names.check_name(self.name, field="claim name")
+        except names.BadName as error:
+            raise ClaimError(str(error)) from None
+
+    @property
+    def api_path(self) -> str:
+        self.check()
+        return f"{CLAIMS}/namespaces/{self.namespace}/resourceclaims/{self.name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,11 +123,12 @@ class DeviceState:
             self._checkpoint_file.parent.mkdir(parents=True, exist_ok=True)
             self._layout.cdi_dir.mkdir(parents=True, exist_ok=True)
             self._take_ownership()
+            self._remove_temp_files()
             complete = True
             try:
                 self._claims = checkpoint.load(self._checkpoint_file)
             except CheckpointCorrupt as error:
-                aside = self._quarantine()
+                aside = checkpoint.quarantine(self._checkpoint_file)
                 log.error("checkpoint corrupt; rebuilding from the API", error=str(error),
                           moved_to=str(aside))  # fmt: skip
                 self._claims, complete = self._rebuild_from_api()
@@ -147,19 +168,32 @@ class DeviceState:
                 os.close(self._owner)
                 self._owner = None
 
+    def _remove_temp_files(self) -> None:
+        """What a kill -9 in the middle of `write_atomic` left, of the files this agent writes."""
+        layout = self._layout
+        for directory, target in (
+            (self._checkpoint_file.parent, re.escape(self._checkpoint_file.name)),
+            (layout.cdi_dir, layout.spec_name_pattern),
+            (layout.limits_dir, LIMITS_FILE_PATTERN),
+        ):
+            for name in remove_temp_files(directory, target):
+                log.info("removed a temp file left by a killed write", path=str(directory / name))
+
     def _remove_orphans(self) -> None:
+        """Our specs and limits files (exact names: a UUID where the uid goes) that no prepared
+        claim owns; their claims' dirs go to the trash (emptied by the sweeper, not here)."""
         for path in sorted(self._layout.cdi_dir.iterdir()):
             uid = self._layout.claim_uid_of(path)
-            if self._layout.is_spec_file(path) and uid not in self._claims:
+            if uid is not None and uid not in self._claims:
                 remove_spec(uid, self._layout)
+                claimdirs.trash(self._layout, uid)
                 log.info("removed orphaned CDI spec", claim_uid=uid, path=str(path))
-
-    def _quarantine(self) -> Path:
-        aside = self._checkpoint_file.with_name(
-            f"{self._checkpoint_file.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
-        )
-        self._checkpoint_file.replace(aside)
-        return aside
+        limits = self._layout.limits_dir
+        for path in sorted(limits.iterdir()) if limits.is_dir() else []:
+            uid = self._layout.claim_uid_of_limits(path)
+            if uid is not None and uid not in self._claims:
+                remove(path, durable=False)
+                log.info("removed orphaned limits file", claim_uid=uid, path=str(path))
 
     def _rebuild_from_api(self) -> tuple[dict[str, PreparedClaim], bool]:
         """Claims allocated on this node and reserved for a pod, prepared again from the API;
@@ -181,6 +215,7 @@ class DeviceState:
                 continue
             ref = ClaimRef(meta["namespace"], meta["name"], meta["uid"])
             try:
+                ref.check()
                 rebuilt[ref.uid] = self._prepare_new(claim, ref)
             except ClaimError as error:
                 log.warning("could not rebuild a claim", claim_uid=ref.uid, error=str(error))
@@ -205,6 +240,7 @@ class DeviceState:
             for ref in refs:
                 started = time.perf_counter()
                 try:
+                    ref.check()
                     hit = claims.get(ref.uid)
                     if hit is None:
                         if time.monotonic() > deadline:
@@ -219,63 +255,86 @@ class DeviceState:
                 except ClaimError as error:
                     results[ref.uid], decision = Prepared(error=str(error)), "refused"
                 self._record("prepare", ref, decision, started, results[ref.uid].error)
-            if new:
-                self._commit_new(claims, new, results)
-            return results
+            trashed = self._commit_new(claims, new, results) if new else []
         finally:
             self._lock.release()
+        claimdirs.empty_trash(self._layout, trashed)
+        return results
 
     def _commit_new(
         self,
         claims: dict[str, PreparedClaim],
         new: dict[str, ClaimRef],
         results: dict[str, Prepared],
-    ) -> None:
-        """Save the checkpoint holding the new claims, or undo them all with the reason."""
+    ) -> list[Path]:
+        """Save the checkpoint holding the new claims, or undo them all with the reason; the
+        undone claims' dirs, in the trash, for the caller to delete after the lock."""
+        trashed: list[Path] = []
         try:
             checkpoint.save(self._checkpoint_file, claims)
         except OSError as error:
             for uid, ref in new.items():
                 remove_spec(uid, self._layout)
+                trashed += filter(None, [claimdirs.trash(self._layout, uid)])
                 results[uid] = Prepared(error=f"cannot write the checkpoint: {error}")
                 log.error("prepare undone", claim_uid=uid, namespace=ref.namespace,
                           claim=ref.name, error=str(error))  # fmt: skip
-            return
+            return trashed
         self._claims = claims
+        return trashed
 
     def unprepare(self, refs: Iterable[ClaimRef]) -> dict[str, str | None]:
-        """Errors by claim uid (None = done); claims never or no longer prepared are done."""
+        """Errors by claim uid (None = done); claims never or no longer prepared are done. The
+        claims' dirs are deleted after the lock is released (a tenant may have filled them)."""
+        trashed: list[Path] = []
         with self._lock:
             results: dict[str, str | None] = {}
             claims = dict(self._claims)
             for ref in refs:
                 started = time.perf_counter()
-                known = claims.pop(ref.uid, None) is not None
                 try:
-                    remove_spec(ref.uid, self._layout)
-                    results[ref.uid] = None
-                except OSError as error:
-                    results[ref.uid] = f"cannot remove the CDI spec: {error}"
-                    if known:
-                        claims[ref.uid] = self._claims[ref.uid]
+                    ref.check()
+                except ClaimError as error:
+                    results[ref.uid] = str(error)
+                    self._record("unprepare", ref, "refused", started, results[ref.uid])
+                    continue
+                known = claims.pop(ref.uid, None) is not None
+                results[ref.uid] = self._remove_claim_files(ref.uid, trashed)
+                if results[ref.uid] is not None and known:
+                    claims[ref.uid] = self._claims[ref.uid]
                 decision = "unprepared" if known else "not prepared"
                 self._record("unprepare", ref, decision, started, results[ref.uid])
             if claims != self._claims:
                 try:
                     checkpoint.save(self._checkpoint_file, claims)
                 except OSError as error:
-                    return dict.fromkeys(results, f"cannot write the checkpoint: {error}")
-                self._claims = claims
-            return results
+                    results = dict.fromkeys(results, f"cannot write the checkpoint: {error}")
+                else:
+                    self._claims = claims
+        claimdirs.empty_trash(self._layout, trashed)
+        return results
+
+    def _remove_claim_files(self, uid: str, trashed: list[Path]) -> str | None:
+        """Remove the claim's spec and limits file, move its dir to the trash; the error."""
+        try:
+            remove_spec(uid, self._layout)
+        except OSError as error:
+            return f"cannot remove the CDI spec: {error}"
+        try:
+            trashed += filter(None, [claimdirs.trash(self._layout, uid)])
+        except OSError as error:
+            return f"cannot remove the claim's directory: {error}"
+        return None
 
     def cleanup_stale(self) -> list[str]:
         """Unprepare claims whose ResourceClaim is gone or replaced; their uids."""
         stale = []
         for claim in self.snapshot():
+            ref = ClaimRef(claim.namespace, claim.name, claim.uid)
             try:
-                current = self._api.get(
-                    f"{CLAIMS}/namespaces/{claim.namespace}/resourceclaims/{claim.name}"
-                )
+                current = self._api.get(ref.api_path)
+            except ClaimError:
+                continue  # the checkpoint refuses such names: never reached
             except KubeError as error:
                 if error.status != 404:
                     continue
@@ -316,7 +375,7 @@ class DeviceState:
             self._observer(call, decision, seconds)
 
     def _get_claim(self, ref: ClaimRef) -> Json:
-        path = f"{CLAIMS}/namespaces/{ref.namespace}/resourceclaims/{ref.name}"
+        path = ref.api_path  # checked: no crafted name reaches the API
         try:
             return self._api.get(path)
         except KubeError as error:

@@ -9,6 +9,8 @@ from vgpu_bridge.node.inventory import Gpu
 
 Json = dict[str, Any]
 NODE = "node-a"
+# the API server makes claim uids UUIDs; the agent refuses anything else
+UID = "0c1a1d00-0000-4000-8000-000000000001"
 GPUS = (
     Gpu(index=0, uuid="GPU-aaaa", product_name="NVIDIA H100 80GB HBM3", memory=80 * 2**30),
     Gpu(index=1, uuid="GPU-bbbb", product_name="NVIDIA H100 80GB HBM3", memory=80 * 2**30),
@@ -36,7 +38,7 @@ def result(
 
 def allocated_claim(
     *results: Json,
-    uid: str = "uid-1",
+    uid: str = UID,
     name: str = "pod-gpu-x1",
     namespace: str = "team-a",
     node: str = NODE,

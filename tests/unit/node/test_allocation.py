@@ -11,7 +11,7 @@ from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.node.allocation import ClaimError, claim_shares
 
 
-def _shares(claim: dict[str, Any], uid: str = "uid-1") -> Any:
+def _shares(claim: dict[str, Any], uid: str = "0c1a1d00-0000-4000-8000-000000000001") -> Any:
     return claim_shares(claim, uid=uid, node=NODE, profile=DEFAULT, gpus=BY_NAME)
 
 
@@ -28,7 +28,11 @@ def test_shares_come_from_consumed_capacity_in_allocation_order() -> None:
     ]
     assert shares.shares[1].share_id is None
     assert shares.priority == 1
-    assert (shares.namespace, shares.name, shares.uid) == ("team-a", "pod-gpu-x1", "uid-1")
+    assert (shares.namespace, shares.name, shares.uid) == (
+        "team-a",
+        "pod-gpu-x1",
+        "0c1a1d00-0000-4000-8000-000000000001",
+    )
 
 
 def test_results_of_other_drivers_are_not_ours() -> None:
@@ -42,7 +46,11 @@ def test_a_whole_card_share_is_the_whole_card() -> None:
 
 
 BAD = [
-    ("replaced", allocated_claim(uid="uid-2"), "has uid uid-2, not uid-1"),
+    (
+        "replaced",
+        allocated_claim(uid="0c1a1d00-0000-4000-8000-000000000002"),
+        "has uid 0c1a1d00-0000-4000-8000-000000000002, not 0c1a1d00-0000-4000-8000-000000000001",
+    ),
     ("not allocated", {**allocated_claim(), "status": {}}, "is not allocated"),
     (
         "other driver",

@@ -11,7 +11,7 @@ from vgpu_bridge.node import checkpoint
 from vgpu_bridge.node.checkpoint import CheckpointCorrupt, PreparedClaim, PreparedDevice
 
 CLAIM = PreparedClaim(
-    uid="uid-1",
+    uid="0c1a1d00-0000-4000-8000-000000000001",
     namespace="team-a",
     name="c",
     devices=(
@@ -20,7 +20,7 @@ CLAIM = PreparedClaim(
             pool_name="node-a",
             device_name="gpu-0",
             share_id="s-1",
-            cdi_device_ids=("k8s.gpu.vgpu-bridge.io/claim=uid-1-0",),
+            cdi_device_ids=("k8s.gpu.vgpu-bridge.io/claim=0c1a1d00-0000-4000-8000-000000000001-0",),
             uuid="GPU-aaaa",
             memory=3000 * 2**20,
             cores=30,
@@ -37,8 +37,8 @@ def test_no_file_is_nothing_prepared(tmp_path: Path) -> None:
 
 def test_round_trip_keeps_every_field_and_leaves_no_temp_file(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.json"
-    checkpoint.save(path, {"uid-1": CLAIM})
-    assert checkpoint.load(path) == {"uid-1": CLAIM}
+    checkpoint.save(path, {"0c1a1d00-0000-4000-8000-000000000001": CLAIM})
+    assert checkpoint.load(path) == {"0c1a1d00-0000-4000-8000-000000000001": CLAIM}
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.json"]
     assert json.loads(path.read_text())["version"] == "v1"
 
@@ -50,10 +50,10 @@ def _tamper(path: Path, how: str) -> None:
     elif how == "other version":
         path.write_text(json.dumps({**data, "version": "v9"}))
     elif how == "edited":
-        data["claims"]["uid-1"]["devices"][0]["cores"] = 100
+        data["claims"]["0c1a1d00-0000-4000-8000-000000000001"]["devices"][0]["cores"] = 100
         path.write_text(json.dumps(data))
     elif how == "wrong shape":
-        data["claims"]["uid-1"]["devices"] = "all of them"
+        data["claims"]["0c1a1d00-0000-4000-8000-000000000001"]["devices"] = "all of them"
         path.write_text(json.dumps(data))
     elif how == "not an object":
         path.write_text("[]")
@@ -64,7 +64,7 @@ def _tamper(path: Path, how: str) -> None:
 )
 def test_an_untrustworthy_file_is_corrupt(tmp_path: Path, how: str) -> None:
     path = tmp_path / "checkpoint.json"
-    checkpoint.save(path, {"uid-1": CLAIM})
+    checkpoint.save(path, {"0c1a1d00-0000-4000-8000-000000000001": CLAIM})
     _tamper(path, how)
     with pytest.raises(CheckpointCorrupt, match=r"checkpoint\.json"):
         checkpoint.load(path)

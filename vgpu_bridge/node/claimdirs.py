@@ -1,0 +1,125 @@
+"""Directories containers can write: each claim's shared-region dir and the node's priority dir.
+
+Both are host bind mounts, outside the container's storage accounting, that a tenant can fill.
+The agent never walks them under its global lock: Unprepare renames a claim's dir into the trash
+(`<vgpu_dir>/trash/`, one rename, O(1)) under the lock and deletes it after releasing it, and
+every walk here stops after a bound of entries. A bind mount has no quota, so between two rounds
+a tenant can still write what the host disk holds; the agent measures (`measure`), reports and
+removes what is not libvgpu's.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from vgpu_bridge.node.cdi import CLAIMS_DIR, CdiLayout
+from vgpu_bridge.node.files import check_entry, remove_tree
+
+TRASH_DIR = "trash"  # in the host's vgpu dir, root's alone: claim dirs waiting to be deleted
+TRASH_DIR_MODE = 0o700
+MAX_ENTRIES = 1000  # a walk stops here: what a claim dir holds is 'at least' beyond it
+BOARD_SIZE = 128  # native/vgpu/src/priority.c, layout version 1
+BOARD_SUFFIX = ".board"
+
+
+def trash_dir(layout: CdiLayout) -> Path:
+    return layout.vgpu_dir / TRASH_DIR
+
+
+def trash(layout: CdiLayout, claim_uid: str) -> Path | None:
+    """Move the claim's dir into the trash (a rename: instant whatever it holds); where it went,
+    or None when there was none. The caller deletes it with `empty_trash`, outside its lock."""
+    claims = layout.vgpu_dir / CLAIMS_DIR
+    source = claims / claim_uid
+    check_entry(claims, source)
+    target_dir = trash_dir(layout)
+    target_dir.mkdir(mode=TRASH_DIR_MODE, parents=True, exist_ok=True)
+    target = target_dir / f"{claim_uid}.{time.time_ns()}"
+    try:
+        os.rename(source, target)
+    except FileNotFoundError:
+        return None
+    return target
+
+
+def empty_trash(layout: CdiLayout, paths: Iterable[Path] | None = None) -> int:
+    """Delete `paths` from the trash (all of it when None, e.g. what a killed agent left);
+    how many entries went. Never follows a link."""
+    root = trash_dir(layout)
+    if paths is None:
+        try:
+            paths = [root / name for name in os.listdir(root)]
+        except FileNotFoundError:
+            return 0
+    return sum(remove_tree(root, path) for path in paths)
+
+
+@dataclass(frozen=True, slots=True)
+class DirUsage:
+    """What a walk of at most MAX_ENTRIES entries saw: entries and bytes on disk (of those)."""
+
+    entries: int
+    bytes: int
+    complete: bool  # False: the walk stopped at the bound, there is more
+
+
+def measure(directory: Path, *, max_entries: int = MAX_ENTRIES) -> DirUsage:
+    """The entries below `directory` (recursively, never through a link) and the disk they use,
+    counting at most `max_entries`."""
+    entries = used = 0
+    pending = [directory]
+    while pending:
+        try:
+            scan = os.scandir(pending.pop())
+        except OSError:
+            continue
+        with scan:
+            for entry in scan:
+                if entries >= max_entries:
+                    return DirUsage(entries, used, complete=False)
+                entries += 1
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                used += info.st_blocks * 512
+                if stat.S_ISDIR(info.st_mode):
+                    pending.append(Path(entry.path))
+    return DirUsage(entries, used, complete=True)
+
+
+def clean_priority_dir(
+    directory: Path, gpu_uuids: Collection[str], *, max_entries: int = MAX_ENTRIES
+) -> list[str]:
+    """Remove from the node's priority dir every entry that is not a board libvgpu could use (a
+    regular `<uuid>.board` of BOARD_SIZE bytes, or 0 while being made, for a GPU of this node);
+    at most `max_entries` looked at per round. The names removed."""
+    boards = {f"{uuid}{BOARD_SUFFIX}" for uuid in gpu_uuids}
+    removed: list[str] = []
+    try:
+        scan = os.scandir(directory)
+    except FileNotFoundError:
+        return removed
+    with scan:
+        for seen, entry in enumerate(scan):
+            if seen >= max_entries:
+                break
+            if entry.name in boards and _is_board(entry):
+                continue
+            if remove_tree(directory, directory / entry.name):
+                removed.append(entry.name)
+    return removed
+
+
+def _is_board(entry: os.DirEntry[str]) -> bool:
+    try:
+        info = entry.stat(follow_symlinks=False)
+    except OSError:
+        return False
+    # 0 bytes: libvgpu has just created it and sizes it next (priority.c)
+    return stat.S_ISREG(info.st_mode) and info.st_size in (0, BOARD_SIZE)
