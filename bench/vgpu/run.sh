@@ -94,3 +94,26 @@ printf "%-12s %10s %10s %10s %10s\n" "without" "$p50" "$p99" "$mx" "$fl"
 read -r p50 p99 mx fl < <(LD_PRELOAD=$LIB CUDA_DEVICE_MEMORY_LIMIT=8Gi \
 	CUDA_DEVICE_MEMORY_SHARED_CACHE=$(region) "$B/bench/bench_start" "$N_START")
 printf "%-12s %10s %10s %10s %10s\n" "libvgpu" "$p50" "$p99" "$mx" "$fl"
+
+echo
+echo "## SM share accuracy (fake device busy %, kernels of 500 µs, 2 s after 1 s of warm-up;"
+echo "## range over 3 runs; the tests only assert 'never above the share + 5' and the ordering)"
+echo "## load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+printf "%-34s %8s %22s\n" "case" "share" "measured (min..max)"
+sm_util() { # sm_util VAR=VALUE...: one run's busy percent
+	env LD_PRELOAD="$LIB" FAKE_CUDA_KERNEL_US=500 CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" "$@" \
+		"$B/tests/test_sm" device_utilisation_follows_the_limit 2>/dev/null | awk '/^# util/ {print $4}'
+}
+sm_row() { # sm_row LABEL SHARE VAR=VALUE...
+	local label=$1 share=$2 runs=""
+	shift 2
+	for _ in 1 2 3; do runs="$runs $(sm_util CUDA_DEVICE_SM_LIMIT="$share" TEST_EXPECT_UTIL="$share" "$@")"; done
+	printf "%-34s %7s%% %22s\n" "$label" "$share" "$(echo $runs | tr ' ' '\n' | sort -n | sed -n '1p;$p' | paste -sd' ' | awk '{printf "%.1f..%.1f", $1, $2}')"
+}
+for sms in 16 188; do
+	for share in 25 50 75; do
+		sm_row "$sms SMs" "$share" FAKE_CUDA_SM_COUNT=$sms
+	done
+done
+sm_row "1 s NVML window (warm-up 4 s)" 50 FAKE_NVML_WINDOW_MS=1000 TEST_WARMUP_S=4 TEST_MEASURE_S=3
+sm_row "graph launches" 50 TEST_LAUNCH=graph

