@@ -120,9 +120,13 @@ class KubeApi:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": preconditions or {}}
         return self.request("DELETE", path, body=body)
 
-    def watch(self, path: str, *, resource_version: str, timeout_s: int = 300) -> Iterator[Json]:
-        """The events of one watch request, until the server ends it."""
-        query = {"watch": "true", "resourceVersion": resource_version, "timeoutSeconds": timeout_s}
+    def watch(
+        self, path: str, *, resource_version: str, timeout_s: int = 300, **selectors: str
+    ) -> Iterator[Json]:
+        """The events of one watch request, until the server ends it; `selectors` narrows it
+        (`labelSelector=…`, `fieldSelector=…`)."""
+        query = {**selectors, "watch": "true", "resourceVersion": resource_version,
+                 "timeoutSeconds": timeout_s}  # fmt: skip
         method, url, headers, _ = self._serialize("GET", path, query, None, "application/json")
         response = self._client.rest_client.pool_manager.request(
             method, url, headers=headers, preload_content=False, timeout=timeout_s + 10

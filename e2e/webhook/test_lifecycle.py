@@ -49,12 +49,14 @@ def test_sweeper_keeps_a_recently_stamped_template_and_deletes_it_after_the_grac
     store.ensure(namespace, [template])  # idempotent: exists, same spec
     assert templates(kube, namespace) == [template["metadata"]["name"]]
     replica = TemplateStore(api, grace_s=60, clock=lambda: now + 1)  # a second webhook replica
-    replica.ensure(namespace, [template])  # finds ours (409), compares, stamps it
+    replica.ensure(namespace, [template])  # finds ours, compares; stamped a second ago: no write
+    replica = TemplateStore(api, grace_s=60, clock=lambda: now + 16)  # past grace / 4
+    replica.ensure(namespace, [template])  # finds ours, compares, stamps it
     path = (
         f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates/{template['metadata']['name']}"
     )
     stamp = kube.get(path)["metadata"]["annotations"]["vgpu-bridge.io/last-admitted"]
-    assert stamp == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + 1))
+    assert stamp == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + 16))
 
     within = Sweeper(api, grace_s=60, clock=lambda: now + 30)
     assert within.sweep_once() == []

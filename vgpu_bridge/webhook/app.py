@@ -33,7 +33,14 @@ def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, S
         default_gpu_num=settings.default_gpu_num,
         memory_factor=settings.memory_factor,
     )
-    inventory = InventoryCache(api, memory_capacity=profile.memory_capacity)
+    inventory = InventoryCache(api, driver=profile.driver, memory_capacity=profile.memory_capacity)
+    metrics = WebhookMetrics()
+    metrics.unreadable_slices.set_function(lambda: len(inventory.unreadable()))
+    store = TemplateStore(
+        api,
+        grace_s=settings.sweep_grace_seconds,
+        max_per_namespace=settings.max_templates_per_namespace,
+    )
     admitter = Admitter(
         settings=settings,
         registry=default_registry(
@@ -46,9 +53,9 @@ def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, S
         profile=profile,
         config=config,
         inventory=inventory.current,
-        store=TemplateStore(api, grace_s=settings.sweep_grace_seconds),
+        store=store,
         api=api,
-        metrics=WebhookMetrics(),
+        metrics=metrics,
     )
     return admitter, inventory, Sweeper(api, grace_s=settings.sweep_grace_seconds)
 
@@ -98,6 +105,9 @@ def serve(settings: Settings) -> int:
     stop = threading.Event()
     workers = [
         threading.Thread(target=inventory.run, args=(stop,), name="inventory", daemon=True),
+        threading.Thread(
+            target=admitter.store.index.run, args=(stop,), name="templates", daemon=True
+        ),
         threading.Thread(target=watch_tls, args=(tls, stop), name="tls", daemon=True),
         threading.Thread(
             target=housekeeping,

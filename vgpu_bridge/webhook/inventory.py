@@ -1,28 +1,33 @@
-"""A watch-backed cache of ResourceSlices, so percentages and fractions know the card sizes."""
+"""A watch-backed cache of our driver's ResourceSlices, so percentages and fractions know the
+card sizes. Only our driver's slices are read (a field selector, checked again here); one that
+cannot be read is logged, counted in `vgpu_bridge_inventory_unreadable_slices` and skipped, so
+no slice can keep the webhook from becoming ready."""
 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Iterable
 
 import structlog
-from tenacity import Retrying, retry_if_exception_type, wait_exponential
 
-from vgpu_bridge.core import Inventory
+from vgpu_bridge.core import InvalidRequest, Inventory
 from vgpu_bridge.kube import Json, KubeApi
+from vgpu_bridge.webhook.watching import follow
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 log = structlog.get_logger("vgpu_bridge.webhook.inventory")
 
 
 class InventoryCache:
-    """`current()` is the latest Inventory; `synced` is set after the first full list."""
+    """`current()` is the latest Inventory; `synced` is set after the first full list;
+    `unreadable()` names the skipped slices."""
 
-    def __init__(self, api: KubeApi, *, memory_capacity: str, watch_timeout_s: int = 300) -> None:
-        self._api = api
-        self._memory_capacity = memory_capacity
+    def __init__(
+        self, api: KubeApi, *, driver: str, memory_capacity: str, watch_timeout_s: int = 300
+    ) -> None:
+        self._api, self._driver, self._memory_capacity = api, driver, memory_capacity
         self._watch_timeout_s = watch_timeout_s
-        self._slices: dict[str, Json] = {}
+        self._sizes: dict[str, frozenset[int] | None] = {}  # slice name → sizes; None: unreadable
         self._inventory = Inventory()
         self._lock = threading.Lock()
         self.synced = threading.Event()
@@ -31,53 +36,49 @@ class InventoryCache:
         with self._lock:
             return self._inventory
 
+    def unreadable(self) -> list[str]:
+        with self._lock:
+            return sorted(name for name, sizes in self._sizes.items() if sizes is None)
+
     def run(self, stop: threading.Event) -> None:
         """List, then watch, until `stop`; any failure relists after an exponential backoff."""
+        follow(self._api, SLICES, stop=stop, on_list=self.replace, on_event=self.apply,
+               what="inventory", watch_timeout_s=self._watch_timeout_s,
+               fieldSelector=f"spec.driver={self._driver}")  # fmt: skip
 
-        def pause(seconds: float) -> None:
-            stop.wait(seconds)
-
-        retrying = Retrying(
-            retry=retry_if_exception_type(Exception),
-            wait=wait_exponential(multiplier=0.5, max=30),
-            sleep=pause,
-            before_sleep=lambda state: log.warning(
-                "inventory watch failed; retrying",
-                error=str(state.outcome and state.outcome.exception()),
-            ),
-        )
-        while not stop.is_set():
-            for attempt in retrying:
-                with attempt:
-                    self._list_and_watch(stop)
-            if stop.is_set():
-                return
-
-    def _list_and_watch(self, stop: threading.Event) -> None:
-        listed = self._api.list(SLICES)
-        self._replace({s["metadata"]["name"]: s for s in listed.get("items", [])})
+    def replace(self, slices: Iterable[Json]) -> None:
+        """All of the slices at once (a list)."""
+        sizes = {_name(s): self._read(s) for s in slices if self._ours(s)}
+        self._publish(sizes)
         self.synced.set()
-        version = listed["metadata"]["resourceVersion"]
-        for event in self._api.watch(
-            SLICES, resource_version=version, timeout_s=self._watch_timeout_s
-        ):
-            if stop.is_set():
-                return
-            self._apply(event)
 
-    def _apply(self, event: dict[str, Any]) -> None:
-        kind, obj = event.get("type"), event.get("object") or {}
-        if kind == "ERROR":
-            raise RuntimeError(f"watch error: {obj.get('message', obj)}")
-        slices = dict(self._slices)
-        name = obj.get("metadata", {}).get("name")
-        if kind == "DELETED":
-            slices.pop(name, None)
-        elif kind in ("ADDED", "MODIFIED"):
-            slices[name] = obj
-        self._replace(slices)
+    def apply(self, kind: str, obj: Json) -> None:
+        """One watch event."""
+        sizes = dict(self._sizes)
+        if kind == "DELETED" or not self._ours(obj):
+            sizes.pop(_name(obj), None)
+        else:
+            sizes[_name(obj)] = self._read(obj)
+        self._publish(sizes)
 
-    def _replace(self, slices: dict[str, Json]) -> None:
-        inventory = Inventory.from_slices(slices.values(), memory_capacity=self._memory_capacity)
+    def _ours(self, obj: Json) -> bool:
+        return bool((obj.get("spec") or {}).get("driver") == self._driver)
+
+    def _read(self, obj: Json) -> frozenset[int] | None:
+        try:
+            inventory = Inventory.from_slices([obj], memory_capacity=self._memory_capacity)
+        except InvalidRequest as exc:
+            log.warning("ResourceSlice skipped: it cannot be read", slice=_name(obj),
+                        reason="; ".join(exc.lines()))  # fmt: skip
+            return None
+        return frozenset(inventory.sizes(self._driver))
+
+    def _publish(self, sizes: dict[str, frozenset[int] | None]) -> None:
+        cards = frozenset().union(*(s for s in sizes.values() if s is not None))
+        inventory = Inventory({self._driver: cards} if cards else {})
         with self._lock:
-            self._slices, self._inventory = slices, inventory
+            self._sizes, self._inventory = sizes, inventory
+
+
+def _name(obj: Json) -> str:
+    return str((obj.get("metadata") or {}).get("name"))

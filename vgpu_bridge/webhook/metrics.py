@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class WebhookMetrics:
@@ -18,5 +18,10 @@ class WebhookMetrics:
             "vgpu_bridge_admission_duration_seconds",
             "Time to answer one admission review",
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0),
+            registry=self.registry,
+        )
+        self.unreadable_slices = Gauge(
+            "vgpu_bridge_inventory_unreadable_slices",
+            "ResourceSlices of our driver skipped because their card memory cannot be read",
             registry=self.registry,
         )

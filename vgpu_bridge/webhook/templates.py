@@ -5,23 +5,33 @@ Each admission that uses a template stamps `vgpu-bridge.io/last-admitted` on it 
 `grace / 4`; the sweeper deletes only templates that no pod or workload references and whose
 newest stamp is older than `grace`, with a resourceVersion precondition, so it never races a pod
 that was just admitted.
+
+What exists is learnt from a watch on our templates (`TemplateIndex`), never from memory of what
+was once created: a template deleted behind our back (by hand, or with its namespace) is made
+again by the next admission that needs it.
 """
 
 from __future__ import annotations
 
+import enum
+import hashlib
+import json
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from vgpu_bridge.core.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from vgpu_bridge.core.workloads import pod_templates
 from vgpu_bridge.kube import Json, KubeApi, KubeError
+from vgpu_bridge.webhook.watching import follow
 
 LAST_ADMITTED = "vgpu-bridge.io/last-admitted"
 TEMPLATES = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates"
 ALL_TEMPLATES = "/apis/resource.k8s.io/v1/resourceclaimtemplates"
+OURS = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 # Where templates can be referenced from: (list path, apiVersion, kind).
 REFERRERS = (
     ("/api/v1/namespaces/{namespace}/pods", "v1", "Pod"),
@@ -45,6 +55,10 @@ class TemplateConflict(Exception):
     """A template of our name exists with another spec, or the API server altered ours."""
 
 
+class TemplateLimit(TemplateConflict):
+    """The namespace already holds `--max-templates-per-namespace` of our templates."""
+
+
 def _stamp(now: float) -> str:
     return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -55,51 +69,208 @@ def _parse_time(text: str | None) -> float:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
+def last_used(template: Json) -> float:
+    """When the template was created or last stamped by an admission (epoch seconds)."""
+    meta = template.get("metadata") or {}
+    stamp = (meta.get("annotations") or {}).get(LAST_ADMITTED)
+    return max(_parse_time(meta.get("creationTimestamp")), _parse_time(stamp))
+
+
+def spec_digest(template: Json) -> str:
+    spec = (template.get("spec") or {}).get("spec")
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """One of our templates as last seen: when it was last used, and a digest of its spec."""
+
+    used: float
+    spec: str
+
+    @classmethod
+    def of(cls, template: Json) -> Seen:
+        return cls(last_used(template), spec_digest(template))
+
+
+class Unknown(enum.Enum):
+    """The index cannot tell (not listed yet, relisting, or full): ask the API server."""
+
+    UNKNOWN = "unknown"
+
+
+UNKNOWN = Unknown.UNKNOWN
+
+
+class TemplateIndex:
+    """Our templates that exist (namespace → name → Seen), from a watch on templates labelled as
+    ours: a deletion by anyone (or of the whole namespace) is forgotten as soon as its event
+    arrives. It answers UNKNOWN until it has listed, whenever its watch has stopped until it has
+    listed again, and for names it has no room to hold (more than `max_entries`)."""
+
+    def __init__(self, api: KubeApi, *, max_entries: int = 100_000) -> None:
+        self._api, self._max_entries = api, max_entries
+        self._by_namespace: dict[str, dict[str, Seen]] = {}
+        self._entries = 0
+        self._full = False
+        self._lock = threading.Lock()
+        self.synced = threading.Event()
+
+    def run(self, stop: threading.Event) -> None:
+        follow(self._api, ALL_TEMPLATES, stop=stop, on_list=self.replace, on_event=self.apply,
+               on_stale=self.synced.clear, what="template", labelSelector=OURS)  # fmt: skip
+
+    def get(self, namespace: str, name: str) -> Seen | Unknown | None:
+        with self._lock:
+            seen = self._by_namespace.get(namespace, {}).get(name)
+            if seen is None and (self._full or not self.synced.is_set()):
+                return UNKNOWN
+            return seen
+
+    def count(self, namespace: str) -> int | None:
+        """Our templates in `namespace`; None when the index cannot tell."""
+        with self._lock:
+            if self._full or not self.synced.is_set():
+                return None
+            return len(self._by_namespace.get(namespace, {}))
+
+    def __len__(self) -> int:
+        return self._entries
+
+    def replace(self, templates: list[Json]) -> None:
+        with self._lock:
+            self._by_namespace, self._entries, self._full = {}, 0, False
+            for template in templates:
+                self._put(template["metadata"]["namespace"], template["metadata"]["name"],
+                          Seen.of(template))  # fmt: skip
+            self.synced.set()
+
+    def apply(self, kind: str, template: Json) -> None:
+        meta = template.get("metadata") or {}
+        if kind == "DELETED":
+            self.forget(meta.get("namespace", ""), meta.get("name", ""))
+        else:
+            self.remember(meta.get("namespace", ""), meta.get("name", ""), Seen.of(template))
+
+    def remember(self, namespace: str, name: str, seen: Seen) -> None:
+        with self._lock:
+            self._put(namespace, name, seen)
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            names = self._by_namespace.get(namespace, {})
+            if names.pop(name, None) is not None:
+                self._entries -= 1
+            if not names:
+                self._by_namespace.pop(namespace, None)
+
+    def _put(self, namespace: str, name: str, seen: Seen) -> None:
+        names = self._by_namespace.setdefault(namespace, {})
+        if name not in names:
+            if self._entries >= self._max_entries:
+                self._full = True  # unheld names are UNKNOWN from now until the next list
+                return
+            self._entries += 1
+        names[name] = seen
+
+
 class TemplateStore:
-    def __init__(self, api: KubeApi, *, grace_s: float, clock: Clock = time.time) -> None:
+    """Makes sure the templates a plan needs exist, with our spec, before a pod that uses them
+    is admitted. Existence comes from the index (or, when it cannot tell, from the API server);
+    a remembered template that was deleted is created again. New templates are refused once a
+    namespace holds `max_per_namespace` of ours."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        grace_s: float,
+        index: TemplateIndex | None = None,
+        max_per_namespace: int = 100,
+        clock: Clock = time.time,
+    ) -> None:
         self._api = api
         self._touch_every_s = grace_s / 4
         self._clock = clock
-        self._touched: dict[tuple[str, str], float] = {}
-        self._lock = threading.Lock()
+        self._max_per_namespace = max_per_namespace
+        self.index = index or TemplateIndex(api)
 
     def ensure(self, namespace: str, templates: Iterable[Json]) -> None:
         """Each template exists in `namespace` with exactly our spec, and is stamped as in use."""
         now = self._clock()
         for template in templates:
-            key = (namespace, template["metadata"]["name"])
-            with self._lock:
-                fresh = now - self._touched.get(key, -1e18) < self._touch_every_s
-            if not fresh:
-                self._ensure_one(namespace, template, now)
-                with self._lock:
-                    self._touched[key] = now
+            name = template["metadata"]["name"]
+            seen = self.index.get(namespace, name)
+            if seen is UNKNOWN:
+                seen = self._read(namespace, name)
+            if seen is None:
+                self._create(namespace, template, now)
+            else:
+                self._check_and_stamp(namespace, template, seen, now)
 
-    def _ensure_one(self, namespace: str, template: Json, now: float) -> None:
+    def _read(self, namespace: str, name: str) -> Seen | None:
+        try:
+            return Seen.of(self._api.get(f"{TEMPLATES.format(namespace=namespace)}/{name}"))
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _create(self, namespace: str, template: Json, now: float) -> None:
+        self._check_room(namespace)
         path = TEMPLATES.format(namespace=namespace)
         name = template["metadata"]["name"]
-        stamp = {LAST_ADMITTED: _stamp(now)}
         body = {**template, "metadata": {**template["metadata"], "namespace": namespace}}
-        body["metadata"]["annotations"] = stamp
+        body["metadata"]["annotations"] = {LAST_ADMITTED: _stamp(now)}
         try:
             created = self._api.create(path, body)
         except KubeError as exc:
-            if exc.status != 409:
+            existing = self._read(namespace, name) if exc.status == 409 else None
+            if existing is None:  # not a conflict, or deleted again since
                 raise
-            existing = self._api.get(f"{path}/{name}")
-            if existing.get("spec", {}).get("spec") != template["spec"]["spec"]:
-                raise TemplateConflict(
-                    f"ResourceClaimTemplate {namespace}/{name} exists with a different spec; "
-                    "it was not made by this version of vgpu-bridge: delete it or rename ours"
-                ) from None
-            self._api.merge_patch(f"{path}/{name}", {"metadata": {"annotations": stamp}})
+            self._check_and_stamp(namespace, template, existing, now)
             return
-        if created.get("spec", {}).get("spec") != template["spec"]["spec"]:
+        if spec_digest(created) != spec_digest(template):
             self._api.delete(f"{path}/{name}")
             raise TemplateConflict(
                 f"the API server changed ResourceClaimTemplate {namespace}/{name} on create "
                 "(dropped fields: is the DRAConsumableCapacity feature gate on?)"
             )
+        self.index.remember(namespace, name, Seen(now, spec_digest(created)))
+
+    def _check_room(self, namespace: str) -> None:
+        count = self.index.count(namespace)
+        if count is None:
+            listed = self._api.list(TEMPLATES.format(namespace=namespace), labelSelector=OURS,
+                                    limit=self._max_per_namespace)  # fmt: skip
+            count = len(listed.get("items") or [])
+        if count >= self._max_per_namespace:
+            raise TemplateLimit(
+                f"namespace {namespace} already holds {count} ResourceClaimTemplates made by "
+                f"vgpu-bridge, the most it makes per namespace (--max-templates-per-namespace): "
+                "pods of the shapes it already has are still admitted; unused templates are "
+                "deleted after --sweep-grace-seconds"
+            )
+
+    def _check_and_stamp(self, namespace: str, template: Json, seen: Seen, now: float) -> None:
+        name = template["metadata"]["name"]
+        if seen.spec != spec_digest(template):
+            raise TemplateConflict(
+                f"ResourceClaimTemplate {namespace}/{name} exists with a different spec; "
+                "it was not made by this version of vgpu-bridge: delete it or rename ours"
+            )
+        if now - seen.used < self._touch_every_s:
+            return
+        path = f"{TEMPLATES.format(namespace=namespace)}/{name}"
+        try:
+            self._api.merge_patch(path, {"metadata": {"annotations": {LAST_ADMITTED: _stamp(now)}}})
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            self.index.forget(namespace, name)  # deleted behind our back: make it again
+            self._create(namespace, template, now)
+            return
+        self.index.remember(namespace, name, Seen(now, seen.spec))
 
 
 class Sweeper:
@@ -112,10 +283,9 @@ class Sweeper:
 
     def sweep_once(self) -> list[str]:
         """One pass; returns `namespace/name` of each template deleted."""
-        selector = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
-        items = self._api.list(ALL_TEMPLATES, labelSelector=selector).get("items", [])
+        items = self._api.list(ALL_TEMPLATES, labelSelector=OURS).get("items", [])
         now = self._clock()
-        old = [t for t in items if now - self._last_used(t) > self._grace_s]
+        old = [t for t in items if now - last_used(t) > self._grace_s]
         deleted = []
         for namespace in sorted({t["metadata"]["namespace"] for t in old}):
             in_use = self.referenced(namespace)
@@ -123,12 +293,6 @@ class Sweeper:
                 if template["metadata"]["name"] not in in_use and self._delete(template):
                     deleted.append(f"{namespace}/{template['metadata']['name']}")
         return deleted
-
-    @staticmethod
-    def _last_used(template: Json) -> float:
-        meta = template["metadata"]
-        stamp = (meta.get("annotations") or {}).get(LAST_ADMITTED)
-        return max(_parse_time(meta.get("creationTimestamp")), _parse_time(stamp))
 
     def _delete(self, template: Json) -> bool:
         meta = template["metadata"]

@@ -1,0 +1,71 @@
+"""List, then watch, one kind of object until told to stop: the loop behind the webhook's caches
+(our driver's ResourceSlices, our ResourceClaimTemplates). Any failure relists after an
+exponential backoff (ended by `stop` at once), so a cache never follows a broken watch."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import structlog
+
+from vgpu_bridge.kube import Json, KubeApi
+
+log = structlog.get_logger("vgpu_bridge.webhook.watching")
+FIRST_RETRY_S, LAST_RETRY_S = 0.5, 30.0
+
+
+class WatchError(RuntimeError):
+    """The API server ended a watch with an ERROR event."""
+
+
+def follow(
+    api: KubeApi,
+    path: str,
+    *,
+    stop: threading.Event,
+    on_list: Callable[[list[Json]], None],
+    on_event: Callable[[str, Json], None],
+    what: str,
+    on_stale: Callable[[], None] = lambda: None,
+    watch_timeout_s: int = 300,
+    **selectors: str,
+) -> None:
+    """Until `stop`: list `path` (narrowed by `selectors`), hand the items to `on_list`, then each
+    ADDED/MODIFIED/DELETED event to `on_event`; relist after a failure or the watch's end.
+    `on_stale` is called as soon as the events stop (a failure or the watch's end): what was
+    learnt may change unseen until `on_list` is called again."""
+    delay_s = FIRST_RETRY_S
+    while not stop.is_set():
+        try:
+            _list_and_watch(api, path, stop, on_list, on_event, watch_timeout_s, selectors)
+        except Exception as error:  # any failure: relist after a backoff
+            on_stale()
+            log.warning(f"{what} watch failed; retrying", error=str(error), retry_in_s=delay_s)
+            stop.wait(delay_s)
+            delay_s = min(delay_s * 2, LAST_RETRY_S)
+        else:
+            on_stale()
+            delay_s = FIRST_RETRY_S
+
+
+def _list_and_watch(
+    api: KubeApi,
+    path: str,
+    stop: threading.Event,
+    on_list: Callable[[list[Json]], None],
+    on_event: Callable[[str, Json], None],
+    timeout_s: int,
+    selectors: dict[str, str],
+) -> None:
+    listed = api.list(path, **selectors)
+    on_list(listed.get("items") or [])
+    version = listed["metadata"]["resourceVersion"]
+    for event in api.watch(path, resource_version=version, timeout_s=timeout_s, **selectors):
+        if stop.is_set():
+            return
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            raise WatchError(f"watch error: {obj.get('message', obj)}")
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            on_event(str(kind), obj)
