@@ -20,6 +20,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -131,12 +132,13 @@ class _Handler(BaseHTTPRequestHandler):
         """Quiet: the requests are recorded instead."""
 
     def _answer(self, status: int, body: Json) -> None:
+        """Head and body in one write (two small writes meet Nagle and delayed ACKs: 40 ms)."""
         data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        head = (
+            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+        )
+        self.wfile.write(head.encode() + data)
 
     def _body(self) -> Json:
         length = int(self.headers.get("Content-Length") or 0)

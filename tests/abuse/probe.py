@@ -3,6 +3,8 @@ while a test attacks it. Latencies are recorded for the summary, never asserted 
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -11,6 +13,7 @@ from dataclasses import dataclass, field
 from tests.abuse.processes import proc_status
 
 PERIOD_S = 0.25
+KILL_ABOVE_MB = 2000  # far past any bound a test asserts: protects the machine from a runaway
 
 
 @dataclass
@@ -41,6 +44,11 @@ class Prober:
 
     def sample(self) -> None:
         self.max_rss_mb = max(self.max_rss_mb, proc_status(self.pid, "VmRSS") / 1024)
+        if self.max_rss_mb > KILL_ABOVE_MB:
+            os.kill(self.pid, signal.SIGKILL)
+            self.failures.append(f"killed at {self.max_rss_mb:.0f} MB of RSS")
+            self._stop.set()
+            return
         self.max_threads = max(self.max_threads, proc_status(self.pid, "Threads"))
         start = time.monotonic()
         try:
