@@ -1,32 +1,50 @@
-"""``python -m e2e.kind up|down``: the kind cluster of ``make e2e-kind`` (needs Docker and kind)."""
+"""``python -m e2e.kind build|up|down``: the kind tier of ``make e2e-kind``.
+
+``build`` builds or reuses the tier's Go programs. ``up`` starts the tier's own dockerd, builds
+or reuses the node image, creates the cluster, builds and loads the chart's images and installs
+the chart (last line: ``export KUBECONFIG=...``). ``down`` deletes the cluster, stops dockerd and
+puts the host back as it was; it also cleans up after a crashed run. Run either under
+``flock /tmp/vgpu-node-tier.lock`` so the kind and real-node tiers never overlap.
+"""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 from e2e.cluster.settings import Settings
+from e2e.kind import build
 from e2e.kind.cluster import Kind, KindUnavailable, down, up
+from e2e.kind.steps import StepError
 
-USAGE = "usage: python -m e2e.kind up|down"
+USAGE = "usage: python -m e2e.kind build|up|down"
 
 
 def main(argv: list[str]) -> int:
-    if argv not in (["up"], ["down"]):
+    if argv not in (["build"], ["up"], ["down"]):
         print(USAGE, file=sys.stderr)
         return 2
-    kind = Kind.from_settings(Settings.from_env())
+    settings = Settings.from_env()
+    if argv == ["build"]:
+        print(build.report(build.ensure_tools(settings)))
+        return 0
+    kind = Kind.from_settings(settings)
     try:
-        (up if argv == ["up"] else down)(kind)
+        if argv == ["up"]:
+            up(kind)
+            print(f"export KUBECONFIG={kind.kubeconfig}")
+            return 0
+        restored = down(kind)
     except KindUnavailable as error:
         print(f"e2e-kind: {error}; see e2e/kind/README.md", file=sys.stderr)
         return 2
-    except subprocess.CalledProcessError as error:
-        print(f"e2e-kind: {' '.join(error.cmd)} failed:\n{error.stderr}", file=sys.stderr)
+    except StepError as error:
+        print(f"e2e-kind: {error}", file=sys.stderr)
         return 1
-    if argv == ["up"]:
-        print(f"export KUBECONFIG={kind.kubeconfig}")
-    return 0
+    for line in restored.changes:
+        print(f"restored: {line}")
+    for line in restored.failures:
+        print(f"NOT restored: {line}", file=sys.stderr)
+    return 1 if restored.failures else 0
 
 
 if __name__ == "__main__":

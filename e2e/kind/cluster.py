@@ -1,18 +1,30 @@
-"""Bring the kind cluster up (create, build and load images, label mock-GPU nodes, install the
-chart) and down. Every step is a plain command a user could type; each is printed first."""
+"""Bring the kind cluster up and down: the tier's dockerd, the node image, ``kind create cluster``,
+networking, the chart's images, mock-GPU labels, ``helm upgrade --install``. Every step is a
+plain command a user could type; each is printed first, with the time each stage took.
+
+``VGPU_BRIDGE_KIND_NODE_IMAGE`` (e.g. ``kindest/node:v1.36.1``) skips the local node image and
+uses that one with kind's own networking (kindnetd): the path for machines with a registry.
+"""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-from collections.abc import Sequence
+import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from e2e.chart.helmbin import ensure_helm
+from e2e.cluster import ensure_binary
 from e2e.cluster.settings import REPO_ROOT, Settings
+from e2e.kind import dockerd, host, network
+from e2e.kind.build import KindTools, ensure_tools, tools_dir
+from e2e.kind.chartimages import DOCKERFILES, build_chart_images, tag_examples_image
+from e2e.kind.nodeimage import IMAGE_REPOSITORY, NodeInputs, ensure_node_image, kind_module_dir
+from e2e.kind.steps import StepError, run, timed
+from e2e.realnode.build import ensure_runtime
 from vgpu_bridge.kube import KubeApi
 
 KIND_DIR = Path(__file__).resolve().parent
@@ -21,11 +33,13 @@ VALUES = KIND_DIR / "values-kind.yaml"
 CHART = REPO_ROOT / "charts" / "vgpu-bridge"
 RELEASE = NAMESPACE = "vgpu-bridge"
 MOCK_GPU_LABEL = "vgpu-bridge.io/mock-gpus=true"
-IMAGES = {"webhook": KIND_DIR / "Dockerfile.webhook", "agent": KIND_DIR / "Dockerfile.agent"}
+IMAGES = DOCKERFILES
+STOCK_IMAGE_ENV = "VGPU_BRIDGE_KIND_NODE_IMAGE"
+Json = dict[str, Any]
 
 
 class KindUnavailable(RuntimeError):
-    """Docker or kind is missing: the kind path cannot run on this machine."""
+    """The kind path cannot run on this machine (not root, no apt-get, ...)."""
 
 
 @dataclass(frozen=True)
@@ -33,67 +47,188 @@ class Kind:
     name: str
     kubeconfig: Path
     helm: Path
+    settings: Settings
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Kind:
         config = yaml.safe_load(CONFIG.read_text())
         kubeconfig = settings.cache_root / "kind" / "kubeconfig"
-        return cls(config["name"], kubeconfig, ensure_helm(settings).binary)
+        return cls(config["name"], kubeconfig, ensure_helm(settings).binary, settings)
 
     def image(self, part: str) -> str:
         values = yaml.safe_load(VALUES.read_text())
         image = values[f"{part}Image"]
         return f"{image['repository']}:{image['tag']}"
 
+    @property
+    def state_file(self) -> Path:
+        return self.settings.cache_root / "state" / "kind" / "host.json"
 
-def _run(command: Sequence[str]) -> str:
-    print("+", " ".join(command), flush=True)
-    done = subprocess.run(list(command), check=True, capture_output=True, text=True)
-    return done.stdout
+    @property
+    def data_root(self) -> Path:
+        """The private dockerd's data root: built images stay there between runs."""
+        return self.settings.cache_root / "kind-docker"
+
+    @property
+    def kind_binary(self) -> Path:
+        return tools_dir(self.settings) / "kind"
 
 
-def _require_tools() -> None:
-    missing = [tool for tool in ("docker", "kind") if shutil.which(tool) is None]
-    if missing:
-        raise KindUnavailable(f"the kind path needs {' and '.join(missing)} on PATH")
+def cgroup_v1() -> bool:
+    return not Path("/sys/fs/cgroup/cgroup.controllers").is_file()
 
 
-def up(kind: Kind) -> None:
-    _require_tools()
-    kind.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
-    if kind.name not in _run(["kind", "get", "clusters"]).split():
-        _run(
-            [
-                "kind",
-                "create",
-                "cluster",
-                "--config",
-                str(CONFIG),
-                "--kubeconfig",
-                str(kind.kubeconfig),
-            ]
+def cluster_config(node_image: str, *, local_image: bool, v1: bool, restrict_oom: bool) -> Json:
+    """kind-config.yaml with the node image and what this host and a local image need."""
+    config: Json = yaml.safe_load(CONFIG.read_text())
+    for node in config["nodes"]:
+        node["image"] = node_image
+    patches = []
+    if v1:  # kubelet >= 1.35 refuses cgroup v1 unless told not to
+        patches.append("kind: KubeletConfiguration\nfailCgroupV1: false\n")
+    if local_image:  # no pulls: every control-plane image is pre-imported under this name
+        patches.append(f"kind: ClusterConfiguration\nimageRepository: {IMAGE_REPOSITORY}\n")
+        config["networking"] = {"disableDefaultCNI": True}
+    if restrict_oom:  # runc in a node cannot lower oom_score_adj without CAP_SYS_RESOURCE
+        config["containerdConfigPatches"].append(
+            '[plugins."io.containerd.grpc.v1.cri"]\n  restrict_oom_score_adj = true'
         )
-    for part, dockerfile in IMAGES.items():
-        _run(["docker", "build", "-f", str(dockerfile), "-t", kind.image(part), str(REPO_ROOT)])
-        _run(["kind", "load", "docker-image", kind.image(part), "--name", kind.name])
-    for node in _run(["kind", "get", "nodes", "--name", kind.name]).split():
-        if not node.endswith("control-plane"):
-            _label_mock_gpu_node(kind, node)
-    _run([
+    if patches:
+        config["kubeadmConfigPatches"] = patches
+    return config
+
+
+def up(kind: Kind) -> dict[str, float]:
+    """Everything from a bare machine to the chart installed; returns seconds per stage."""
+    if os.geteuid() != 0:
+        raise KindUnavailable("the kind tier runs its own dockerd and needs root")
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    dockerd.ensure_packages()
+    tools = _build(kind.settings)
+    timed("build", timings, started)
+    host.record(kind.state_file)
+    dockerd.start(kind.data_root)
+    started = time.monotonic()
+    node_image = _node_image(kind.settings, tools)
+    timed("node image", timings, started)
+    started = time.monotonic()
+    _create(kind, node_image, local=STOCK_IMAGE_ENV not in os.environ)
+    timed("cluster Ready", timings, started)
+    started = time.monotonic()
+    _images(kind)
+    timed("chart images built and loaded", timings, started)
+    started = time.monotonic()
+    install(kind)
+    timed("chart installed, all pods Ready", timings, started)
+    return timings
+
+
+def _build(settings: Settings) -> KindTools:
+    ensure_runtime(settings)
+    ensure_binary(settings)
+    return ensure_tools(settings)
+
+
+def _node_image(settings: Settings, tools: KindTools) -> str:
+    stock = os.environ.get(STOCK_IMAGE_ENV)
+    if stock:
+        return stock
+    inputs = NodeInputs(
+        tools=tools,
+        runtime_dir=ensure_runtime(settings).bin_dir,
+        vgpu_k8s=settings.binary,
+        kind_module=kind_module_dir(settings),
+    )
+    return ensure_node_image(settings, inputs)
+
+
+def _kind(kind: Kind, *args: str) -> str:
+    return run([str(kind.kind_binary), *args], env=dockerd.docker_env())
+
+
+def _create(kind: Kind, node_image: str, *, local: bool) -> None:
+    kind.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+    if kind.name in _kind(kind, "get", "clusters").split():
+        _kind(kind, "delete", "cluster", "--name", kind.name)
+    config = cluster_config(
+        node_image,
+        local_image=local,
+        v1=cgroup_v1(),
+        restrict_oom=dockerd.host_lacks_cap_sys_resource(),
+    )
+    path = kind.kubeconfig.parent / "kind-config.generated.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    _kind(kind, "create", "cluster", "--config", str(path), "--kubeconfig", str(kind.kubeconfig))
+    api = KubeApi.connect(str(kind.kubeconfig), timeout_s=30)
+    if local:
+        _wait(lambda: _all_nodes_have_pod_cidrs(api, len(config["nodes"])), "podCIDRs", 120)
+        network.wire(api)
+    _wait(lambda: _all_nodes_ready(api, len(config["nodes"])), "nodes Ready", 300)
+
+
+def _all_nodes_have_pod_cidrs(api: KubeApi, count: int) -> bool:
+    nodes = api.list("/api/v1/nodes")["items"]
+    return len(nodes) == count and all(n["spec"].get("podCIDR") for n in nodes)
+
+
+def _all_nodes_ready(api: KubeApi, count: int) -> bool:
+    nodes = api.list("/api/v1/nodes")["items"]
+    ready = [
+        n
+        for n in nodes
+        for c in n.get("status", {}).get("conditions") or []
+        if c["type"] == "Ready" and c["status"] == "True"
+    ]
+    return len(ready) == count
+
+
+def _wait(check: Any, what: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(1)
+    raise StepError(f"kind: {what} not reached within {timeout_s:.0f}s")
+
+
+def _images(kind: Kind) -> None:
+    images = {part: kind.image(part) for part in IMAGES}
+    build_chart_images(kind.settings, images, offline=STOCK_IMAGE_ENV not in os.environ)
+    examples = tag_examples_image(kind.settings)
+    for image in (*images.values(), examples):
+        _kind(kind, "load", "docker-image", image, "--name", kind.name)
+
+
+def install(kind: Kind, *extra: str) -> None:
+    """Label the workers for the mock-GPU agent, then ``helm upgrade --install --wait``."""
+    api = KubeApi.connect(str(kind.kubeconfig), timeout_s=30)
+    key, value = MOCK_GPU_LABEL.split("=")
+    for node in api.list("/api/v1/nodes")["items"]:
+        if "node-role.kubernetes.io/control-plane" not in node["metadata"].get("labels", {}):
+            name = node["metadata"]["name"]
+            api.merge_patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {key: value}}})
+    run([
         str(kind.helm), "upgrade", "--install", RELEASE, str(CHART),
         "--namespace", NAMESPACE, "--create-namespace", "--values", str(VALUES),
-        "--kubeconfig", str(kind.kubeconfig), "--wait", "--timeout", "5m",
+        "--kubeconfig", str(kind.kubeconfig), "--wait", "--timeout", "5m", *extra,
     ])  # fmt: skip
 
 
-def _label_mock_gpu_node(kind: Kind, node: str) -> None:
-    """Label a worker for the mock-GPU agent through the API (no kubectl needed)."""
-    key, value = MOCK_GPU_LABEL.split("=")
-    api = KubeApi.connect(str(kind.kubeconfig), timeout_s=30)
-    api.merge_patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {key: value}}})
-
-
-def down(kind: Kind) -> None:
-    _require_tools()
-    _run(["kind", "delete", "cluster", "--name", kind.name])
+def down(kind: Kind) -> host.Restored:
+    """Delete the cluster and the tier's containers and networks, stop dockerd, put the host
+    back as recorded (also after a crash: everything is found from fixed names and the record)."""
+    if dockerd.running_pid() is not None:
+        env = dockerd.docker_env()
+        if kind.kind_binary.is_file():
+            run([str(kind.kind_binary), "delete", "cluster", "--name", kind.name], env=env)
+        leftover = run(["docker", "ps", "-aq"], env=env, quiet=True).split()
+        if leftover:
+            run(["docker", "rm", "-f", "-v", *leftover], env=env)
+        run(["docker", "network", "prune", "-f"], env=env)
+        run(["docker", "volume", "prune", "-f"], env=env)
+    dockerd.stop()
+    dockerd.unmount_leftovers(kind.data_root)
+    restored = host.restore(kind.state_file)
     kind.kubeconfig.unlink(missing_ok=True)
+    return restored

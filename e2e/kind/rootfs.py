@@ -1,0 +1,62 @@
+"""Debian root filesystems as local Docker images (no registry): ``mmdebstrap`` with the host's
+own apt sources, ``docker import``. Three of them: the kind node's (what kind's base image
+installs), a Python one for the chart's images and a gcc one that builds libvgpu.so in the agent
+image. Each tarball is cached under ``<cache>/kind-rootfs/`` by a hash of its package list."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from e2e.cluster.settings import Settings
+from e2e.kind.dockerd import docker_env
+from e2e.kind.steps import StepError, run
+
+SUITE = "bookworm"
+SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
+ROOTFS_PACKAGES = {
+    # what kind's images/base/Dockerfile installs, less fuse-overlayfs, NFS and iSCSI
+    "node": (
+        "systemd systemd-sysv conntrack iptables nftables iproute2 ethtool util-linux mount kmod"
+        " libseccomp2 pigz bash ca-certificates curl jq procps socat e2fsprogs"
+    ),
+    "python": "python3 python3-pip ca-certificates",
+    "gcc": "gcc make libc6-dev",
+}
+
+
+def image_name(kind: str) -> str:
+    digest = hashlib.sha256(f"{SUITE} {ROOTFS_PACKAGES[kind]}".encode()).hexdigest()[:12]
+    return f"vgpu-bridge-kind/rootfs-{kind}:{digest}"
+
+
+def ensure_rootfs_image(settings: Settings, kind: str) -> str:
+    """The Docker image of one Debian root filesystem, made when missing; returns its name."""
+    name = image_name(kind)
+    if image_exists(name):
+        return name
+    tarball = settings.cache_root / "kind-rootfs" / (name.split("/")[1].replace(":", "-") + ".tar")
+    if not tarball.is_file():
+        _mmdebstrap(kind, tarball)
+    run(["docker", "import", str(tarball), name], env=docker_env())
+    return name
+
+
+def _mmdebstrap(kind: str, tarball: Path) -> None:
+    sources = SOURCES if SOURCES.is_file() else Path("/etc/apt/sources.list")
+    if not sources.is_file():
+        raise StepError(f"mmdebstrap needs the host's apt sources; neither {SOURCES} nor {sources}")
+    tarball.parent.mkdir(parents=True, exist_ok=True)
+    partial = tarball.with_suffix(".partial.tar")
+    packages = ",".join(ROOTFS_PACKAGES[kind].split())
+    command = ["mmdebstrap", "--variant=minbase", f"--include={packages}", SUITE, str(partial)]
+    run([*command, str(sources)])
+    partial.replace(tarball)
+
+
+def image_exists(name: str) -> bool:
+    try:
+        run(["docker", "image", "inspect", name], env=docker_env(), quiet=True)
+    except StepError:
+        return False
+    return True
