@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import http.client
 import json
 import socket
 import ssl
@@ -122,15 +123,23 @@ def test_a_request_dribbled_byte_by_byte_is_cut_at_its_deadline(webhook: Running
             pytest.fail("the server kept a dribbling request open for 60 s")
 
 
-def test_many_connections_are_capped_and_the_oldest_waiting_one_makes_room(
+def test_past_the_connection_cap_slow_clients_make_room_not_keep_alive_ones(
     tmp_path: Path,
 ) -> None:
-    with (
-        running_webhook(tmp_path, max_connections=16) as webhook,
-        slow_connections(webhook.port, 40),
-    ):
-        assert webhook.get("/healthz") == (200, b"ok")
-        assert admitted(webhook)
+    with running_webhook(tmp_path, max_connections=16) as webhook:
+        api_server = webhook.connection()  # a keep-alive connection, as the API server keeps
+        assert keep_alive_admission(api_server)
+        with slow_connections(webhook.port, 40):
+            assert webhook.get("/healthz") == (200, b"ok")
+            assert admitted(webhook)
+            assert keep_alive_admission(api_server)  # the same connection, never closed
+        api_server.close()
+
+
+def keep_alive_admission(conn: http.client.HTTPSConnection) -> bool:
+    conn.request("POST", "/mutate", body=REVIEW)
+    response = conn.getresponse()
+    return response.status == 200 and json.loads(response.read())["response"]["allowed"] is True
 
 
 @pytest.mark.parametrize(

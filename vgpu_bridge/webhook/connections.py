@@ -198,12 +198,14 @@ class ConnectionLoop:
         self._watch(conn, selectors.EVENT_READ)
 
     def _make_room(self) -> bool:
-        """Close the connection that has waited longest in its state (never one a worker holds)."""
-        for conn in self._conns:
-            if conn.phase != "busy":
-                limit = self._limits.max_connections
-                self._fail(conn, f"closed to make room: {limit} connections open")
-                return True
+        """Close the connection that has waited longest with an incomplete request (else the
+        longest idle one): a flood of slow clients pushes out its own, not the API server's
+        keep-alive connections. Never one a worker holds."""
+        for phases in (("handshake", "request", "reply"), ("idle",)):
+            for conn in self._conns:
+                if conn.phase in phases:
+                    self._fail(conn, f"closed to make room: {self._limits.max_connections} open")
+                    return True
         return False
 
     # -- one step of a connection ---------------------------------------------------------
