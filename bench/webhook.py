@@ -4,7 +4,9 @@ The webhook runs as its own process (as in a cluster); clients hold keep-alive c
 the API server does. Requests are dry-run AdmissionReviews of a realistic mix, which is the
 steady state of a real webhook: once a template exists, admitting another pod of its shape makes
 no API call. Targets on 2 cores: p99 <= 15 ms at 200 admissions/s, and >= 800 admissions/s at
-saturation. Run with `make bench`.
+saturation. Further rows: the same paced load while 1,000 slow connections are held open (each
+dribbling a partial request, reopened whenever the webhook cuts it), pods without GPUs per
+second, and the time from process start to the first answered review. Run with `make bench`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -28,6 +31,8 @@ from tests.tls import write_self_signed
 
 PACED_RATE, PACED_SECONDS, PACED_CONNECTIONS = 200, 10, 4
 SATURATION_SECONDS, SATURATION_CONNECTIONS = 6, 8
+SLOW_CONNECTIONS = 1_000
+START_RUNS = 5
 # A kubeconfig whose API server does not answer: the benchmark admits without API calls.
 KUBECONFIG = """apiVersion: v1
 kind: Config
@@ -38,28 +43,46 @@ current-context: none
 """
 
 
-def reviews(count: int) -> list[bytes]:
+def review_of(index: int, obj: dict[str, Any], *, dry_run: bool = True) -> bytes:
+    request = {
+        "uid": f"uid-{index}",
+        "kind": {"group": "", "version": "v1", "kind": obj["kind"]},
+        "operation": "CREATE",
+        "namespace": obj["metadata"]["namespace"],
+        "object": obj,
+        "dryRun": dry_run,
+    }
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    return json.dumps(review).encode()
+
+
+def plain_pod_reviews(count: int) -> list[bytes]:
+    """Pods that ask for no GPU, as most pods of a cluster do (not dry runs: they need no API)."""
     bodies = []
-    for index, obj in enumerate(w for w in make_workloads(count) if "gpu-fraction" not in str(w)):
-        request = {
-            "uid": f"uid-{index}",
-            "kind": {"group": "", "version": "v1", "kind": obj["kind"]},
-            "operation": "CREATE",
-            "namespace": obj["metadata"]["namespace"],
-            "object": obj,
-            "dryRun": True,
-        }
-        review = {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": request,
-        }
-        bodies.append(json.dumps(review).encode())
+    for index in range(count):
+        container = {
+            "name": "web", "image": "nginx:1.27", "ports": [{"containerPort": 8080}],
+            "env": [{"name": f"SETTING_{i}", "value": str(i)} for i in range(8)],
+            "resources": {"requests": {"cpu": "250m", "memory": "256Mi"},
+                          "limits": {"cpu": "1", "memory": "512Mi"}},
+        }  # fmt: skip
+        meta = {"name": f"web-{index}", "namespace": f"team-{index % 7}",
+                "labels": {"app": "web", "tier": "frontend"}}  # fmt: skip
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {
+            "containers": [container], "serviceAccountName": "web"}}  # fmt: skip
+        bodies.append(review_of(index, pod, dry_run=False))
     return bodies
 
 
+def reviews(count: int) -> list[bytes]:
+    workloads = (w for w in make_workloads(count) if "gpu-fraction" not in str(w))
+    return [review_of(index, obj) for index, obj in enumerate(workloads)]
+
+
 def start_webhook(workdir: Path, port: int) -> subprocess.Popen[bytes]:
-    cert, key = write_self_signed(workdir)
+    cert, key = workdir / "tls.crt", workdir / "tls.key"
+    if not cert.exists():
+        write_self_signed(workdir)
     (workdir / "kubeconfig").write_text(KUBECONFIG)
     command = [
         sys.executable, "-m", "vgpu_bridge.cli", "webhook", "--listen", f"127.0.0.1:{port}",
@@ -134,16 +157,77 @@ def wait_until_serving(port: int, cafile: Path) -> None:
     raise RuntimeError("the webhook did not start")
 
 
+class SlowClients:
+    """`count` loopback connections that each send a byte of a request head every second and
+    are reopened whenever the webhook closes them, until `stop()`."""
+
+    def __init__(self, port: int, count: int) -> None:
+        self.port, self.count = port, count
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._hold, daemon=True)
+
+    def __enter__(self) -> SlowClients:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _open(self) -> socket.socket | None:
+        try:
+            sock = socket.create_connection(("127.0.0.1", self.port), timeout=1)
+        except OSError:
+            return None
+        sock.setblocking(False)
+        return sock
+
+    def _hold(self) -> None:
+        held: list[socket.socket | None] = [self._open() for _ in range(self.count)]
+        while not self._stop.wait(1.0):
+            for index, sock in enumerate(held):
+                try:
+                    if sock is None:
+                        raise OSError
+                    sock.send(b"P")
+                except OSError:
+                    if sock is not None:
+                        sock.close()
+                    held[index] = self._open()
+        for sock in held:
+            if sock is not None:
+                sock.close()
+
+
+def first_review_seconds(workdir: Path, body: bytes) -> float:
+    """From `Popen` to the first 200 for `body` (connection attempts every 5 ms)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    start = time.perf_counter()
+    process = start_webhook(workdir, port)
+    try:
+        while True:
+            try:
+                Client(port, workdir / "tls.crt").admit(body)
+                return time.perf_counter() - start
+            except OSError:
+                time.sleep(0.005)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
 def row(name: str, latencies: list[float], rate: float, target: str) -> str:
     q = statistics.quantiles(latencies, n=100)
-    return f"{name:<26}{rate:>12,.0f}{q[49] * 1e3:>10.2f}{q[98] * 1e3:>10.2f}{target:>22}"
+    return f"{name:<34}{rate:>12,.0f}{q[49] * 1e3:>10.2f}{q[98] * 1e3:>10.2f}{target:>24}"
 
 
 def main() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    bodies = reviews(1_000)
+    bodies, plain = reviews(1_000), plain_pod_reviews(1_000)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         process = start_webhook(workdir, port)
@@ -151,30 +235,34 @@ def main() -> int:
             cafile = workdir / "tls.crt"
             wait_until_serving(port, cafile)
             run_load(port, cafile, bodies, connections=2, seconds=1, rate=None)  # warm up
-            paced = run_load(
-                port,
-                cafile,
-                bodies,
-                connections=PACED_CONNECTIONS,
-                seconds=PACED_SECONDS,
-                rate=PACED_RATE,
-            )
-            saturated = run_load(
-                port,
-                cafile,
-                bodies,
-                connections=SATURATION_CONNECTIONS,
-                seconds=SATURATION_SECONDS,
-                rate=None,
-            )
+            paced = run_load(port, cafile, bodies, connections=PACED_CONNECTIONS,
+                             seconds=PACED_SECONDS, rate=PACED_RATE)  # fmt: skip
+            saturated = run_load(port, cafile, bodies, connections=SATURATION_CONNECTIONS,
+                                 seconds=SATURATION_SECONDS, rate=None)  # fmt: skip
+            plain_rate = run_load(port, cafile, plain, connections=SATURATION_CONNECTIONS,
+                                  seconds=SATURATION_SECONDS, rate=None)  # fmt: skip
+            with SlowClients(port, SLOW_CONNECTIONS):
+                time.sleep(2)  # all of them open
+                attacked = run_load(port, cafile, bodies, connections=PACED_CONNECTIONS,
+                                    seconds=PACED_SECONDS, rate=PACED_RATE)  # fmt: skip
         finally:
             process.terminate()
             process.wait(timeout=10)
+        starts = sorted(first_review_seconds(workdir, bodies[0]) for _ in range(START_RUNS))
     print("webhook: AdmissionReviews over TLS on loopback, keep-alive connections, 2 cores shared")
     print("          by the webhook process and the load generator")
-    print(f"{'load':<26}{'admissions/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'target':>22}")
+    print(f"{'load':<34}{'admissions/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'target':>24}")
     print(row(f"paced {PACED_RATE}/s, {PACED_CONNECTIONS} conns", *paced, "p99 <= 15 ms"))
+    print(row(f"  same, {SLOW_CONNECTIONS:,} slow conns held", *attacked, "p99 near the quiet one"))
     print(row(f"saturation, {SATURATION_CONNECTIONS} conns", *saturated, ">= 800 admissions/s"))
+    print(
+        row(
+            f"pods without GPUs, {SATURATION_CONNECTIONS} conns", *plain_rate, "Go webhook ~6,000/s"
+        )
+    )
+    median = starts[len(starts) // 2] * 1e3
+    print(f"{'process start to first review':<34}{'':>12}{median:>10.0f}{starts[-1] * 1e3:>10.0f}"
+          f"{'<= 150 ms':>24}   (ms: median, slowest of {START_RUNS})")  # fmt: skip
     return 0
 
 
