@@ -60,9 +60,10 @@ class AgentDirs:
 
 
 @contextmanager
-def agent_dirs() -> Iterator[AgentDirs]:
-    """A short root: AF_UNIX paths must stay under 108 bytes, pytest's tmp_path may not."""
-    root = Path(tempfile.mkdtemp(prefix="vb-node-", dir="/tmp"))
+def agent_dirs(*, base: str = "/tmp") -> Iterator[AgentDirs]:
+    """A short root: AF_UNIX paths must stay under 108 bytes, pytest's tmp_path may not.
+    `base="/dev/shm"` for tests that make many files (a tmpfs: 50 times faster on a busy disk)."""
+    root = Path(tempfile.mkdtemp(prefix="vb-node-", dir=base))
     try:
         yield AgentDirs(root)
     finally:

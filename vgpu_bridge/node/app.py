@@ -3,8 +3,10 @@
 Start-up order: GPUs (mock file or NVML), the checkpoint (recovered), the DRA socket, then the
 registration socket, the HTTP server (/metrics, /healthz), then the slices (republished on every
 start and checked every resync period), then the periodic cleanup of prepared claims whose
-ResourceClaim is gone, and every second the prepared claims' host-pids files (`hostpids.py`: the
-host pids libvgpu cannot see from inside a pod, so that it measures its own container's SM use).
+ResourceClaim is gone, every second the prepared claims' host-pids files (`hostpids.py`: the
+host pids libvgpu cannot see from inside a pod, so that it measures its own container's SM use),
+and every 30 s the sweep of what containers can write (`claimdirs.py`: the trash emptied, the
+priority dir cleaned, each claim dir measured).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from vgpu_bridge.core.profiles import DEFAULT, DriverProfile
 from vgpu_bridge.kube import KubeApi, KubeConfigError
 from vgpu_bridge.logs import configure_json_logging
 from vgpu_bridge.node.cdi import CdiLayout
+from vgpu_bridge.node.claimdirs import SWEEP_PERIOD_S, TenantDirs
 from vgpu_bridge.node.grpc import PluginServer
 from vgpu_bridge.node.health import Health
 from vgpu_bridge.node.hostpids import PERIOD_S as HOST_PIDS_PERIOD_S
@@ -90,6 +93,11 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
     host_pids = HostPidFiles(
         lambda: [claim.uid for claim in state.snapshot()], vgpu_dir=settings.vgpu_dir
     )
+    tenant_dirs = TenantDirs(
+        layout,
+        claims=lambda: [claim.uid for claim in state.snapshot()],
+        gpu_uuids={gpu.uuid for gpu in gpus},
+    )
     metrics = serve_metrics(
         settings.metrics_host_port,
         registry=registry,
@@ -99,6 +107,7 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
         node=settings.node_name,
         vgpu_dir=settings.vgpu_dir,
         host_pids=host_pids.found,
+        tenant_usage=tenant_dirs.usage,
     )
     workers = [
         threading.Thread(
@@ -117,6 +126,12 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
             target=every,
             args=(HOST_PIDS_PERIOD_S, stop, "writing host pids", host_pids.sync),
             name="host-pids",
+            daemon=True,
+        ),
+        threading.Thread(
+            target=every,
+            args=(SWEEP_PERIOD_S, stop, "sweeping container-writable dirs", tenant_dirs.sweep),
+            name="tenant-dirs",
             daemon=True,
         ),
     ]

@@ -12,19 +12,25 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
+
 from vgpu_bridge.node.cdi import CLAIMS_DIR, CdiLayout
 from vgpu_bridge.node.files import check_entry, remove_tree
+
+log = structlog.get_logger("vgpu_bridge.node.claimdirs")
 
 TRASH_DIR = "trash"  # in the host's vgpu dir, root's alone: claim dirs waiting to be deleted
 TRASH_DIR_MODE = 0o700
 MAX_ENTRIES = 1000  # a walk stops here: what a claim dir holds is 'at least' beyond it
 BOARD_SIZE = 128  # native/vgpu/src/priority.c, layout version 1
 BOARD_SUFFIX = ".board"
+_EMPTYING = threading.Lock()
 
 
 def trash_dir(layout: CdiLayout) -> Path:
@@ -51,12 +57,17 @@ def empty_trash(layout: CdiLayout, paths: Iterable[Path] | None = None) -> int:
     """Delete `paths` from the trash (all of it when None, e.g. what a killed agent left);
     how many entries went. Never follows a link."""
     root = trash_dir(layout)
-    if paths is None:
-        try:
-            paths = [root / name for name in os.listdir(root)]
-        except FileNotFoundError:
-            return 0
-    return sum(remove_tree(root, path) for path in paths)
+    if paths is not None:
+        paths = list(paths)
+        if not paths:
+            return 0  # nothing to wait for: a call that trashed nothing never waits
+    with _EMPTYING:  # Unprepare and the sweeper never walk the same tree at once
+        if paths is None:
+            try:
+                paths = [root / name for name in os.listdir(root)]
+            except FileNotFoundError:
+                return 0
+        return sum(remove_tree(root, path) for path in paths)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,3 +134,50 @@ def _is_board(entry: os.DirEntry[str]) -> bool:
         return False
     # 0 bytes: libvgpu has just created it and sizes it next (priority.c)
     return stat.S_ISREG(info.st_mode) and info.st_size in (0, BOARD_SIZE)
+
+
+SWEEP_PERIOD_S = 30.0
+# what libvgpu and the agent put in a claim's dir: the region (225 KiB) and the host-pids file
+EXPECTED_ENTRIES = 8
+EXPECTED_BYTES = 4 * 2**20
+
+
+class TenantDirs:
+    """One sweep every SWEEP_PERIOD_S, in its own thread (no lock of the agent held): empty the
+    trash (what Unprepare or a killed agent left), clean the priority dir, and measure each
+    prepared claim's dir (`usage`, for the metrics; a warning once per claim over the
+    expected size, again after it came back under)."""
+
+    def __init__(
+        self,
+        layout: CdiLayout,
+        *,
+        claims: Callable[[], Iterable[str]],
+        gpu_uuids: Collection[str],
+    ) -> None:
+        self._layout = layout
+        self._claims = claims
+        self._gpu_uuids = gpu_uuids
+        self._usage: dict[str, DirUsage] = {}
+        self._over: set[str] = set()
+
+    def sweep(self) -> None:
+        empty_trash(self._layout)
+        for name in clean_priority_dir(self._layout.priority_dir, self._gpu_uuids):
+            log.warning("removed a file no GPU's priority board may be", name=name)
+        usage = {uid: measure(self._layout.shared_dir(uid)) for uid in self._claims()}
+        for uid, found in usage.items():
+            over = found.entries > EXPECTED_ENTRIES or found.bytes > EXPECTED_BYTES
+            if over and uid not in self._over:
+                log.warning("a claim's directory holds more than libvgpu puts there",
+                            claim_uid=uid, entries=found.entries, bytes=found.bytes,
+                            walk_complete=found.complete)  # fmt: skip
+            if over:
+                self._over.add(uid)
+            else:
+                self._over.discard(uid)
+        self._over &= set(usage)
+        self._usage = usage
+
+    def usage(self) -> dict[str, DirUsage]:
+        return dict(self._usage)

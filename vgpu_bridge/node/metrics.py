@@ -21,11 +21,12 @@ from typing import Any, NamedTuple
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from vgpu_bridge.node.cdi import SHARED_REGION_FILE, claim_dir
-from vgpu_bridge.node.files import read_regular
+from vgpu_bridge.node.claimdirs import DirUsage
+from vgpu_bridge.node.files import read_regular, skipped
 from vgpu_bridge.node.health import Health, with_healthz
 from vgpu_bridge.node.inventory import Gpu
 from vgpu_bridge.node.state import DeviceState
@@ -256,6 +257,34 @@ class NodeCollector(Collector):
             return None
 
 
+class TenantFilesCollector(Collector):
+    """What containers put where the agent looks: refused files, and each claim dir's size."""
+
+    def __init__(self, usage: Callable[[], Mapping[str, DirUsage]]) -> None:
+        self._usage = usage
+
+    def collect(self) -> Iterator[Metric]:
+        refused = CounterMetricFamily(
+            "vgpu_bridge_untrusted_files_refused",
+            "files in container-writable dirs the agent refused to read (a link, a FIFO, ...)",
+            labels=["reason"],
+        )
+        for reason, count in sorted(skipped.counts().items()):
+            refused.add_metric([reason], count)
+        entries = GaugeMetricFamily(
+            "vgpu_bridge_claim_dir_entries",
+            "entries in a claim's shared-region dir (a lower bound past the walk's limit)",
+            labels=["claim_uid"],
+        )
+        used = GaugeMetricFamily(
+            "vgpu_bridge_claim_dir_bytes", "disk used by those entries", labels=["claim_uid"]
+        )
+        for uid, usage in sorted(self._usage().items()):
+            entries.add_metric([uid], usage.entries)
+            used.add_metric([uid], usage.bytes)
+        yield from (refused, entries, used)
+
+
 class CallMetrics:
     """Per-claim outcomes and latency of Prepare and Unprepare (a `DeviceState` observer)."""
 
@@ -298,12 +327,14 @@ def serve_metrics(
     node: str,
     vgpu_dir: Path,
     host_pids: Callable[[str], HostPidTable],
+    tenant_usage: Callable[[], Mapping[str, DirUsage]] = dict,
 ) -> MetricsServer | None:
     """Serve `/metrics` and `/healthz` on `host_port` from a daemon thread; the server (stop it
     with `.shutdown()`), or None when disabled."""
     if host_port is None:
         return None
     registry.register(NodeCollector(state, gpus, node=node, vgpu_dir=vgpu_dir, host_pids=host_pids))
+    registry.register(TenantFilesCollector(tenant_usage))
     server = MetricsServer(host_port)
     server.set_app(with_healthz(make_wsgi_app(registry), health))
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -68,3 +71,61 @@ def test_an_untrustworthy_file_is_corrupt(tmp_path: Path, how: str) -> None:
     _tamper(path, how)
     with pytest.raises(CheckpointCorrupt, match=r"checkpoint\.json"):
         checkpoint.load(path)
+
+
+def _plant(path: Path, how: str) -> None:
+    if how == "not UTF-8":
+        path.write_bytes(b'{"version": "v1", "claims": {"\xff\xfe": 1}}')
+    elif how == "100k-deep JSON":
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    elif how == "a directory":
+        (path / "inside").mkdir(parents=True)
+    elif how == "a FIFO":
+        os.mkfifo(path)
+    elif how == "a symlink":
+        path.symlink_to("/dev/zero")
+    elif how == "a uid that is a path":  # checksummed right: the uid itself is refused
+        claims = {"x": {**CLAIM.model_dump(mode="json"), "uid": "../../../../etc"}}
+        canonical = json.dumps(claims, sort_keys=True, separators=(",", ":"))
+        checksum = hashlib.sha256(canonical.encode()).hexdigest()
+        path.write_text(json.dumps({"version": "v1", "checksum": checksum, "claims": claims}))
+
+
+CORRUPT = ["not UTF-8", "100k-deep JSON", "a directory", "a FIFO", "a symlink",
+           "a uid that is a path"]  # fmt: skip
+
+
+@pytest.mark.parametrize("how", CORRUPT)
+def test_whatever_is_in_its_place_is_corrupt_promptly(tmp_path: Path, how: str) -> None:
+    path = tmp_path / "checkpoint.json"
+    _plant(path, how)
+    outcome: list[object] = []
+
+    def load() -> None:
+        try:
+            outcome.append(checkpoint.load(path))
+        except CheckpointCorrupt as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    thread.join(timeout=10)  # generous: a FIFO would block the open forever
+    assert not thread.is_alive()
+    assert isinstance(outcome[0], CheckpointCorrupt)
+
+
+@pytest.mark.parametrize("how", ["a directory", "a FIFO", "truncated"])
+def test_quarantine_moves_anything_aside_and_keeps_the_newest_three(
+    tmp_path: Path, how: str
+) -> None:
+    path = tmp_path / "checkpoint.json"
+    moved = []
+    for _ in range(5):
+        if how == "truncated":
+            path.write_text('{"version": "v1", "cla')
+        else:
+            _plant(path, how)
+        moved.append(checkpoint.quarantine(path).name)
+    assert not path.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(moved[-3:])
+    assert all(name.startswith("checkpoint.json.corrupt-") for name in moved)
