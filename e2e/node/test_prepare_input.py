@@ -54,8 +54,17 @@ def test_each_bad_claim_gets_its_own_reason_and_good_ones_are_prepared(
         allocated_claim(kube, namespace, "no-size", node=node, results=[unsized]),
         allocated_claim(kube, namespace, "other-driver", node=node, results=[foreign]),
     ]
-    gone = {"metadata": {"namespace": namespace, "name": "deleted", "uid": "0000-gone"}}
-    replaced = {**claims[0], "metadata": {**claims[0]["metadata"], "uid": "0000-old-uid"}}
+    gone = {
+        "metadata": {
+            "namespace": namespace,
+            "name": "deleted",
+            "uid": "00000000-0000-4000-8000-00000000901e",
+        }
+    }
+    replaced = {
+        **claims[0],
+        "metadata": {**claims[0]["metadata"], "uid": "00000000-0000-4000-8000-0000000001d0"},
+    }
     replaced["metadata"]["name"] = "good"
     errors = _prepare(agent_on_node, *claims, gone)
     assert errors["good"] == ""
