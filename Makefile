@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: help venv fmt lint unit integration e2e e2e-kai test bench demo cluster-bin scheduler-bin native native-test clean
+.PHONY: help venv fmt lint unit integration abuse e2e e2e-kai test bench demo cluster-bin scheduler-bin native native-test clean
 
 help:
 	@echo "make test    lint + unit + integration + native + e2e + real node (installs what it needs; root)"
@@ -37,6 +37,11 @@ unit: venv
 
 integration: venv
 	$(PY) -m pytest tests/integration -q
+
+# Hostile input against the real binaries (tests/abuse/README.md); also part of `make test`,
+# which collects everything under tests/.
+abuse: venv
+	$(PY) -m pytest tests/abuse -q
 
 # The e2e tier: a private local control plane per pytest session (e2e/conftest.py), torn down
 # after it; failed tests leave their dump in .cache/e2e-artifacts/. Also the harness's own tests.

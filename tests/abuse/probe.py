@@ -10,10 +10,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tests.abuse.processes import proc_status
+from tests.abuse.processes import RUNAWAY_RSS_MB, proc_status
 
 PERIOD_S = 0.25
-KILL_ABOVE_MB = 2000  # far past any bound a test asserts: protects the machine from a runaway
 
 
 @dataclass
@@ -44,7 +43,7 @@ class Prober:
 
     def sample(self) -> None:
         self.max_rss_mb = max(self.max_rss_mb, proc_status(self.pid, "VmRSS") / 1024)
-        if self.max_rss_mb > KILL_ABOVE_MB:
+        if self.max_rss_mb > RUNAWAY_RSS_MB:
             os.kill(self.pid, signal.SIGKILL)
             self.failures.append(f"killed at {self.max_rss_mb:.0f} MB of RSS")
             self._stop.set()

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 START_DEADLINE_S = 60.0  # a cold start on a busy 2-core machine, generously
+RUNAWAY_RSS_MB = 2000  # far past any bound a test asserts: a process this big is killed
 
 
 def command(*args: str) -> list[str]:
@@ -65,6 +66,9 @@ def wait_until(
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise AssertionError(f"{what}: exited {process.returncode}:\n{tail(log_file)}")
+        if rss_mb(process.pid) > RUNAWAY_RSS_MB:
+            process.kill()
+            raise AssertionError(f"{what}: killed past {RUNAWAY_RSS_MB} MB of RSS")
         try:
             if check():
                 return
