@@ -27,6 +27,7 @@ from e2e.realnode.product import RESOURCE, Product, delete_and_unprepare, parse
 from e2e.realnode.spike import node_pod, pod_log
 from e2e.waiting import wait_for
 from vgpu_bridge.core import DEFAULT
+from vgpu_bridge.node.cdi import LIMITS_MOUNT
 
 pytestmark = pytest.mark.e2e
 
@@ -110,13 +111,14 @@ def test_gpumem_pods_share_a_real_node_gpu_each_within_its_own_share(product: Pr
     # the agent tells each pod's libvgpu its host pid (a pod's /proc shows only its own pid
     # namespace): the host-pids file beside the claim's region names a process of that pod
     for claim in claims:
-        (pod_uid,) = [ref["uid"] for ref in claim["status"]["reservedFor"]]
+        ((pod_uid, pod_name),) = [(r["uid"], r["name"]) for r in claim["status"]["reservedFor"]]
         path = vgpu_dir(node.layout) / "claims" / claim["metadata"]["uid"] / "host-pids"
         lines = wait_for(partial(_host_pid_lines, path), timeout_s=30, what=f"{path} written")
         assert lines[0] == "vgpu-host-pids 1", lines
         (entry,) = lines[1:]
         host_pid = int(entry.split()[2])
         assert f"pod{pod_uid}" in Path(f"/proc/{host_pid}/cgroup").read_text(), entry
+        _assert_limits_file_mounted_read_only(host_pid, shares[pod_name])
 
     claim_dirs = vgpu_dir(node.layout) / "claims"
     assert claim_dirs.is_dir()
@@ -127,6 +129,17 @@ def test_gpumem_pods_share_a_real_node_gpu_each_within_its_own_share(product: Pr
         what="the claims deleted",
     )
     assert not _entries(claim_dirs)
+    assert not _entries(vgpu_dir(node.layout) / "limits")  # Unprepare removes the limits files
+
+
+def _assert_limits_file_mounted_read_only(host_pid: int, mib: int) -> None:
+    """The container sees the agent's limits file at LIMITS_MOUNT, mounted read-only (seen from
+    the host through the container process's root and mount table)."""
+    seen = Path(f"/proc/{host_pid}/root{LIMITS_MOUNT}").read_text().splitlines()
+    assert seen[:2] == ["vgpu-bridge-limits 1", f"CUDA_DEVICE_MEMORY_LIMIT_0={mib}m"], seen
+    mounts = Path(f"/proc/{host_pid}/mountinfo").read_text().splitlines()
+    (mount,) = [line.split() for line in mounts if line.split()[4] == LIMITS_MOUNT]
+    assert "ro" in mount[5].split(","), mount
 
 
 def _host_pid_lines(path: Path) -> list[str] | None:
