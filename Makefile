@@ -96,11 +96,14 @@ demo: venv cluster-bin scheduler-bin helm-bin
 helm-bin: venv
 	$(PY) -m e2e.chart build
 
-# The example scenarios on a kind cluster (needs Docker and kind; not run on the project's own
-# machines, see e2e/kind/README.md). `python -m e2e.kind down` deletes the cluster.
-e2e-kind: venv helm-bin
-	$(PY) -m e2e.kind up
-	$(PY) -m pytest e2e/kind/scenarios.py -q
+# The kind tier (e2e/kind): its own dockerd (Debian's docker.io), a kind v0.33 cluster of one
+# control plane and two workers on a node image built here from Debian packages and Go modules
+# (no registry), the chart's images built and loaded, `helm install` with mock GPUs, then
+# e2e/kind/scenarios.py; `python -m e2e.kind down` always runs after and puts the host back.
+# Never at the same time as the real-node tier (one lock for both). Needs root.
+e2e-kind: venv cluster-bin helm-bin
+	flock /tmp/vgpu-node-tier.lock bash -c '$(PY) -m e2e.kind up && $(PY) -m pytest e2e/kind/scenarios.py -q; \
+		status=$$?; $(PY) -m e2e.kind down || status=1; exit $$status'
 
 .PHONY: e2e-realnode
 # The real-node tier (issue 10, e2e/realnode): a real kubelet + containerd 2.3 + runc 1.4 built

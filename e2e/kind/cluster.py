@@ -22,6 +22,7 @@ from e2e.cluster.settings import REPO_ROOT, Settings
 from e2e.kind import dockerd, host, network
 from e2e.kind.build import KindTools, ensure_tools, tools_dir
 from e2e.kind.chartimages import DOCKERFILES, build_chart_images, tag_examples_image
+from e2e.kind.cudaimage import write_cuda_image
 from e2e.kind.nodeimage import IMAGE_REPOSITORY, NodeInputs, ensure_node_image, kind_module_dir
 from e2e.kind.steps import StepError, run, timed
 from e2e.realnode.build import ensure_runtime
@@ -198,6 +199,9 @@ def _images(kind: Kind) -> None:
     examples = tag_examples_image(kind.settings)
     for image in (*images.values(), examples):
         _kind(kind, "load", "docker-image", image, "--name", kind.name)
+    archive = kind.settings.cache_root / "kind" / "cuda-image.tar"
+    write_cuda_image(ensure_runtime(kind.settings), archive)
+    _kind(kind, "load", "image-archive", str(archive), "--name", kind.name)
 
 
 def install(kind: Kind, *extra: str) -> None:
