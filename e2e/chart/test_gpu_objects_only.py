@@ -15,6 +15,7 @@ from e2e.chart.rendering import Helm, Json, one
 from e2e.cluster import KubeClient
 from e2e.cluster.client import ApiError
 from e2e.waiting import wait_for
+from vgpu_bridge.core import names
 
 pytestmark = pytest.mark.e2e
 
@@ -125,3 +126,33 @@ def test_workloads_are_sent_only_when_their_pods_ask_for_gpus(
     cpu = {"spec": pod(limits={"cpu": "1"})["spec"]}
     wait_for(lambda: sent(kube, path, workload(kind, gpu)), timeout_s=20, what="the configuration")
     assert not sent(kube, path, workload(kind, cpu))
+
+
+#: every name the translator reads, from core's own lists: a pod carrying any one of them alone
+#: must reach the webhook. `mps` is left out: KAI reads it only beside gpu-fraction (sent).
+CORE_RESOURCES = sorted(names.TRANSLATED_RESOURCES)
+CORE_ANNOTATIONS = sorted(
+    {*names.DEVICE_CHOICE_ANNOTATIONS, *names.VGPU_MODE, *names.PLACEMENT_ANNOTATIONS,
+     *names.KAI_ANNOTATIONS} - {names.KAI_MPS}
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("resource", CORE_RESOURCES)
+@pytest.mark.parametrize("section", ["limits", "requests"])
+def test_every_resource_name_core_translates_is_sent(
+    kube: KubeClient, ns: str, resource: str, section: str
+) -> None:
+    path = f"/api/v1/namespaces/{ns}/pods"
+    wait_for(lambda: sent(kube, path, POD_CASES[0][1]), timeout_s=20, what="the configuration")
+    body = pod()
+    body["spec"]["containers"][1]["resources"] = {section: {resource: "1"}}
+    # requests alone are invalid for an extended resource, but validation runs after mutating
+    # admission: such a pod reaches the webhook (which translates it) or fails validation
+    assert sent(kube, path, body)
+
+
+@pytest.mark.parametrize("annotation", CORE_ANNOTATIONS)
+def test_every_annotation_core_reads_is_sent(kube: KubeClient, ns: str, annotation: str) -> None:
+    path = f"/api/v1/namespaces/{ns}/pods"
+    wait_for(lambda: sent(kube, path, POD_CASES[0][1]), timeout_s=20, what="the configuration")
+    assert sent(kube, path, pod(annotations={annotation: "1"}))

@@ -40,7 +40,7 @@ def test_defaults_make_every_part(defaults: list[Json]) -> None:
     kinds = sorted({obj["kind"] for obj in defaults})
     assert kinds == [
         "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "DeviceClass",
-        "MutatingWebhookConfiguration", "PodDisruptionBudget", "Secret", "Service",
+        "MutatingWebhookConfiguration", "NetworkPolicy", "PodDisruptionBudget", "Secret", "Service",
         "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
     ]  # fmt: skip
 
