@@ -78,12 +78,13 @@ test: lint
 	$(MAKE) e2e
 	$(MAKE) e2e-realnode
 
-bench: venv
+bench: venv cluster-bin helm-bin
 	$(PY) bench/translate.py
 	$(PY) bench/webhook.py
 	$(PY) bench/schedule.py
 	$(PY) bench/node.py
 	$(MAKE) -C native/vgpu bench
+	flock /tmp/vgpu-node-tier.lock $(PY) bench/kind.py
 
 # The demo (e2e/demo): builds or reuses the local cluster, runs the webhook and a node agent with
 # mock GPUs, applies examples/, prints what each workload got. KEEP=1 leaves the cluster up.

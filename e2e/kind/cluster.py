@@ -101,23 +101,18 @@ def cluster_config(node_image: str, *, local_image: bool, v1: bool, restrict_oom
 
 def up(kind: Kind) -> dict[str, float]:
     """Everything from a bare machine to the chart installed; returns seconds per stage."""
-    if os.geteuid() != 0:
-        raise KindUnavailable("the kind tier runs its own dockerd and needs root")
     timings: dict[str, float] = {}
     started = time.monotonic()
-    dockerd.ensure_packages()
-    tools = _build(kind.settings)
-    timed("build", timings, started)
-    host.record(kind.state_file)
-    dockerd.start(kind.data_root)
+    tools = prepare(kind)
+    timed("build and start dockerd", timings, started)
     started = time.monotonic()
-    node_image = _node_image(kind.settings, tools)
+    node_image = node_image_for(kind.settings, tools)
     timed("node image", timings, started)
     started = time.monotonic()
-    _create(kind, node_image, local=STOCK_IMAGE_ENV not in os.environ)
+    create_cluster(kind, node_image)
     timed("cluster Ready", timings, started)
     started = time.monotonic()
-    _images(kind)
+    load_images(kind)
     timed("chart images built and loaded", timings, started)
     started = time.monotonic()
     install(kind)
@@ -125,13 +120,21 @@ def up(kind: Kind) -> dict[str, float]:
     return timings
 
 
-def _build(settings: Settings) -> KindTools:
-    ensure_runtime(settings)
-    ensure_binary(settings)
-    return ensure_tools(settings)
+def prepare(kind: Kind) -> KindTools:
+    """Packages and binaries (built or reused), the host's state recorded, dockerd started."""
+    if os.geteuid() != 0:
+        raise KindUnavailable("the kind tier runs its own dockerd and needs root")
+    dockerd.ensure_packages()
+    ensure_runtime(kind.settings)
+    ensure_binary(kind.settings)
+    tools = ensure_tools(kind.settings)
+    host.record(kind.state_file)
+    dockerd.start(kind.data_root)
+    return tools
 
 
-def _node_image(settings: Settings, tools: KindTools) -> str:
+def node_image_for(settings: Settings, tools: KindTools) -> str:
+    """``VGPU_BRIDGE_KIND_NODE_IMAGE`` if set, else the locally built node image."""
     stock = os.environ.get(STOCK_IMAGE_ENV)
     if stock:
         return stock
@@ -148,7 +151,9 @@ def _kind(kind: Kind, *args: str) -> str:
     return run([str(kind.kind_binary), *args], env=dockerd.docker_env())
 
 
-def _create(kind: Kind, node_image: str, *, local: bool) -> None:
+def create_cluster(kind: Kind, node_image: str) -> None:
+    """``kind create cluster`` (deleting a left-over one first), networking, nodes Ready."""
+    local = STOCK_IMAGE_ENV not in os.environ
     kind.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
     if kind.name in _kind(kind, "get", "clusters").split():
         _kind(kind, "delete", "cluster", "--name", kind.name)
@@ -193,7 +198,8 @@ def _wait(check: Any, what: str, timeout_s: float) -> None:
     raise StepError(f"kind: {what} not reached within {timeout_s:.0f}s")
 
 
-def _images(kind: Kind) -> None:
+def load_images(kind: Kind) -> None:
+    """Build the chart's images, the examples' and the CUDA test image; load them into kind."""
     images = {part: kind.image(part) for part in IMAGES}
     build_chart_images(kind.settings, images, offline=STOCK_IMAGE_ENV not in os.environ)
     examples = tag_examples_image(kind.settings)
