@@ -21,6 +21,7 @@ from vgpu_bridge.core.names import TRANSLATED_LABEL
 from vgpu_bridge.core.workloads import pod_templates
 from vgpu_bridge.kube import KubeApi, KubeError
 from vgpu_bridge.webhook import review
+from vgpu_bridge.webhook.fastpath import may_ask_for_gpus
 from vgpu_bridge.webhook.metrics import WebhookMetrics
 from vgpu_bridge.webhook.settings import Settings
 from vgpu_bridge.webhook.templates import TemplateConflict, TemplateStore
@@ -103,6 +104,8 @@ class Admitter:
         meta = request.object.get("metadata") or {}
         namespace = request.namespace or meta.get("namespace")
         if self._skipped(request, namespace):
+            return _Outcome("unchanged", review.allow(request.uid))
+        if not may_ask_for_gpus(request.kind, request.object):  # the fast path: no GPU key
             return _Outcome("unchanged", review.allow(request.uid))
         obj = {**request.object, "metadata": {**meta, "namespace": namespace}}
         adapter = self.registry.pick(obj, self.settings.scheduler)

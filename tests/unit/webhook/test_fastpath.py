@@ -1,0 +1,62 @@
+"""The fast path never skips a pod the translator would act on: every name core reads (from
+core's own lists) sends a pod down the full path; only plain pods take the fast one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vgpu_bridge.core import names
+from vgpu_bridge.webhook.fastpath import may_ask_for_gpus
+
+RESOURCES = sorted(names.TRANSLATED_RESOURCES)
+ANNOTATIONS = sorted(
+    {*names.DEVICE_CHOICE_ANNOTATIONS, *names.VGPU_MODE, *names.PLACEMENT_ANNOTATIONS,
+     *names.KAI_ANNOTATIONS} - {names.KAI_MPS}
+)  # fmt: skip
+
+
+def pod(resources: dict[str, Any] | None = None, *, annotations: Any = None,
+        init: bool = False) -> dict[str, Any]:  # fmt: skip
+    container = {"name": "c", "image": "x", "resources": resources or {"limits": {"cpu": "1"}}}
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "x"}], "initContainers": []}
+    spec["initContainers" if init else "containers"].append(container)
+    return {"metadata": {"name": "p", "annotations": annotations or {}}, "spec": spec}
+
+
+def test_a_plain_pod_takes_the_fast_path() -> None:
+    assert not may_ask_for_gpus("Pod", pod({"limits": {"cpu": "1", "memory": "1Gi"}}))
+
+
+@pytest.mark.parametrize("resource", RESOURCES)
+@pytest.mark.parametrize("section", ["limits", "requests"])
+@pytest.mark.parametrize("init", [False, True], ids=["container", "init-container"])
+def test_every_resource_name_core_translates_takes_the_full_path(
+    resource: str, section: str, init: bool
+) -> None:
+    assert may_ask_for_gpus("Pod", pod({section: {resource: 1}}, init=init))
+
+
+@pytest.mark.parametrize("annotation", ANNOTATIONS)
+def test_every_annotation_core_reads_takes_the_full_path(annotation: str) -> None:
+    assert may_ask_for_gpus("Pod", pod(annotations={annotation: "1"}))
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {"metadata": "x", "spec": {}},
+        {"metadata": {}, "spec": {"containers": "x"}},
+        {"metadata": {}, "spec": {"containers": [{"resources": "x"}]}},
+        {"metadata": {}, "spec": {"containers": [{"resources": {"limits": ["x"]}}]}},
+        {"metadata": {"annotations": "x"}, "spec": {}},
+    ],
+)
+def test_anything_unusual_takes_the_full_path(odd: dict[str, Any]) -> None:
+    assert may_ask_for_gpus("Pod", odd)
+
+
+def test_other_kinds_always_take_the_full_path() -> None:
+    assert may_ask_for_gpus("PodGroup", {"spec": {"minResources": {"cpu": "1"}}})
+    assert may_ask_for_gpus("Deployment", {"spec": {}})
