@@ -185,8 +185,12 @@ class DeviceState:
         for path in sorted(self._layout.cdi_dir.iterdir()):
             uid = self._layout.claim_uid_of(path)
             if uid is not None and uid not in self._claims:
-                remove_spec(uid, self._layout)
-                claimdirs.trash(self._layout, uid)
+                try:
+                    remove_spec(uid, self._layout)
+                    claimdirs.trash(self._layout, uid)
+                except OSError as error:  # tried again at the next start; never stops this one
+                    log.error("cannot remove an orphaned claim", claim_uid=uid, error=str(error))
+                    continue
                 log.info("removed orphaned CDI spec", claim_uid=uid, path=str(path))
         limits = self._layout.limits_dir
         for path in sorted(limits.iterdir()) if limits.is_dir() else []:
