@@ -6,7 +6,8 @@ agent publishes them and reads ResourceClaims). This one answers just enough, ov
 part of a URL the binaries asked for. What it serves:
 
 - `GET .../resourceslices` lists two card sizes of our driver and one foreign driver's slice with
-  a capacity we cannot parse (issue 15, item 9); `?watch=true` is held open, then ends empty.
+  a capacity we cannot parse (issue 15, item 9). A watch (`?watch=true` on any collection) is
+  held open, then ends empty.
 - `GET .../resourceclaims/<name>` returns the claim registered under that name, else 404.
 - `GET /api/v1/nodes/<name>` returns a node with a uid; other GETs of one object are 404.
 - Lists return no items; POST/PUT echo the body back; PATCH and DELETE answer `{}`.
@@ -121,7 +122,7 @@ def _safe(method: str, target: str) -> bool:
     if any(key not in SAFE_QUERY_KEYS for key, _ in query):
         return False
     watching = ("watch", "true") in query
-    return not watching or (method == "GET" and parts.path.endswith("/resourceslices"))
+    return not watching or (method == "GET" and _is_list(parts.path))
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -142,6 +142,8 @@ ODD_HEADS = {
     "5,000-digit Content-Length": b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: "
     + b"9" * 5000
     + b"\r\n\r\n",
+    "Content-Length over the body limit": b"POST /mutate HTTP/1.1\r\nHost: x\r\n"
+    b"Content-Length: 4194304\r\n\r\n",
     "negative Content-Length": b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
     "chunked body": b"POST /mutate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
     b"5\r\nhello\r\n0\r\n\r\n",
