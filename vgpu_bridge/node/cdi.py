@@ -60,8 +60,11 @@ LIMITS_MOUNT = "/etc/vgpu-bridge/limits.conf"
 LIMITS_HEADER = "vgpu-bridge-limits 1"
 LIMITS_MAX_BYTES = 4096
 LIMITS_FILE_PATTERN = rf"({UUID.pattern})\.conf"
+# What the limits file carries: each limit, the priority, and the claim's region (so a process
+# cannot leave the claim's shared accounting by pointing its own variable at a private file).
 LIMIT_KEY = re.compile(
     r"CUDA_DEVICE_MEMORY_LIMIT_[0-9]+|CUDA_DEVICE_SM_LIMIT_[0-9]+|CUDA_TASK_PRIORITY"
+    r"|CUDA_DEVICE_MEMORY_SHARED_CACHE"
 )
 
 
@@ -197,7 +200,8 @@ def spec_text(spec: Json) -> str:
 
 
 def limits_text(spec: Json) -> str:
-    """The limits file for a spec: its limit variables, shares in order, then the priority."""
+    """The limits file for a spec: its limit variables, shares in order, then the region and
+    the priority."""
     devices = spec.get("devices") or []
     edits = [d.get("containerEdits") or {} for d in devices] + [spec.get("containerEdits") or {}]
     lines = [

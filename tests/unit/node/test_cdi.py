@@ -157,6 +157,7 @@ def test_the_limits_file_says_each_limit_the_spec_puts_in_the_environment() -> N
         "CUDA_DEVICE_SM_LIMIT_0=30\n"
         "CUDA_DEVICE_MEMORY_LIMIT_1=1024m\n"
         "CUDA_DEVICE_SM_LIMIT_1=0\n"
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE=/usr/local/vgpu/shared/vgpu.cache\n"
         "CUDA_TASK_PRIORITY=0\n"
     )
     mount = next(m for m in spec["containerEdits"]["mounts"] if m["containerPath"] == LIMITS_MOUNT)
