@@ -8,8 +8,10 @@ wire format. Shared by both binaries; nothing else of ours talks to the API.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import quote, unquote
 
 import urllib3
 from kubernetes import client, config
@@ -31,6 +33,54 @@ class KubeError(RuntimeError):
 
 class KubeConfigError(RuntimeError):
     """No way to reach the API server: the kubeconfig (or in-cluster config) is unusable."""
+
+
+class KubePathError(ValueError):
+    """A path that could reach another resource than the one it names: never sent."""
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_NOT_A_NAME = ("", ".", "..")
+
+
+def dns_subdomain_problem(name: object) -> str | None:
+    """Why `name` is not an RFC 1123 DNS subdomain (the rule for most object names), or None."""
+    if not isinstance(name, str):
+        return f"must be a DNS subdomain (a string), got {type(name).__name__}"
+    if len(name) > 253 or not all(_DNS_LABEL.match(part) for part in name.split(".")):
+        return (
+            "must be a DNS subdomain (lowercase letters, digits, '-' and '.', at most 253 "
+            f"characters), got {name[:80]!r}"
+        )
+    return None
+
+
+def dns_label_problem(name: object) -> str | None:
+    """Why `name` is not an RFC 1123 DNS label (the rule for namespaces), or None."""
+    if not isinstance(name, str) or _DNS_LABEL.match(name) is None:
+        shown = repr(name[:80]) if isinstance(name, str) else type(name).__name__
+        return f"must be a DNS label (lowercase letters, digits and '-', at most 63), got {shown}"
+    return None
+
+
+def api_path(prefix: str, *segments: str) -> str:
+    """`prefix` (ours, e.g. `/apis/resource.k8s.io/v1`) and each segment, quoted whole: a name
+    taken from a user's object stays one path segment, whatever it holds."""
+    for segment in segments:
+        if segment in _NOT_A_NAME:
+            raise KubePathError(f"{segment!r} is not a path segment a name can be")
+    return prefix + "".join("/" + quote(segment, safe="") for segment in segments)
+
+
+def check_path(path: str) -> None:
+    """Refuse a path whose segments the server (or urllib3) would read as something else:
+    `.`/`..` (also percent-encoded), empty segments, an encoded `/`, a query or a fragment."""
+    if not path.startswith("/") or "?" in path or "#" in path:
+        raise KubePathError(f"{path[:200]!r}: an API path starts with / and has no ? or #")
+    for segment in path[1:].split("/"):
+        decoded = unquote(segment)
+        if decoded in _NOT_A_NAME or "/" in decoded or "\\" in decoded:
+            raise KubePathError(f"{path[:200]!r}: segment {segment[:80]!r} is not a name")
 
 
 def _transient(exc: BaseException) -> bool:
@@ -91,6 +141,7 @@ class KubeApi:
         body: Any = None,
         content_type: str = "application/json",
     ) -> Json:
+        check_path(path)
         method_, url, headers, payload = self._serialize(method, path, query, body, content_type)
         response = self._client.rest_client.request(
             method_, url, headers=headers, body=payload, _request_timeout=self._timeout_s
@@ -125,6 +176,7 @@ class KubeApi:
     ) -> Iterator[Json]:
         """The events of one watch request, until the server ends it; `selectors` narrows it
         (`labelSelector=…`, `fieldSelector=…`)."""
+        check_path(path)
         query = {**selectors, "watch": "true", "resourceVersion": resource_version,
                  "timeoutSeconds": timeout_s}  # fmt: skip
         method, url, headers, _ = self._serialize("GET", path, query, None, "application/json")

@@ -1,15 +1,27 @@
-"""Kubernetes manifests as text: multi-document YAML or JSON in, objects out, and back."""
+"""Kubernetes manifests as text: multi-document YAML or JSON in, objects out, and back.
+
+Before a document is built, its event stream is read once to bound it: maps and lists may nest at
+most `MAX_DEPTH` levels (aliases count as the nodes they stand for), and aliases may stand for at
+most `MAX_ALIAS_NODES` nodes in all. A deep document would otherwise exhaust the recursion of the
+YAML/JSON writers, and a few kilobytes of nested aliases ("billion laughs") expand to gigabytes
+when written as JSON.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
+from vgpu_bridge.core.shapes import MAX_DEPTH
+
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+MAX_ALIAS_NODES = 1_000_000  # what aliases may add beyond the nodes written out
+__all__ = ["MAX_ALIAS_NODES", "MAX_DEPTH", "ManifestError", "dump_objects", "load_objects"]
 
 
 class ManifestError(ValueError):
@@ -20,8 +32,72 @@ class ManifestError(ValueError):
         super().__init__("; ".join(lines))
 
 
+@dataclass(slots=True)
+class _Open:
+    """A map or list whose end has not been read yet."""
+
+    anchor: str | None
+    size: int = 1
+    height: int = 1
+
+
+@dataclass(slots=True)
+class _Bounds:
+    """What one stream of YAML events holds so far: open collections, anchors, alias nodes."""
+
+    source: str
+    open: list[_Open]
+    anchors: dict[str, tuple[int, int]]
+    alias_nodes: int = 0
+
+    def node(self, size: int, height: int, anchor: str | None) -> None:
+        """A finished node (scalar, alias or collection) of `size` nodes, `height` levels deep."""
+        if anchor:
+            self.anchors[anchor] = (size, height)
+        if self.open:
+            parent = self.open[-1]
+            parent.size += size
+            parent.height = max(parent.height, height + 1)
+
+    def alias(self, anchor: str) -> None:
+        size, height = self.anchors.get(anchor, (1, 0))
+        self.alias_nodes += size
+        if self.alias_nodes > MAX_ALIAS_NODES:
+            self.refuse(f"aliases expand to more than {MAX_ALIAS_NODES} nodes")
+        if len(self.open) + height > MAX_DEPTH:
+            self.refuse(f"nests deeper than {MAX_DEPTH} levels (through an alias)")
+        self.node(size, height, None)
+
+    def start(self, anchor: str | None) -> None:
+        self.open.append(_Open(anchor))
+        if len(self.open) > MAX_DEPTH:
+            self.refuse(f"nests deeper than {MAX_DEPTH} levels")
+
+    def end(self) -> None:
+        done = self.open.pop()
+        self.node(done.size, done.height, done.anchor)
+
+    def refuse(self, reason: str) -> None:
+        raise ManifestError([f"{self.source}: document: {reason}"])
+
+
+def _check_bounds(text: str, source: str) -> None:
+    """Read the event stream once, refusing too deep nesting and alias bombs before building."""
+    bounds = _Bounds(source, [], {})
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            bounds.start(event.anchor)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            bounds.end()
+        elif isinstance(event, yaml.ScalarEvent):
+            bounds.node(1, 0, event.anchor)
+        elif isinstance(event, yaml.AliasEvent):
+            bounds.alias(str(event.anchor))
+
+
 def _documents(text: str, source: str) -> list[Any]:
     try:
+        _check_bounds(text, source)
         return [doc for doc in yaml.load_all(text, Loader=_Loader) if doc is not None]
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark

@@ -30,6 +30,12 @@ ANNOTATIONS = st.dictionaries(
     ),
     st.sampled_from(["A100", "h100,L4", "GPU-1,GPU-2", "binpack"]),
     max_size=3,
+).filter(  # a GPU both chosen and avoided is refused (test_hostile_manifests)
+    lambda notes: all(
+        notes.get(f"nvidia.com/use-{kind}") is None
+        or notes.get(f"nvidia.com/use-{kind}") != notes.get(f"nvidia.com/nouse-{kind}")
+        for kind in ("gputype", "gpuuuid")
+    )
 )
 
 

@@ -9,6 +9,7 @@ from vgpu_bridge.adapters.base import SchedulerAdapter
 from vgpu_bridge.adapters.kai import KaiAdapter
 from vgpu_bridge.adapters.plain import PlainAdapter
 from vgpu_bridge.adapters.volcano import VolcanoAdapter
+from vgpu_bridge.core.shapes import check_shape
 
 AUTO = "auto"
 
@@ -31,7 +32,9 @@ class AdapterRegistry:
             raise KeyError(f"unknown scheduler adapter {name!r} (known: {known})") from None
 
     def pick(self, obj: Mapping[str, Any], scheduler: str = AUTO) -> SchedulerAdapter:
-        """The named adapter, or with `auto` the first that recognises `obj`."""
+        """The named adapter, or with `auto` the first that recognises `obj`; `InvalidRequest`
+        names the fields of a wrong type, which no adapter could read."""
+        check_shape(obj)
         if scheduler != AUTO:
             return self.get(scheduler)
         return next((a for a in self._specific if a.recognises(obj)), self._fallback)

@@ -8,8 +8,10 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from vgpu_bridge.core import names
+from vgpu_bridge.core.cel import MAX_EXPRESSION_CHARS, selectors_by_choice
 from vgpu_bridge.core.container import MAX_DEVICES, MAX_MEMORY_MIB, whole_number
 from vgpu_bridge.core.models import DeviceFilter, Problems, RawRequest
+from vgpu_bridge.core.profiles import DriverProfile
 
 # What a product name or a uuid may contain. Anything else (quotes, backslashes, operators) is
 # refused outright: it is a typo at best and a CEL injection attempt at worst.
@@ -18,6 +20,13 @@ _UUID_ITEM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,63}$")
 _ITEM_RULES = {
     "type": (_TYPE_ITEM, "letters, digits, spaces and - _ . + /"),
     "uuid": (_UUID_ITEM, "letters, digits and - _ . /"),
+}
+# DeviceFilter field → the annotations it is read from
+_FILTER_KEYS = {
+    "use_types": names.USE_GPUTYPE,
+    "avoid_types": names.NOUSE_GPUTYPE,
+    "use_uuids": names.USE_GPUUUID,
+    "avoid_uuids": names.NOUSE_GPUUUID,
 }
 
 
@@ -63,12 +72,62 @@ def read_filter(
     def items(keys: tuple[str, ...], kind: str) -> tuple[str, ...]:
         return _items(annotations, keys, kind, meta_path=meta_path, problems=problems)
 
-    return DeviceFilter(
+    device_filter = DeviceFilter(
         use_types=items(names.USE_GPUTYPE, "type"),
         avoid_types=items(names.NOUSE_GPUTYPE, "type"),
         use_uuids=items(names.USE_GPUUUID, "uuid"),
         avoid_uuids=items(names.NOUSE_GPUUUID, "uuid"),
     )
+    _check_contradictions(device_filter, annotations, meta_path=meta_path, problems=problems)
+    return device_filter
+
+
+def _keys_path(annotations: Mapping[str, Any], field: str, meta_path: str) -> str:
+    """The path of the annotation(s) a DeviceFilter field was read from."""
+    present = [key for key in _FILTER_KEYS[field] if key in annotations]
+    return " and ".join(_path(meta_path, key) for key in present)
+
+
+def _check_contradictions(
+    device_filter: DeviceFilter,
+    annotations: Mapping[str, Any],
+    *,
+    meta_path: str,
+    problems: Problems,
+) -> None:
+    """A product or uuid both asked for and ruled out can never be chosen: surely a mistake."""
+    types = [
+        (used, avoided)
+        for used in device_filter.use_types
+        for avoided in device_filter.avoid_types
+        if avoided.lower() in used.lower()
+    ]
+    uuids = [(u, u) for u in device_filter.use_uuids if u in device_filter.avoid_uuids]
+    for kind, clashes in (("types", types), ("uuids", uuids)):
+        for used, avoided in clashes:
+            problems.add(
+                _keys_path(annotations, f"use_{kind}", meta_path),
+                f"{used!r} is ruled out by {_keys_path(annotations, f'avoid_{kind}', meta_path)} "
+                f"({avoided!r}): no GPU can be both chosen and avoided",
+            )
+
+
+def check_selector_lengths(
+    device_filter: DeviceFilter,
+    profile: DriverProfile,
+    annotations: Mapping[str, Any],
+    *,
+    meta_path: str,
+    problems: Problems,
+) -> None:
+    """The API server refuses a CEL selector over 10 KiB: say so here, naming the annotation."""
+    for field, expression in selectors_by_choice(device_filter, profile).items():
+        if len(expression) > MAX_EXPRESSION_CHARS:
+            problems.add(
+                _keys_path(annotations, field, meta_path),
+                f"lists too many GPUs: its CEL selector would be {len(expression)} characters, "
+                f"and the API server takes at most {MAX_EXPRESSION_CHARS}",
+            )
 
 
 def check_mode(

@@ -8,6 +8,7 @@ from vgpu_bridge.core.models import DeviceFilter
 from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.core.quantity import format_bytes
 
+MAX_EXPRESSION_CHARS = 10 * 1024  # CELSelectorExpressionMaxLength of resource.k8s.io/v1
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -38,18 +39,23 @@ def _uuid_in(profile: DriverProfile, uuids: Iterable[str]) -> str:
     return f"{profile.attribute(profile.uuid_attribute)} in [{listed}]"
 
 
+def selectors_by_choice(device_filter: DeviceFilter, profile: DriverProfile) -> dict[str, str]:
+    """One CEL expression per kind of choice made, keyed by the DeviceFilter field it comes from."""
+    selectors = {}
+    if device_filter.use_types:
+        selectors["use_types"] = _product_matches(profile, device_filter.use_types)
+    if device_filter.avoid_types:
+        selectors["avoid_types"] = "!" + _wrap(_product_matches(profile, device_filter.avoid_types))
+    if device_filter.use_uuids:
+        selectors["use_uuids"] = _uuid_in(profile, device_filter.use_uuids)
+    if device_filter.avoid_uuids:
+        selectors["avoid_uuids"] = f"!({_uuid_in(profile, device_filter.avoid_uuids)})"
+    return selectors
+
+
 def filter_selectors(device_filter: DeviceFilter, profile: DriverProfile) -> list[str]:
     """One CEL expression per kind of choice; a request ANDs its selectors."""
-    selectors = []
-    if device_filter.use_types:
-        selectors.append(_product_matches(profile, device_filter.use_types))
-    if device_filter.avoid_types:
-        selectors.append("!" + _wrap(_product_matches(profile, device_filter.avoid_types)))
-    if device_filter.use_uuids:
-        selectors.append(_uuid_in(profile, device_filter.use_uuids))
-    if device_filter.avoid_uuids:
-        selectors.append(f"!({_uuid_in(profile, device_filter.avoid_uuids)})")
-    return selectors
+    return list(selectors_by_choice(device_filter, profile).values())
 
 
 def _wrap(expression: str) -> str:

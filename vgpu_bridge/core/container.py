@@ -54,6 +54,23 @@ def _as_map(value: object, *, path: str, problems: Problems) -> Mapping[str, Any
     return value
 
 
+def _check_request_equals_limit(
+    request: object, limit: int, *, path: str, problems: Problems
+) -> None:
+    """Kubernetes requires an extended resource's request to equal its limit; a request that does
+    not would be refused by the API server after translation removed it, so say so now."""
+    try:
+        equal = parse_quantity(request) == limit
+    except QuantityError:
+        equal = False
+    if not equal:
+        problems.add(
+            path,
+            f"must equal the limit ({limit}), as Kubernetes requires for extended resources, "
+            f"got {str(request)[:40]!r}",
+        )
+
+
 def read_container(
     container: Mapping[str, Any], *, path: str, problems: Problems
 ) -> RawRequest | None:
@@ -85,6 +102,10 @@ def read_container(
         )
         if number is None:
             continue
+        if name in limits and name in requests:
+            _check_request_equals_limit(
+                requests[name], number, path=f"{path}.resources.requests[{name}]", problems=problems
+            )
         setattr(raw, field, Decimal(number) if field == "memory_percent" else number)
         raw.sources[field] = field_path
     return raw

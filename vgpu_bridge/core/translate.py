@@ -21,6 +21,7 @@ from vgpu_bridge.core.models import Problems, RawRequest
 from vgpu_bridge.core.names import KAI_CONTAINER_NAME, TRANSLATED_ANNOTATIONS, TRANSLATED_LABEL
 from vgpu_bridge.core.normalise import normalise
 from vgpu_bridge.core.plan import Plan
+from vgpu_bridge.core.shapes import MAX_DEPTH, check_shape, deeper_than
 from vgpu_bridge.core.workloads import PodTemplate, namespace_of, object_ref, pod_templates
 
 CONTAINER_LISTS = ("initContainers", "containers")
@@ -61,6 +62,7 @@ def translate(
     puts the job's name in, so a job's templates are its own). `first_available=False` is for
     schedulers that cannot choose among alternatives (KAI).
     """
+    check_shape(obj)
     ref = object_ref(obj)
     draft = _Draft()
     for key in ("apiVersion", "kind"):
@@ -76,6 +78,8 @@ def translate(
                 first_available=first_available,
                 draft=draft,
             )
+    if draft.ops and deeper_than(obj):  # the patched copy would be as deep as the object
+        draft.problems.add("(root)", f"nests maps and lists deeper than {MAX_DEPTH} levels")
     if draft.problems:
         raise InvalidRequest(ref, draft.problems.errors)
     return Plan(
@@ -104,6 +108,9 @@ def _translate_template(
     notes.check_mode(annotations, meta_path=meta_path, problems=problems, warnings=draft.warnings)
     draft.warnings.extend(notes.placement_warnings(annotations))
     device_filter = notes.read_filter(annotations, meta_path=meta_path, problems=problems)
+    notes.check_selector_lengths(
+        device_filter, context.profile, annotations, meta_path=meta_path, problems=problems
+    )
     taken = {
         c.get("name") for c in template.spec.get("resourceClaims") or () if isinstance(c, Mapping)
     }
@@ -203,7 +210,7 @@ def _container_op(share: _Share, claim: str) -> PatchOp:
     """The container's resources without our extended resources, with the claim added."""
     resources = dict(share.container.get("resources") or {})
     for section in ("limits", "requests"):
-        if section in resources:
+        if isinstance(resources.get(section), Mapping):
             kept = {k: v for k, v in resources[section].items() if k not in share.raw.resource_keys}
             if kept:
                 resources[section] = kept

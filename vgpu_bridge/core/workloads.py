@@ -85,6 +85,15 @@ def _template_at(obj: Mapping[str, Any], path: tuple[str | int, ...]) -> PodTemp
     )
 
 
+def template_path(obj: Mapping[str, Any]) -> tuple[str | int, ...] | None:
+    """The path to the pod template of a workload, () for a Pod (its own template), None for
+    objects with no template or several (Volcano Jobs: one per task)."""
+    group, kind = api_group(obj), obj.get("kind")
+    if group == "" and kind == "Pod":
+        return ()
+    return _TEMPLATE_PATHS.get((group, str(kind)))
+
+
 def pod_templates(obj: Mapping[str, Any]) -> list[PodTemplate]:
     """Every pod template of `obj`; [] for objects that carry none (Services, PVCs, …)."""
     group, kind = api_group(obj), obj.get("kind")
@@ -103,7 +112,8 @@ def pod_templates(obj: Mapping[str, Any]) -> list[PodTemplate]:
             )
         ]
     if group == VOLCANO_GROUP and kind == "Job":
-        tasks = (obj.get("spec") or {}).get("tasks")
+        spec = obj.get("spec")
+        tasks = spec.get("tasks") if isinstance(spec, Mapping) else None
         if not isinstance(tasks, list):
             return []
         found = [_template_at(obj, ("spec", "tasks", i, "template")) for i in range(len(tasks))]

@@ -18,8 +18,15 @@ from vgpu_bridge.core import (
     TranslatorConfig,
 )
 from vgpu_bridge.core.names import TRANSLATED_LABEL
+from vgpu_bridge.core.shapes import check_shape
 from vgpu_bridge.core.workloads import pod_templates
-from vgpu_bridge.kube import KubeApi, KubeError
+from vgpu_bridge.kube import (
+    KubeApi,
+    KubeError,
+    api_path,
+    dns_label_problem,
+    dns_subdomain_problem,
+)
 from vgpu_bridge.webhook import review
 from vgpu_bridge.webhook.fastpath import may_ask_for_gpus
 from vgpu_bridge.webhook.metrics import WebhookMetrics
@@ -27,10 +34,10 @@ from vgpu_bridge.webhook.settings import Settings
 from vgpu_bridge.webhook.templates import TemplateConflict, TemplateStore
 
 log = structlog.get_logger("vgpu_bridge.webhook")
-RESOURCE_API = "/apis/resource.k8s.io/v1/namespaces/{ns}"
-CLAIM_PATHS = {
-    "resourceClaimTemplateName": RESOURCE_API + "/resourceclaimtemplates/{name}",
-    "resourceClaimName": RESOURCE_API + "/resourceclaims/{name}",
+RESOURCE_API = "/apis/resource.k8s.io/v1"
+CLAIM_RESOURCES = {
+    "resourceClaimTemplateName": "resourceclaimtemplates",
+    "resourceClaimName": "resourceclaims",
 }
 
 
@@ -73,7 +80,8 @@ class Admitter:
         elapsed = time.perf_counter() - start
         self.metrics.admissions.labels(outcome.decision).inc()
         self.metrics.latency.observe(elapsed)
-        meta = request.object.get("metadata") or {}
+        meta = request.object.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
         log.info(
             "admission",
             uid=request.uid,
@@ -101,6 +109,10 @@ class Admitter:
         return request.operation != "CREATE" or not request.object
 
     def _admit(self, request: review.AdmissionRequest) -> _Outcome:
+        try:
+            check_shape(request.object)  # every field read below has its type
+        except InvalidRequest as exc:
+            return _Outcome("denied", review.deny(request.uid, exc.lines()))
         meta = request.object.get("metadata") or {}
         namespace = request.namespace or meta.get("namespace")
         if self._skipped(request, namespace):
@@ -121,7 +133,7 @@ class Admitter:
                 "unchanged", review.allow(request.uid, warnings=plan.warnings), adapter.name
             )
         names = [t["metadata"]["name"] for t in plan.templates]
-        reasons = self._mixed_claims(obj, str(namespace))
+        reasons = self._placement_reasons(obj, namespace)
         if not reasons and not request.dry_run:
             try:
                 self.store.ensure(str(namespace), plan.templates)
@@ -133,35 +145,52 @@ class Admitter:
         body = review.allow(request.uid, patch=plan.patch, warnings=warnings)
         return _Outcome("translated", body, adapter.name, names)
 
+    def _placement_reasons(self, obj: Mapping[str, Any], namespace: object) -> list[str]:
+        """Why this object's templates and claims cannot be looked up or put in `namespace`."""
+        problem = dns_label_problem(namespace) if namespace else "required"
+        if problem or not isinstance(namespace, str):
+            return [f"metadata.namespace: {problem}"]
+        return self._mixed_claims(obj, namespace)
+
     def _mixed_claims(self, obj: Mapping[str, Any], namespace: str) -> list[str]:
-        """A pod that already claims devices of our class beside translated requests is refused."""
+        """A pod that already claims devices of our class beside translated requests is refused;
+        so is a claim name that is no DNS subdomain: it is never put into an API path."""
         reasons = []
         for template in pod_templates(obj):
             for index, claim in enumerate(template.spec.get("resourceClaims") or ()):
-                if isinstance(claim, Mapping) and self._claims_our_class(claim, namespace):
-                    reasons.append(
-                        f"{template.spec_path}.resourceClaims[{index}]: already claims devices of "
-                        f"class {self.profile.device_class}; state GPU requests one way"
-                    )
+                path = f"{template.spec_path}.resourceClaims[{index}]"
+                reasons += self._claim_reasons(claim, path, namespace)
         return reasons
 
-    def _claims_our_class(self, claim: Mapping[str, Any], namespace: str) -> bool:
-        for key, path in CLAIM_PATHS.items():
+    def _claim_reasons(self, claim: Mapping[str, Any], path: str, namespace: str) -> list[str]:
+        for key, resource in CLAIM_RESOURCES.items():
             name = claim.get(key)
-            if not name:
+            if name is None:
                 continue
-            try:
-                found = self.api.get(path.format(ns=namespace, name=name))
-            except KubeError as exc:
-                if exc.status == 404:
-                    return False
-                raise
-            spec = found.get("spec", {})
-            spec = spec.get("spec", spec)  # a template wraps the claim spec once more
-            requests = spec.get("devices", {}).get("requests") or []
-            classes = {r.get("exactly", {}).get("deviceClassName") for r in requests}
-            classes |= {
-                s.get("deviceClassName") for r in requests for s in r.get("firstAvailable") or ()
-            }
-            return self.profile.device_class in classes
-        return False
+            problem = dns_subdomain_problem(name)
+            if problem:
+                return [f"{path}.{key}: {problem}"]
+            if self._claims_our_class(
+                api_path(RESOURCE_API, "namespaces", namespace, resource, name)
+            ):
+                return [
+                    f"{path}: already claims devices of class {self.profile.device_class}; "
+                    "state GPU requests one way"
+                ]
+        return []
+
+    def _claims_our_class(self, path: str) -> bool:
+        try:
+            found = self.api.get(path)
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        spec = found.get("spec", {})
+        spec = spec.get("spec", spec)  # a template wraps the claim spec once more
+        requests = spec.get("devices", {}).get("requests") or []
+        classes = {r.get("exactly", {}).get("deviceClassName") for r in requests}
+        classes |= {
+            s.get("deviceClassName") for r in requests for s in r.get("firstAvailable") or ()
+        }
+        return self.profile.device_class in classes

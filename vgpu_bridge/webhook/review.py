@@ -32,6 +32,8 @@ def parse_review(body: bytes) -> AdmissionRequest:
         review = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadReview(f"body is not JSON: {exc}") from None
+    except RecursionError:
+        raise BadReview("body nests too deeply to read") from None
     if not isinstance(review, dict) or review.get("kind") != "AdmissionReview":
         raise BadReview("body is not an AdmissionReview")
     if review.get("apiVersion") != API_VERSION:
