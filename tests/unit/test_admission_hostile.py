@@ -165,3 +165,14 @@ def test_three_hundred_uuids_are_denied_before_the_api_server_refuses_the_select
     message = denial(admitter, review(pod))
     assert "metadata.annotations[nvidia.com/use-gpuuuid]" in message
     assert "10240" in message
+
+
+def test_a_deeply_nested_quantity_is_denied_quoted_by_its_kind(admitter: Admitter) -> None:
+    pod = gpu_pod()
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "DEEP"
+    body = review(pod).replace(b'"DEEP"', b"[" * 900 + b"]" * 900)
+    message = denial(admitter, body)
+    assert (
+        "limits[nvidia.com/gpu]: must be a whole number of GPUs, between 0 and 32, got a list"
+        in message
+    )

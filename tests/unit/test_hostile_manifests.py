@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -279,3 +280,42 @@ def test_two_hundred_uuids_still_fit_in_one_selector() -> None:
     uuids = ",".join(f"GPU-{i:08d}-aaaa-bbbb-cccc-dddddddddddd" for i in range(200))
     code, _, _ = translate_text(json.dumps(gpu_pod({"nvidia.com/use-gpuuuid": uuids})))
     assert code == 0
+
+
+def test_a_huge_bad_value_is_quoted_short_in_the_refusal() -> None:
+    pod = gpu_pod(limits={"nvidia.com/gpumem": "x" * 100_000})
+    code, _, stderr = translate_text(json.dumps(pod))
+    assert code == 1
+    assert "must be a whole number of MiB" in stderr
+    assert len(stderr) < 500
+
+
+@pytest.mark.parametrize(
+    ("spec", "line"),
+    [
+        ("spec: x", "ResourceSlice/s: spec: must be a map, got str"),
+        ("spec: {devices: 5}", "ResourceSlice/s: spec.devices: must be a list"),
+        ("spec: {devices: [5]}", "ResourceSlice/s: spec.devices[0]: must be a map, got int"),
+        (
+            "spec: {devices: [{basic: {capacity: [1]}}]}",
+            "ResourceSlice/s: spec.devices[0].basic.capacity: must be a map, got list",
+        ),
+        (
+            "spec: {devices: [{capacity: {memory: {value: 1e999999}}}]}",
+            "ResourceSlice/s: spec.devices[0].capacity[memory].value: '1e999999' is beyond",
+        ),
+    ],
+)
+def test_a_malformed_inventory_slice_is_refused_naming_the_field(
+    tmp_path: Path, spec: str, line: str
+) -> None:
+    slices = tmp_path / "slices.yaml"
+    slices.write_text(
+        f"apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: s}}\n{spec}\n"
+    )
+    result = run_cli(
+        ["translate", "-f", "-", "--inventory", str(slices)], stdin=json.dumps(gpu_pod())
+    )
+    assert result.code == 1
+    assert line in result.stderr
+    assert "Traceback" not in result.stderr

@@ -10,6 +10,7 @@ from typing import Any
 from vgpu_bridge.core import names
 from vgpu_bridge.core.cel import MAX_EXPRESSION_CHARS, selectors_by_choice
 from vgpu_bridge.core.container import MAX_DEVICES, MAX_MEMORY_MIB, whole_number
+from vgpu_bridge.core.errors import shown
 from vgpu_bridge.core.models import DeviceFilter, Problems, RawRequest
 from vgpu_bridge.core.profiles import DriverProfile
 
@@ -51,14 +52,14 @@ def _items(
         value = annotations[key]
         path = _path(meta_path, key)
         if not isinstance(value, str):
-            problems.add(path, f"must be a string, got {value!r}")
+            problems.add(path, f"must be a string, got {shown(value)}")
             continue
         items = [item.strip() for item in value.split(",") if item.strip()]
         if not items:
             problems.add(path, f"names no GPU {kind}: give a comma-separated list")
         for item in items:
             if pattern.match(item) is None:
-                problems.add(path, f"GPU {kind} {item!r} may only contain {allowed}")
+                problems.add(path, f"GPU {kind} {shown(item)} may only contain {allowed}")
             else:
                 found.append(item)
     return tuple(dict.fromkeys(found))
@@ -142,17 +143,18 @@ def check_mode(
         if "mig" in mode:
             problems.add(
                 _path(meta_path, key),
-                f"{value!r} asks for MIG hardware isolation, which a software share cannot "
+                f"{shown(value)} asks for MIG hardware isolation, which a software share cannot "
                 "give; request a MIG device from the NVIDIA DRA driver instead",
             )
         elif mode not in ("", "hami-core"):
-            warnings.append(f"{key}={value!r} is served as a software share (hami-core mode)")
+            warnings.append(f"{key}={shown(value)} is served as a software share (hami-core mode)")
 
 
 def placement_warnings(annotations: Mapping[str, Any]) -> list[str]:
     """Placement hints are the scheduler's job under DRA: kept on the pod, but not acted on."""
     return [
-        f"{key}={annotations[key]!r} is not acted on: with DRA, placement is the scheduler's job"
+        f"{key}={shown(annotations[key])} is not acted on: with DRA, placement is the "
+        "scheduler's job"
         for key in names.PLACEMENT_ANNOTATIONS
         if key in annotations
     ]
@@ -207,7 +209,7 @@ def read_kai(
 
 
 def _fraction_percent(value: object, *, path: str, problems: Problems) -> Decimal | None:
-    reason = f"must be a decimal greater than 0 and at most 1, got {value!r}"
+    reason = f"must be a decimal greater than 0 and at most 1, got {shown(value)}"
     try:
         fraction = Decimal(str(value).strip()) if isinstance(value, str | int | float) else None
     except InvalidOperation:

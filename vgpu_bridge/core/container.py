@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+from vgpu_bridge.core.errors import shown
 from vgpu_bridge.core.models import Problems, RawRequest
 from vgpu_bridge.core.names import RESOURCE_FAMILIES, ResourceNames
 from vgpu_bridge.core.quantity import MAX_QUANTITY, MiB, QuantityError, parse_quantity
@@ -19,7 +20,7 @@ def whole_number(
 ) -> int | None:
     """`value` as an int within [low, high], or None after recording why not."""
     bounds = f"at least {low}" if high is None else f"between {low} and {high}"
-    reason = f"must be a whole number{unit}, {bounds}, got {value!r}"
+    reason = f"must be a whole number{unit}, {bounds}, got {shown(value)}"
     try:
         number = parse_quantity(value)
     except QuantityError:
@@ -67,7 +68,7 @@ def _check_request_equals_limit(
         problems.add(
             path,
             f"must equal the limit ({limit}), as Kubernetes requires for extended resources, "
-            f"got {str(request)[:40]!r}",
+            f"got {shown(request)}",
         )
 
 

@@ -9,6 +9,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+SHOWN_CHARS = 60
+
+
+def shown(value: object) -> str:
+    """A user's value as an error message may quote it: short strings and numbers as written,
+    long strings cut, maps and lists by their kind only (they may be huge or deeply nested)."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= SHOWN_CHARS else repr(value[:SHOWN_CHARS]) + "…"
+    if value is None or isinstance(value, bool | int | float):
+        text = repr(value)
+        return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
+    return f"a {type(value).__name__}"
+
 
 @dataclass(frozen=True, slots=True)
 class FieldError:

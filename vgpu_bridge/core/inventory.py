@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vgpu_bridge.core.errors import FieldError, InvalidRequest
+from vgpu_bridge.core.errors import FieldError, InvalidRequest, shown
 from vgpu_bridge.core.quantity import QuantityError, parse_quantity
 
 
@@ -24,34 +24,54 @@ class Inventory:
     def from_slices(
         cls, slices: Iterable[Mapping[str, Any]], *, memory_capacity: str = "memory"
     ) -> Inventory:
-        """Read `resource.k8s.io` ResourceSlices (v1, or v1beta1 with `basic:` devices)."""
+        """Read `resource.k8s.io` ResourceSlices (v1, or v1beta1 with `basic:` devices); a slice of
+        the wrong shape or with a bad size raises `InvalidRequest` naming it and the field."""
         sizes: dict[str, set[int]] = {}
         for index, obj in enumerate(slices):
-            name = (obj.get("metadata") or {}).get("name") or f"#{index}"
-            spec = obj.get("spec") or {}
+            ref = f"ResourceSlice/{_name(obj, index)}"
+            spec = _map(obj.get("spec"), ref, "spec")
             driver = spec.get("driver")
-            for d, device in enumerate(spec.get("devices") or ()):
-                size = _memory(device, driver, memory_capacity, f"ResourceSlice/{name}", d)
+            devices = spec.get("devices") or []
+            if not isinstance(devices, list):
+                raise InvalidRequest(ref, [FieldError("spec.devices", "must be a list")])
+            for d, device in enumerate(devices):
+                size = _memory(device, memory_capacity, ref, f"spec.devices[{d}]", driver)
                 if isinstance(driver, str) and size is not None:
                     sizes.setdefault(driver, set()).add(size)
         return cls({driver: frozenset(s) for driver, s in sizes.items()})
 
 
-def _memory(
-    device: Mapping[str, Any], driver: object, capacity_name: str, ref: str, index: int
-) -> int | None:
-    capacity = (device.get("basic") or device).get("capacity") or {}
+def _name(obj: Mapping[str, Any], index: int) -> str:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return name if isinstance(name, str) and name else f"#{index}"
+
+
+def _map(value: object, ref: str, path: str) -> Mapping[str, Any]:
+    """`value` when it is a map, {} when absent; else `InvalidRequest` naming `path`."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidRequest(ref, [FieldError(path, f"must be a map, got {type(value).__name__}")])
+    return value
+
+
+def _memory(device: object, capacity_name: str, ref: str, path: str, driver: object) -> int | None:
+    device = _map(device, ref, path)
+    if "basic" in device:
+        device, path = _map(device["basic"], ref, f"{path}.basic"), f"{path}.basic"
+    capacity = _map(device.get("capacity"), ref, f"{path}.capacity")
     entry = capacity.get(capacity_name, capacity.get(f"{driver}/{capacity_name}"))
     if entry is None:
         return None
     value = entry.get("value") if isinstance(entry, Mapping) else entry
-    path = f"spec.devices[{index}].capacity[{capacity_name}].value"
+    path = f"{path}.capacity[{capacity_name}].value"
     try:
         size = parse_quantity(value)
     except QuantityError as exc:
         raise InvalidRequest(ref, [FieldError(path, str(exc))]) from None
     if size <= 0 or size != size.to_integral_value():
         raise InvalidRequest(
-            ref, [FieldError(path, f"must be a positive byte count, got {value!r}")]
+            ref, [FieldError(path, f"must be a positive byte count, got {shown(value)}")]
         )
     return int(size)

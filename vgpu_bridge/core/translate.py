@@ -15,7 +15,7 @@ from vgpu_bridge.core import annotations as notes
 from vgpu_bridge.core.claims import TEMPLATE_PREFIX, claim_spec, claim_template, template_name
 from vgpu_bridge.core.container import read_container
 from vgpu_bridge.core.context import TranslationContext
-from vgpu_bridge.core.errors import InvalidRequest
+from vgpu_bridge.core.errors import InvalidRequest, shown
 from vgpu_bridge.core.jsonpatch import PatchOp, escape
 from vgpu_bridge.core.models import Problems, RawRequest
 from vgpu_bridge.core.names import KAI_CONTAINER_NAME, TRANSLATED_ANNOTATIONS, TRANSLATED_LABEL
@@ -185,7 +185,7 @@ def _attach_kai(
     target = named if named is not None else (containers[0].get("name") if containers else None)
     path = f"{template.metadata_path}.annotations[{KAI_CONTAINER_NAME}]"
     if str(target) not in by_name:
-        problems.add(path, f"names no container of this pod: {target!r}")
+        problems.add(path, f"names no container of this pod: {shown(target)}")
         return
     pointer, container_path, container = by_name[str(target)]
     if any(s.container is container for s in shares):
