@@ -31,6 +31,22 @@ NODE_REPOSITORY = "vgpu-bridge-kind/node"
 CSRC = Path(__file__).resolve().parent / "csrc"
 #: commands of kubeadm's static pods, each a static launcher of ``vgpu-k8s <name>``
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+#: where each binary of the node goes (kind's base image's places)
+NODE_PATHS = {
+    "containerd": "usr/local/bin",
+    "containerd-shim-runc-v2": "usr/local/bin",
+    "ctr": "usr/local/bin",
+    "crictl": "usr/local/bin",
+    "vgpu-k8s": "usr/local/bin",
+    "vgpu-kind-k8s": "usr/local/bin",
+    "runc": "usr/local/sbin",
+    "ptp": "opt/cni/bin",
+    "host-local": "opt/cni/bin",
+    "loopback": "opt/cni/bin",
+    "portmap": "opt/cni/bin",
+}
+RUNTIME_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "pause")
+TOOL_BINARIES = ("crictl", "vgpu-kind-k8s", "coredns", "ptp", "host-local", "loopback", "portmap")
 #: sysctl files of Debian's systemd that would change the whole machine from a privileged node
 HOST_WIDE_SYSCTL_FILES = ("/usr/lib/sysctl.d/*.conf", "/etc/sysctl.d/99-sysctl.conf")
 
@@ -79,12 +95,18 @@ def _inputs_digest(inputs: NodeInputs, rootfs: str) -> str:
     sha = hashlib.sha256(f"{KIND_VERSION} {rootfs} {IMAGE_REPOSITORY}".encode())
     for source in (Path(__file__), *sorted(CSRC.glob("*.c"))):
         sha.update(source.read_bytes())
-    binaries = [*sorted(inputs.tools.bin_dir.iterdir()), *sorted(inputs.runtime_dir.iterdir())]
-    for binary in (*binaries, inputs.vgpu_k8s):
-        if binary.is_file() and not binary.name.endswith((".lock", ".stamp")):
-            info = binary.stat()
-            sha.update(f"{binary.name} {info.st_size} {info.st_mtime_ns}".encode())
+    for binary in _binaries(inputs).values():
+        info = binary.stat()
+        sha.update(f"{binary.name} {info.st_size} {info.st_mtime_ns}".encode())
     return sha.hexdigest()[:12]
+
+
+def _binaries(inputs: NodeInputs) -> dict[str, Path]:
+    """Every binary the node image holds, by its name there."""
+    found = {name: inputs.runtime_dir / name for name in RUNTIME_BINARIES}
+    found.update({name: inputs.tools.path(name) for name in TOOL_BINARIES})
+    found["vgpu-k8s"] = inputs.vgpu_k8s
+    return found
 
 
 def _component_images(inputs: NodeInputs, rootfs: str, context: Path) -> Path:
@@ -166,17 +188,16 @@ def _node_context(settings: Settings, inputs: NodeInputs, context: Path, rootfs:
         path.chmod(0o755 if path.is_dir() else 0o644)
     config = context / "files" / "etc" / "containerd" / "config.toml"
     config.write_text(containerd_config(config.read_text(), pause_image(inputs.tools)))
-    binaries = context / "bin"
-    binaries.mkdir()
-    for name in ("containerd", "containerd-shim-runc-v2", "ctr", "runc"):
-        shutil.copy2(inputs.runtime_dir / name, binaries / name)
-    for name in ("crictl", "vgpu-kind-k8s", "ptp", "host-local", "loopback", "portmap"):
-        shutil.copy2(inputs.tools.path(name), binaries / name)
-    shutil.copy2(inputs.vgpu_k8s, binaries / "vgpu-k8s")
+    for name, place in NODE_PATHS.items():
+        target = context / "files" / place / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(_binaries(inputs)[name], target)
+        target.chmod(0o755)
     (context / "setup.sh").write_text(setup_script(settings.k8s_version))
     (context / "Dockerfile").write_text(
-        f"FROM {rootfs}\nCOPY files/ /\nCOPY bin/ /tmp/bin/\nCOPY setup.sh /tmp/setup.sh\n"
-        "RUN sh -eu /tmp/setup.sh && rm -rf /tmp/bin /tmp/setup.sh\n"
+        f"FROM {rootfs}\nCOPY files/ /\nCOPY setup.sh /tmp/setup.sh\n"
+        "RUN sh -eu /tmp/setup.sh && rm /tmp/setup.sh\n"
+        "ENV container=docker\nSTOPSIGNAL SIGRTMIN+3\n"
     )
 
 
@@ -210,11 +231,7 @@ def setup_script(k8s_version: str) -> str:
     sysctl_files = " ".join(HOST_WIDE_SYSCTL_FILES)
     return f"""
 chmod 755 /kind/bin/* /usr/local/bin/entrypoint /usr/local/bin/clean-install
-install -m 755 /tmp/bin/containerd /tmp/bin/containerd-shim-runc-v2 /tmp/bin/ctr \\
-  /tmp/bin/crictl /tmp/bin/vgpu-k8s /tmp/bin/vgpu-kind-k8s /usr/local/bin/
-install -m 755 /tmp/bin/runc /usr/local/sbin/runc
-mkdir -p /opt/cni/bin /etc/cni/net.d /etc/kubernetes/manifests
-install -m 755 /tmp/bin/ptp /tmp/bin/host-local /tmp/bin/loopback /tmp/bin/portmap /opt/cni/bin/
+mkdir -p /etc/cni/net.d /etc/kubernetes/manifests
 for tool in kubeadm kubectl kube-proxy; do ln -sf /usr/local/bin/vgpu-kind-k8s /usr/bin/$tool; done
 printf '#!/bin/sh\\nexec /usr/local/bin/vgpu-k8s kubelet "$@"\\n' > /usr/bin/kubelet
 chmod 755 /usr/bin/kubelet
@@ -253,10 +270,6 @@ def _import_and_commit(staged: str, archive: Path, tag: str) -> None:
                 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]',
                 "--change",
                 "CMD []",
-                "--change",
-                "ENV container=docker",
-                "--change",
-                "STOPSIGNAL SIGRTMIN+3",
                 container,
                 tag,
             ],
