@@ -105,6 +105,10 @@ def _documents(text: str, source: str) -> list[Any]:
         raise ManifestError([f"{source}: {where}: malformed YAML: {exc.problem}"]) from None
     except yaml.YAMLError as exc:
         raise ManifestError([f"{source}: document: malformed YAML: {exc}"]) from None
+    except ManifestError:
+        raise
+    except ValueError as exc:  # e.g. an integer longer than Python reads (4300 digits)
+        raise ManifestError([f"{source}: document: unreadable value: {exc}"]) from None
 
 
 def _is_list(doc: dict[str, Any]) -> bool:

@@ -176,3 +176,27 @@ def test_a_deeply_nested_quantity_is_denied_quoted_by_its_kind(admitter: Admitte
         "limits[nvidia.com/gpu]: must be a whole number of GPUs, between 0 and 32, got a list"
         in message
     )
+
+
+@pytest.mark.parametrize(
+    ("limits", "annotations", "field"),
+    [
+        ({"nvidia.com/gpu": "1e999999"}, {}, "limits[nvidia.com/gpu]"),
+        ({"cpu": "1"}, {"gpu-memory": "1e999999"}, "annotations[gpu-memory]"),
+        ({"nvidia.com/gpu": "1e9"}, {}, "limits[nvidia.com/gpu]"),
+    ],
+)
+def test_an_out_of_range_quantity_is_denied_with_its_field(
+    admitter: Admitter, limits: dict[str, Any], annotations: dict[str, str], field: str
+) -> None:
+    pod = gpu_pod()
+    pod["spec"]["containers"][0]["resources"]["limits"] = limits
+    pod["metadata"]["annotations"] = annotations
+    assert f"{field}: must be a whole number" in denial(admitter, review(pod))
+
+
+def test_a_number_too_long_for_python_to_read_is_http_400(admitter: Admitter) -> None:
+    body = review(gpu_pod()).replace(b'"nvidia.com/gpu": 1', b'"nvidia.com/gpu": ' + b"1" * 5000)
+    status, data = admitter.review_body(body)
+    assert status == 400
+    assert b"not JSON" in data

@@ -319,3 +319,10 @@ def test_a_malformed_inventory_slice_is_refused_naming_the_field(
     assert result.code == 1
     assert line in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_an_integer_too_long_for_python_is_a_manifest_error() -> None:
+    text = json.dumps(gpu_pod(limits={"nvidia.com/gpu": "N"})).replace('"N"', "1" * 5000)
+    code, _, stderr = translate_text(text)
+    assert code == 1
+    assert stderr.startswith("<stdin>: document: unreadable value:")

@@ -30,7 +30,7 @@ def parse_review(body: bytes) -> AdmissionRequest:
     """The request inside an AdmissionReview; `BadReview` says what is wrong with the body."""
     try:
         review = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # not UTF-8, not JSON, or a number too long for Python's int
         raise BadReview(f"body is not JSON: {exc}") from None
     except RecursionError:
         raise BadReview("body nests too deeply to read") from None
