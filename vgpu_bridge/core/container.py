@@ -90,23 +90,36 @@ def read_container(
         return None
     names = families[0]
     raw = RawRequest(resource_keys=tuple(n for n in names.all() if n in limits or n in requests))
+    _read_fields(raw, names, limits, requests, path=f"{path}.resources", problems=problems)
+    return raw
+
+
+def _read_fields(
+    raw: RawRequest,
+    names: ResourceNames,
+    limits: Mapping[str, Any],
+    requests: Mapping[str, Any],
+    *,
+    path: str,
+    problems: Problems,
+) -> None:
+    """Each field of `raw` from its limit, else its request; a request beside a limit must
+    equal it."""
     for field, attr, low, high, unit in _FIELDS:
         name = getattr(names, attr)
-        if name is None:
+        if name is None or (name not in limits and name not in requests):
             continue
         section, source = ("limits", limits) if name in limits else ("requests", requests)
-        if name not in source:
-            continue
-        field_path = f"{path}.resources.{section}[{name}]"
+        field_path = f"{path}.{section}[{name}]"
         number = whole_number(
             source[name], path=field_path, low=low, high=high, unit=unit, problems=problems
         )
         if number is None:
             continue
         if name in limits and name in requests:
+            request_path = f"{path}.requests[{name}]"
             _check_request_equals_limit(
-                requests[name], number, path=f"{path}.resources.requests[{name}]", problems=problems
+                requests[name], number, path=request_path, problems=problems
             )
         setattr(raw, field, Decimal(number) if field == "memory_percent" else number)
         raw.sources[field] = field_path
-    return raw
