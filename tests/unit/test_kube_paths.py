@@ -6,9 +6,11 @@ from collections.abc import Iterator
 from urllib.parse import unquote
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.unit.recording_api import RecordingApi, recording_api
-from vgpu_bridge.kube import KubeError, KubePathError, api_path
+from vgpu_bridge.kube import KubeError, KubePathError, api_path, check_path
 
 CLAIMS = "/apis/resource.k8s.io/v1"
 HOSTILE = [
@@ -80,3 +82,15 @@ def test_a_quoted_slash_is_never_sent_either(recorded: RecordingApi) -> None:
     with pytest.raises(KubePathError):
         recorded.api.get(api_path(CLAIMS, "namespaces", "team-a", "resourceclaims", "../x"))
     assert recorded.paths == []
+
+
+@given(st.text(min_size=1, max_size=40).filter(lambda n: n not in (".", "..")))
+def test_any_name_is_one_segment_or_is_never_sent(name: str) -> None:
+    path = api_path(CLAIMS, "namespaces", "team-a", "resourceclaims", name)
+    segments = path.split("/")
+    assert segments[:-1] == [*CLAIMS.split("/"), "namespaces", "team-a", "resourceclaims"]
+    assert unquote(segments[-1]) == name
+    try:
+        check_path(path)
+    except KubePathError:
+        assert "/" in name or "\\" in name
