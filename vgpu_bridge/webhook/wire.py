@@ -41,6 +41,10 @@ class Head:
         return connection != "close"
 
 
+# Headers that say where a body ends: given twice, a proxy and we could disagree on it.
+FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding"})
+
+
 def head_end(buffer: bytes | bytearray) -> int:
     """Index just past the blank line that ends the head; -1 while it is incomplete. Raises 431
     once the buffer holds more than a head may be without that blank line."""
@@ -69,6 +73,8 @@ def parse_head(data: bytes) -> Head:
         name, colon, value = line.partition(":")
         if not colon or not name or name != name.strip():
             raise HttpError(400, "malformed header line")
+        if name.lower() in FRAMING_HEADERS and name.lower() in headers:
+            raise HttpError(400, f"{name} given twice")  # which one frames the body is ambiguous
         headers[name.lower()] = value.strip()
     return Head(method, target, version, headers)
 
