@@ -237,8 +237,8 @@ def down(kind: Kind) -> host.Restored:
             run(["docker", "rm", "-f", "-v", *leftover], env=env)
         run(["docker", "network", "prune", "-f"], env=env)
         run(["docker", "volume", "prune", "-f"], env=env)
-    dockerd.stop()
-    dockerd.unmount_leftovers(kind.data_root)
+    dockerd.stop(kind.state_file.parent / "dockerd.log")
+    dockerd.clean_up_after(kind.data_root)
     restored = host.restore(kind.state_file)
     kind.kubeconfig.unlink(missing_ok=True)
     return restored

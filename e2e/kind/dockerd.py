@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -107,23 +108,33 @@ def running_pid() -> int | None:
     return pid
 
 
-def stop() -> None:
-    """Stop the private dockerd by its pid (SIGTERM, then SIGKILL after 30 s)."""
+def stop(log_copy: Path) -> None:
+    """Stop the private dockerd by its pid (SIGTERM, then SIGKILL after 30 s), wait until the
+    process is gone; keep its log at ``log_copy``."""
     pid = running_pid()
-    if pid is None:
-        return
-    print(f"+ kill {pid}  # the private dockerd", flush=True)
-    os.kill(pid, 15)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and running_pid() == pid:
-        time.sleep(0.5)
-    if running_pid() == pid:
-        os.kill(pid, 9)
-        time.sleep(1)
+    if pid is not None:
+        print(f"+ kill {pid}  # the private dockerd", flush=True)
+        os.kill(pid, signal.SIGTERM)
+        if not _gone(pid, timeout_s=30):
+            os.kill(pid, signal.SIGKILL)
+            _gone(pid, timeout_s=10)
+    if (RUN_DIR / "dockerd.log").is_file():
+        log_copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(RUN_DIR / "dockerd.log", log_copy)
 
 
-def unmount_leftovers(data_root: Path) -> list[str]:
-    """Lazily unmount what a killed dockerd left mounted under its roots (deepest first)."""
+def _gone(pid: int, *, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while Path(f"/proc/{pid}").exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def clean_up_after(data_root: Path) -> list[str]:
+    """After dockerd is gone: lazily unmount what a killed one left mounted under its roots
+    (deepest first) and remove the run directory; returns the mount points it found."""
     roots = (str(RUN_DIR) + "/", str(data_root) + "/")
     points = [
         line.split()[4]
@@ -132,6 +143,7 @@ def unmount_leftovers(data_root: Path) -> list[str]:
     ]
     for point in sorted(points, key=len, reverse=True):
         subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+    shutil.rmtree(RUN_DIR, ignore_errors=True)
     return points
 
 
