@@ -1,38 +1,58 @@
-"""`vgpu-bridge <command>`: the entry point of every binary we ship."""
+"""`vgpu-bridge <command>`: the entry point of every binary we ship.
+
+Only the chosen command's flags are built (and its modules imported): a restarted webhook
+replica does not wait for the translator's YAML reader or the node agent's settings.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 
-from vgpu_bridge import __version__, translate_command
+from vgpu_bridge import __version__
+
+COMMANDS = {
+    "translate": "translate manifests' GPU requests into DRA claim templates",
+    "webhook": "serve the mutating admission webhook (HTTPS)",
+    "node": "serve the node agent (DRA kubelet plugin)",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
+    """Every command's flags, or only those of `chosen` (the others are listed, and refused
+    by name if asked for without flags being built: `main` never does that)."""
     parser = argparse.ArgumentParser(
         prog="vgpu-bridge", description="HAMi-style GPU sharing on Kubernetes DRA"
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    translate = commands.add_parser(
-        "translate", help="translate manifests' GPU requests into DRA claim templates"
-    )
-    translate_command.add_arguments(translate)
-    translate.set_defaults(run=translate_command.main)
-    webhook = commands.add_parser("webhook", help="serve the mutating admission webhook (HTTPS)")
-    _add_webhook_arguments(webhook)
-    webhook.set_defaults(run=_run_webhook)
-    node = commands.add_parser("node", help="serve the node agent (DRA kubelet plugin)")
-    _add_node_arguments(node)
-    node.set_defaults(run=_run_node)
+    for name, help_text in COMMANDS.items():
+        command = commands.add_parser(name, help=help_text)
+        if chosen is None or name == chosen:
+            _ADD_ARGUMENTS[name](command)
     return parser
+
+
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The command `argv` names (its first word that is no flag), if it is one of ours."""
+    first = next((word for word in argv if not word.startswith("-")), None)
+    return first if first in COMMANDS else None
+
+
+def _add_translate_arguments(parser: argparse.ArgumentParser) -> None:
+    from vgpu_bridge import translate_command
+
+    translate_command.add_arguments(parser)
+    parser.set_defaults(run=translate_command.main)
 
 
 def _add_webhook_arguments(parser: argparse.ArgumentParser) -> None:
     from vgpu_bridge.webhook.settings import Settings
 
     Settings.add_arguments(parser)
+    parser.set_defaults(run=_run_webhook)
 
 
 def _run_webhook(args: argparse.Namespace) -> int:
@@ -45,6 +65,7 @@ def _add_node_arguments(parser: argparse.ArgumentParser) -> None:
     from vgpu_bridge.node.settings import InstallSettings, Settings
 
     Settings.add_arguments(parser)
+    parser.set_defaults(run=_run_node)
     steps = parser.add_subparsers(dest="node_command", title="other node commands")
     install = steps.add_parser(
         "install-libvgpu",
@@ -66,8 +87,16 @@ def _run_install_libvgpu(args: argparse.Namespace) -> int:
     return main(args, os.environ)
 
 
+_ADD_ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
+    "translate": _add_translate_arguments,
+    "webhook": _add_webhook_arguments,
+    "node": _add_node_arguments,
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(chosen_command(words)).parse_args(words)
     code: int = args.run(args)
     return code
 

@@ -2,20 +2,24 @@
 
 Built on the official client's configuration and connection pool (kubeconfig, in-cluster token,
 client certificates), without its generated models: the webhook and the node agent work on the
-wire format. Shared by both binaries; nothing else of ours talks to the API.
+wire format. Shared by both binaries; nothing else of ours talks to the API. The client package
+is imported when a connection is made, not with this module: a webhook answers its first reviews
+while it loads (`KubeApi.connect_on_first_use`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Iterator, Mapping
-from typing import Any
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from urllib.parse import quote, unquote
 
-import urllib3
-from kubernetes import client, config
-from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 Json = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
@@ -86,36 +90,100 @@ def check_path(path: str) -> None:
 def _transient(exc: BaseException) -> bool:
     if isinstance(exc, KubeError):
         return exc.status in TRANSIENT_STATUS
+    import urllib3  # loaded already: the client that raised `exc` uses it
+
     return isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
 
 
-_retrying = retry(
-    retry=retry_if_exception(_transient),
-    stop=stop_after_attempt(4),
-    wait=wait_exponential(multiplier=0.1, max=2),
-    reraise=True,
-)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+ATTEMPTS = 4
+
+
+def _retrying(call: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Up to `ATTEMPTS` tries of `call` while it fails transiently, 0.1 s, 0.2 s, 0.4 s apart
+    (at most 2 s); the last failure is raised as it is."""
+
+    @functools.wraps(call)
+    def retried(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        for attempt in range(ATTEMPTS):
+            try:
+                return call(*args, **kwargs)
+            except Exception as exc:
+                if attempt == ATTEMPTS - 1 or not _transient(exc):
+                    raise
+            time.sleep(min(0.1 * 2**attempt, 2.0))
+        raise AssertionError("unreachable")
+
+    return retried
+
+
+def load_client(kubeconfig: str | None) -> ApiClient:
+    """A client from a kubeconfig file, or the pod's service account when none is given; a
+    `KubeConfigError` says which of the two could not be read, and why."""
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    try:
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        else:
+            config.load_incluster_config(client_configuration=configuration)
+    except (config.ConfigException, OSError) as error:
+        source = f"--kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster config"
+        raise KubeConfigError(f"cannot read {source}: {error}") from error
+    return client.ApiClient(configuration)
+
+
+class _ClientOnFirstUse:
+    """Loads the client once, on the first call from any thread; a `KubeConfigError` is
+    remembered and raised again to every later caller."""
+
+    def __init__(self, kubeconfig: str | None) -> None:
+        self._kubeconfig = kubeconfig
+        self._lock = threading.Lock()
+        self._client: ApiClient | None = None
+        self._error: KubeConfigError | None = None
+
+    def __call__(self) -> ApiClient:
+        with self._lock:
+            if self._client is None and self._error is None:
+                try:
+                    self._client = load_client(self._kubeconfig)
+                except KubeConfigError as error:
+                    self._error = error
+            if self._error is not None:
+                raise KubeConfigError(str(self._error)) from self._error
+            assert self._client is not None
+            return self._client
 
 
 class KubeApi:
-    def __init__(self, api_client: client.ApiClient, *, timeout_s: float = 5.0) -> None:
-        self._client = api_client
+    def __init__(self, api_client: ApiClient, *, timeout_s: float = 5.0) -> None:
+        self._connection: Callable[[], ApiClient] = lambda: api_client
         self._timeout_s = timeout_s
 
     @classmethod
     def connect(cls, kubeconfig: str | None, *, timeout_s: float = 5.0) -> KubeApi:
-        """From a kubeconfig file, or the pod's service account when none is given; a
-        `KubeConfigError` says which of the two could not be read, and why."""
-        configuration = client.Configuration()
-        try:
-            if kubeconfig:
-                config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-            else:
-                config.load_incluster_config(client_configuration=configuration)
-        except (config.ConfigException, OSError) as error:
-            source = f"--kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster config"
-            raise KubeConfigError(f"cannot read {source}: {error}") from error
-        return cls(client.ApiClient(configuration), timeout_s=timeout_s)
+        """Connected now: see `load_client`."""
+        return cls(load_client(kubeconfig), timeout_s=timeout_s)
+
+    @classmethod
+    def connect_on_first_use(cls, kubeconfig: str | None, *, timeout_s: float = 5.0) -> KubeApi:
+        """Reads the kubeconfig (and imports the client package) on the first request, or on
+        `connected()`; until then a process pays nothing for them."""
+        api = cls.__new__(cls)
+        api._connection = _ClientOnFirstUse(kubeconfig)
+        api._timeout_s = timeout_s
+        return api
+
+    def connected(self) -> None:
+        """Makes the connection now if it is not yet made; `KubeConfigError` if it cannot be."""
+        self._connection()
+
+    @property
+    def _client(self) -> ApiClient:
+        return self._connection()
 
     def _serialize(
         self, method: str, path: str, query: Mapping[str, Any] | None, body: Any, content_type: str

@@ -96,35 +96,90 @@ def listen(
     return server, probes
 
 
-def serve(settings: Settings) -> int:
-    configure_json_logging()
-    api = KubeApi.connect(settings.kubeconfig)
-    admitter, inventory, sweeper = build(settings, api)
-    tls = tls_files(settings)
-    server, probes = listen(settings, admitter, tls=tls, ready=inventory.synced.is_set)
-    stop = threading.Event()
-    workers = [
+def api_workers(
+    admitter: Admitter,
+    inventory: InventoryCache,
+    sweeper: Sweeper,
+    *,
+    stop: threading.Event,
+    every_s: float,
+) -> list[threading.Thread]:
+    """The threads that follow the API: inventory, template index, housekeeping."""
+    return [
         threading.Thread(target=inventory.run, args=(stop,), name="inventory", daemon=True),
         threading.Thread(
             target=admitter.store.index.run, args=(stop,), name="templates", daemon=True
         ),
-        threading.Thread(target=watch_tls, args=(tls, stop), name="tls", daemon=True),
         threading.Thread(
             target=housekeeping,
-            args=(admitter, sweeper, stop, settings.sweep_interval_seconds),
+            args=(admitter, sweeper, stop, every_s),
             name="housekeeping",
             daemon=True,
         ),
     ]
-    if probes is not None:
-        workers.append(threading.Thread(target=probes.serve_forever, name="probes", daemon=True))
+
+
+def connect_then_start(
+    api: KubeApi, workers: list[threading.Thread], failed: Callable[[KubeConfigError], None]
+) -> None:
+    """Load the client (the slow part of a start, done while reviews are already answered),
+    then start the threads that need it; or report why it cannot be loaded."""
+    try:
+        api.connected()
+    except KubeConfigError as error:
+        failed(error)
+        return
     for worker in workers:
         worker.start()
 
-    def shut_down(signum: int, _frame: object) -> None:
+
+def background(
+    api: KubeApi,
+    following: list[threading.Thread],
+    *,
+    tls: TLSFiles,
+    probes: ProbeServer | None,
+    stop: threading.Event,
+    failed: Callable[[KubeConfigError], None],
+) -> list[threading.Thread]:
+    """Connecting (then following the API), watching the TLS files, and the probe server."""
+    threads = [
+        threading.Thread(target=connect_then_start, args=(api, following, failed),
+                         name="connect", daemon=True),
+        threading.Thread(target=watch_tls, args=(tls, stop), name="tls", daemon=True),
+    ]  # fmt: skip
+    if probes is not None:
+        threads.append(threading.Thread(target=probes.serve_forever, name="probes", daemon=True))
+    return threads
+
+
+def serve(settings: Settings) -> int:
+    configure_json_logging()
+    api = KubeApi.connect_on_first_use(settings.kubeconfig)
+    admitter, inventory, sweeper = build(settings, api)
+    try:
+        tls = tls_files(settings)
+        server, probes = listen(settings, admitter, tls=tls, ready=inventory.synced.is_set)
+    except OSError:
+        api.connected()  # an unusable kubeconfig is named first, as when it was read up front
+        raise
+    stop = threading.Event()
+    unusable: list[KubeConfigError] = []
+
+    def shut_down(*_: object) -> None:
         stop.set()
         threading.Thread(target=server.shutdown, daemon=True).start()
 
+    def cannot_connect(error: KubeConfigError) -> None:
+        unusable.append(error)
+        shut_down()
+
+    following = api_workers(
+        admitter, inventory, sweeper, stop=stop, every_s=settings.sweep_interval_seconds
+    )
+    for thread in background(api, following, tls=tls, probes=probes, stop=stop,
+                             failed=cannot_connect):  # fmt: skip
+        thread.start()
     signal.signal(signal.SIGTERM, shut_down)
     signal.signal(signal.SIGINT, shut_down)
     log.info("serving", listen=settings.listen, metrics_listen=settings.metrics_listen,
@@ -134,6 +189,8 @@ def serve(settings: Settings) -> int:
     if probes is not None:
         probes.shutdown()
         probes.server_close()
+    if unusable:
+        raise unusable[0]
     return 0
 
 

@@ -1,0 +1,100 @@
+"""A restarted webhook answers reviews that need no API before it has read its kubeconfig (the
+Kubernetes client loads in the background), and still exits 1 naming a kubeconfig it then
+finds unusable. The kubeconfig is a FIFO, so the test decides when it can be read."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.webhook_harness import WebhookProcess, answers_health, free_port
+from tests.tls import write_self_signed
+
+NO_CONTEXT = "apiVersion: v1\nkind: Config\nclusters: []\n"
+
+
+@pytest.fixture
+def kubeconfig(tmp_path: Path) -> Path:
+    fifo = tmp_path / "kubeconfig"
+    os.mkfifo(fifo)  # reading it blocks until the test writes to it
+    return fifo
+
+
+@pytest.fixture
+def webhook(tmp_path: Path, kubeconfig: Path) -> Iterator[WebhookProcess]:
+    cert_file, key_file = write_self_signed(tmp_path)
+    port = free_port()
+    command = [
+        sys.executable, "-m", "vgpu_bridge.cli", "webhook", "--listen", f"127.0.0.1:{port}",
+        "--tls-cert-file", str(cert_file), "--tls-key-file", str(key_file),
+        "--kubeconfig", str(kubeconfig),
+    ]  # fmt: skip
+    output = tmp_path / "webhook.log"
+    with output.open("wb") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+    running = WebhookProcess(port, cert_file, output, process)
+    try:
+        for _ in range(600):
+            if process.poll() is not None or answers_health(running):
+                break
+            time.sleep(0.1)
+        yield running
+    finally:
+        process.kill()
+        process.wait()
+
+
+def dry_run_gpu_review() -> bytes:
+    container = {"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": 1}}}
+    pod = {"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [container]}}
+    request = {
+        "uid": "u-1",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "operation": "CREATE",
+        "namespace": "team-a",
+        "object": {"apiVersion": "v1", **pod},
+        "dryRun": True,
+    }
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    return json.dumps(review).encode()
+
+
+def review(webhook: WebhookProcess, body: bytes) -> dict[str, Any]:
+    conn = webhook.connection()
+    try:
+        conn.request("POST", "/mutate", body=body, headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert response.status == 200
+        answer: dict[str, Any] = json.loads(response.read())["response"]
+        return answer
+    finally:
+        conn.close()
+
+
+def test_a_review_is_answered_while_the_kubeconfig_is_unread(
+    webhook: WebhookProcess, kubeconfig: Path
+) -> None:
+    assert webhook.process.poll() is None, webhook.output.read_text()
+    answer = review(webhook, dry_run_gpu_review())
+    assert answer["allowed"] is True
+    assert "patch" in answer  # translated: the pod now claims a share
+
+
+def test_a_kubeconfig_found_unusable_after_start_still_exits_1_naming_it(
+    webhook: WebhookProcess, kubeconfig: Path
+) -> None:
+    assert webhook.process.poll() is None, webhook.output.read_text()
+    kubeconfig.write_text(NO_CONTEXT)  # the webhook's reader takes it now
+    assert webhook.process.wait(timeout=60) == 1
+    lines = webhook.lines()
+    expected = f"vgpu-bridge webhook: cannot start: cannot read --kubeconfig {kubeconfig}: "
+    assert any(line.startswith(expected) for line in lines), lines
+    assert not any("Traceback" in line for line in lines), lines
