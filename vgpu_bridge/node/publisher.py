@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 
 from vgpu_bridge.core.profiles import DriverProfile
-from vgpu_bridge.kube import KubeApi, KubeError
+from vgpu_bridge.kube import KubeApi, KubeError, api_path
 from vgpu_bridge.node.inventory import Gpu
 from vgpu_bridge.node.slices import build_slices
 
@@ -121,14 +121,14 @@ class SlicePublisher:
             if name not in wanted:
                 meta = obsolete["metadata"]
                 preconditions = {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}
-                self._api.delete(f"{SLICES}/{name}", preconditions=preconditions)
+                self._api.delete(api_path(SLICES, name), preconditions=preconditions)
                 deleted += 1
         created = updated = 0
         for body in desired:
             name = body["metadata"]["name"]
             if name in existing:
                 body["metadata"]["resourceVersion"] = existing[name]["metadata"]["resourceVersion"]
-                written = self._api.replace(f"{SLICES}/{name}", body)
+                written = self._api.replace(api_path(SLICES, name), body)
                 updated += 1
             else:
                 written = self._api.create(SLICES, body)
@@ -147,7 +147,7 @@ class SlicePublisher:
 
     def _node_uid(self) -> str:
         try:
-            uid: str = self._api.get(f"/api/v1/nodes/{self._node}")["metadata"]["uid"]
+            uid: str = self._api.get(api_path("/api/v1/nodes", self._node))["metadata"]["uid"]
         except KubeError as error:
             if error.status == 404:
                 raise PublishError(f"node {self._node} does not exist (yet)") from None

@@ -28,7 +28,7 @@ from typing import Any
 import structlog
 
 from vgpu_bridge.core.profiles import DriverProfile
-from vgpu_bridge.kube import KubeApi, KubeError
+from vgpu_bridge.kube import KubeApi, KubeError, api_path
 from vgpu_bridge.node import checkpoint, claimdirs, names
 from vgpu_bridge.node.allocation import ClaimError, ClaimShares, claim_shares
 from vgpu_bridge.node.cdi import (
@@ -79,7 +79,7 @@ class ClaimRef:
     @property
     def api_path(self) -> str:
         self.check()
-        return f"{CLAIMS}/namespaces/{self.namespace}/resourceclaims/{self.name}"
+        return api_path(CLAIMS, "namespaces", self.namespace, "resourceclaims", self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +204,7 @@ class DeviceState:
         and whether the API could be read (if not, nothing else may be assumed stale)."""
         rebuilt: dict[str, PreparedClaim] = {}
         try:
-            items = self._api.list(f"{CLAIMS}/resourceclaims").get("items") or []
+            items = self._api.list(api_path(CLAIMS, "resourceclaims")).get("items") or []
         except Exception as error:  # the API unreachable: start empty, repair on Prepare
             log.error("cannot list ResourceClaims to rebuild the checkpoint", error=str(error))
             return rebuilt, False

@@ -25,28 +25,31 @@ from typing import Any
 
 from vgpu_bridge.core.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from vgpu_bridge.core.workloads import pod_templates
-from vgpu_bridge.kube import Json, KubeApi, KubeError
+from vgpu_bridge.kube import Json, KubeApi, KubeError, api_path
 from vgpu_bridge.webhook.watching import follow
 
 LAST_ADMITTED = "vgpu-bridge.io/last-admitted"
-TEMPLATES = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates"
-ALL_TEMPLATES = "/apis/resource.k8s.io/v1/resourceclaimtemplates"
+RESOURCE_API = "/apis/resource.k8s.io/v1"
+ALL_TEMPLATES = api_path(RESOURCE_API, "resourceclaimtemplates")
 OURS = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
-# Where templates can be referenced from: (list path, apiVersion, kind).
+
+
+def templates_path(namespace: str, *name: str) -> str:
+    """The API path of a namespace's ResourceClaimTemplates, or of the one `name`d."""
+    return api_path(RESOURCE_API, "namespaces", namespace, "resourceclaimtemplates", *name)
+
+
+# Where templates can be referenced from: (group API prefix, resource, apiVersion, kind).
 REFERRERS = (
-    ("/api/v1/namespaces/{namespace}/pods", "v1", "Pod"),
-    ("/api/v1/namespaces/{namespace}/replicationcontrollers", "v1", "ReplicationController"),
-    ("/apis/apps/v1/namespaces/{namespace}/deployments", "apps/v1", "Deployment"),
-    ("/apis/apps/v1/namespaces/{namespace}/replicasets", "apps/v1", "ReplicaSet"),
-    ("/apis/apps/v1/namespaces/{namespace}/statefulsets", "apps/v1", "StatefulSet"),
-    ("/apis/apps/v1/namespaces/{namespace}/daemonsets", "apps/v1", "DaemonSet"),
-    ("/apis/batch/v1/namespaces/{namespace}/jobs", "batch/v1", "Job"),
-    ("/apis/batch/v1/namespaces/{namespace}/cronjobs", "batch/v1", "CronJob"),
-    (
-        "/apis/batch.volcano.sh/v1alpha1/namespaces/{namespace}/jobs",
-        "batch.volcano.sh/v1alpha1",
-        "Job",
-    ),
+    ("/api/v1", "pods", "v1", "Pod"),
+    ("/api/v1", "replicationcontrollers", "v1", "ReplicationController"),
+    ("/apis/apps/v1", "deployments", "apps/v1", "Deployment"),
+    ("/apis/apps/v1", "replicasets", "apps/v1", "ReplicaSet"),
+    ("/apis/apps/v1", "statefulsets", "apps/v1", "StatefulSet"),
+    ("/apis/apps/v1", "daemonsets", "apps/v1", "DaemonSet"),
+    ("/apis/batch/v1", "jobs", "batch/v1", "Job"),
+    ("/apis/batch/v1", "cronjobs", "batch/v1", "CronJob"),
+    ("/apis/batch.volcano.sh/v1alpha1", "jobs", "batch.volcano.sh/v1alpha1", "Job"),
 )
 Clock = Callable[[], float]
 
@@ -210,7 +213,7 @@ class TemplateStore:
 
     def _read(self, namespace: str, name: str) -> Seen | None:
         try:
-            return Seen.of(self._api.get(f"{TEMPLATES.format(namespace=namespace)}/{name}"))
+            return Seen.of(self._api.get(templates_path(namespace, name)))
         except KubeError as exc:
             if exc.status == 404:
                 return None
@@ -218,7 +221,7 @@ class TemplateStore:
 
     def _create(self, namespace: str, template: Json, now: float) -> None:
         self._check_room(namespace)
-        path = TEMPLATES.format(namespace=namespace)
+        path = templates_path(namespace)
         name = template["metadata"]["name"]
         body = {**template, "metadata": {**template["metadata"], "namespace": namespace}}
         body["metadata"]["annotations"] = {LAST_ADMITTED: _stamp(now)}
@@ -231,7 +234,7 @@ class TemplateStore:
             self._check_and_stamp(namespace, template, existing, now)
             return
         if spec_digest(created) != spec_digest(template):
-            self._api.delete(f"{path}/{name}")
+            self._api.delete(templates_path(namespace, name))
             raise TemplateConflict(
                 f"the API server changed ResourceClaimTemplate {namespace}/{name} on create "
                 "(dropped fields: is the DRAConsumableCapacity feature gate on?)"
@@ -241,7 +244,7 @@ class TemplateStore:
     def _check_room(self, namespace: str) -> None:
         count = self.index.count(namespace)
         if count is None:
-            listed = self._api.list(TEMPLATES.format(namespace=namespace), labelSelector=OURS,
+            listed = self._api.list(templates_path(namespace), labelSelector=OURS,
                                     limit=self._max_per_namespace)  # fmt: skip
             count = len(listed.get("items") or [])
         if count >= self._max_per_namespace:
@@ -261,7 +264,7 @@ class TemplateStore:
             )
         if now - seen.used < self._touch_every_s:
             return
-        path = f"{TEMPLATES.format(namespace=namespace)}/{name}"
+        path = templates_path(namespace, name)
         try:
             self._api.merge_patch(path, {"metadata": {"annotations": {LAST_ADMITTED: _stamp(now)}}})
         except KubeError as exc:
@@ -296,7 +299,7 @@ class Sweeper:
 
     def _delete(self, template: Json) -> bool:
         meta = template["metadata"]
-        path = f"{TEMPLATES.format(namespace=meta['namespace'])}/{meta['name']}"
+        path = templates_path(meta["namespace"], meta["name"])
         try:
             self._api.delete(path, preconditions={"resourceVersion": meta["resourceVersion"]})
         except KubeError as exc:
@@ -308,8 +311,9 @@ class Sweeper:
     def referenced(self, namespace: str) -> set[str]:
         """Names of the templates that pods and workloads of `namespace` point at."""
         names: set[str] = set()
-        for path, api_version, kind in REFERRERS:
-            for obj in self._list_or_none(path.format(namespace=namespace)):
+        for prefix, resource, api_version, kind in REFERRERS:
+            path = api_path(prefix, "namespaces", namespace, resource)
+            for obj in self._list_or_none(path):
                 names |= _template_names({**obj, "apiVersion": api_version, "kind": kind})
         return names
 
