@@ -13,7 +13,6 @@ import functools
 import json
 import re
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from urllib.parse import quote, unquote
@@ -102,18 +101,22 @@ ATTEMPTS = 4
 
 def _retrying(call: Callable[_P, _R]) -> Callable[_P, _R]:
     """Up to `ATTEMPTS` tries of `call` while it fails transiently, 0.1 s, 0.2 s, 0.4 s apart
-    (at most 2 s); the last failure is raised as it is."""
+    (at most 2 s); the last failure is raised as it is. Tenacity is imported on the first call,
+    not with this module (the webhook answers reviews before it needs the API)."""
 
     @functools.wraps(call)
     def retried(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        for attempt in range(ATTEMPTS):
-            try:
+        from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+        for attempt in Retrying(
+            retry=retry_if_exception(_transient),
+            stop=stop_after_attempt(ATTEMPTS),
+            wait=wait_exponential(multiplier=0.1, max=2),
+            reraise=True,
+        ):
+            with attempt:
                 return call(*args, **kwargs)
-            except Exception as exc:
-                if attempt == ATTEMPTS - 1 or not _transient(exc):
-                    raise
-            time.sleep(min(0.1 * 2**attempt, 2.0))
-        raise AssertionError("unreachable")
+        raise AssertionError("unreachable: Retrying reraises the last failure")
 
     return retried
 

@@ -32,6 +32,7 @@ def loaded() -> set[str]:
     [
         pytest.param("kubernetes", id="the-kubernetes-client"),
         pytest.param("urllib3", id="its-connection-pool"),
+        pytest.param("tenacity", id="the-api-retry-library"),
         pytest.param("yaml", id="the-translate-commands-yaml-reader"),
         pytest.param("vgpu_bridge.translate_command", id="the-translate-command"),
         pytest.param("vgpu_bridge.node.settings", id="the-node-agents-settings"),
