@@ -10,6 +10,7 @@ from vgpu_bridge.core.cel import card_memory_selector, filter_selectors
 from vgpu_bridge.core.inventory import Inventory
 from vgpu_bridge.core.models import DeviceFilter, GpuRequest, Problems
 from vgpu_bridge.core.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from vgpu_bridge.core.opaque_config import GpuShareConfig
 from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.core.quantity import MiB, format_bytes
 
@@ -65,12 +66,8 @@ def claim_spec(
                 "distinctAttribute": profile.qualified(profile.uuid_attribute),
             }
         ]
-    if request.priority is not None and profile.config_api_version is not None:
-        parameters = {
-            "apiVersion": profile.config_api_version,
-            "kind": profile.config_kind,
-            "priority": request.priority,
-        }
+    if request.priority is not None and profile.share_config:
+        parameters = GpuShareConfig(priority=request.priority).to_parameters()
         devices["config"] = [
             {
                 "requests": [REQUEST_NAME],

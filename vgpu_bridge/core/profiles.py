@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from vgpu_bridge.core.opaque_config import API_VERSION
+
 
 class DriverProfile(BaseModel):
     """What claims for one DRA driver look like."""
@@ -21,9 +23,13 @@ class DriverProfile(BaseModel):
     product_attribute: str = "productName"
     memory_capacity: str = "memory"
     cores_capacity: str = "cores"
-    # apiVersion of our opaque claim config; None when the driver would not understand it.
-    config_api_version: str | None = None
-    config_kind: str = "GpuShareConfig"
+    # whether the driver reads our opaque claim config (`opaque_config.GpuShareConfig`)
+    share_config: bool = False
+
+    @property
+    def config_api_version(self) -> str | None:
+        """apiVersion of the opaque config this driver reads; None when it reads none."""
+        return API_VERSION if self.share_config else None
 
     def attribute(self, name: str) -> str:
         """A CEL reference to one of this driver's device attributes."""
@@ -42,7 +48,7 @@ DEFAULT = DriverProfile(
     name="default",
     driver="gpu.vgpu-bridge.io",
     device_class="gpu.vgpu-bridge.io",
-    config_api_version="gpu.vgpu-bridge.io/v1alpha1",
+    share_config=True,
 )
 HAMI = DriverProfile(
     name="hami",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from vgpu_bridge.core.opaque_config import ShareConfigError, parse_share_config
 from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.core.quantity import MiB, QuantityError, parse_quantity
 from vgpu_bridge.node.inventory import Gpu
@@ -136,19 +137,10 @@ def _priority(configs: list[Json], profile: DriverProfile, ref: str) -> int | No
         if opaque.get("driver") != profile.driver:
             continue
         where = f"{ref}: status.allocation.devices.config[{index}].opaque.parameters"
-        parameters = opaque.get("parameters") or {}
-        kind = (parameters.get("apiVersion"), parameters.get("kind"))
-        if kind != (profile.config_api_version, profile.config_kind):
-            raise ClaimError(
-                f"{where}: expected apiVersion {profile.config_api_version} "
-                f"kind {profile.config_kind}, got {kind[0]} {kind[1]}"
-            )
-        unknown = set(parameters) - {"apiVersion", "kind", "priority"}
-        if unknown:
-            raise ClaimError(f"{where}: unknown fields {sorted(unknown)}")
-        value = parameters.get("priority")
-        if value is not None:
-            if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1):
-                raise ClaimError(f"{where}: priority must be 0 (high) or 1 (low), got {value!r}")
-            priority = value
+        try:
+            config = parse_share_config(opaque.get("parameters") or {})
+        except ShareConfigError as error:
+            raise ClaimError(f"{where}: {error}") from None
+        if config.priority is not None:
+            priority = config.priority
     return priority

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from vgpu_bridge.core import DEFAULT
+from vgpu_bridge.core.opaque_config import API_VERSION, KIND
 from vgpu_bridge.node.inventory import Gpu
 
 Json = dict[str, Any]
@@ -54,11 +55,7 @@ def allocated_claim(
         },
     }
     if priority is not None:
-        parameters = {
-            "apiVersion": DEFAULT.config_api_version,
-            "kind": DEFAULT.config_kind,
-            "priority": priority,
-        }
+        parameters = {"apiVersion": API_VERSION, "kind": KIND, "priority": priority}
         config = [
             {
                 "source": "FromClaim",

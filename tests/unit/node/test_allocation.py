@@ -80,7 +80,7 @@ BAD = [
         ),
         "expected apiVersion gpu.vgpu-bridge.io/v1alpha1",
     ),
-    ("bad priority", allocated_claim(priority=5), "priority must be 0"),
+    ("bad priority", allocated_claim(priority=5), "priority: must be 0 .* got 5"),
 ]
 
 
