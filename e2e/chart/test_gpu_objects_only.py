@@ -15,7 +15,7 @@ from e2e.chart.rendering import Helm, Json, one
 from e2e.cluster import KubeClient
 from e2e.cluster.client import ApiError
 from e2e.waiting import wait_for
-from vgpu_bridge.core import names
+from vgpu_bridge.core import dialects
 
 pytestmark = pytest.mark.e2e
 
@@ -130,11 +130,8 @@ def test_workloads_are_sent_only_when_their_pods_ask_for_gpus(
 
 #: every name the translator reads, from core's own lists: a pod carrying any one of them alone
 #: must reach the webhook. `mps` is left out: KAI reads it only beside gpu-fraction (sent).
-CORE_RESOURCES = sorted(names.TRANSLATED_RESOURCES)
-CORE_ANNOTATIONS = sorted(
-    {*names.DEVICE_CHOICE_ANNOTATIONS, *names.VGPU_MODE, *names.PLACEMENT_ANNOTATIONS,
-     *names.KAI_ANNOTATIONS} - {names.KAI_MPS}
-)  # fmt: skip
+CORE_RESOURCES = sorted(dialects.TRANSLATED_RESOURCES)
+CORE_ANNOTATIONS = sorted(set(dialects.ANNOTATIONS.all()) - {dialects.kai.MPS})
 
 
 @pytest.mark.parametrize("resource", CORE_RESOURCES)

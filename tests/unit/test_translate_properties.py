@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vgpu_bridge.core import InvalidRequest, Inventory, Plan, TranslationContext, translate
-from vgpu_bridge.core.names import HAMI, TRANSLATED_ANNOTATIONS, TRANSLATED_RESOURCES, VOLCANO
+from vgpu_bridge.core.dialects import TRANSLATED_ANNOTATIONS, TRANSLATED_RESOURCES, hami, volcano
 
 CONTEXT = TranslationContext(inventory=Inventory({"gpu.vgpu-bridge.io": frozenset({2**34, 2**35})}))
 OTHER_RESOURCES = st.dictionaries(
@@ -42,7 +42,7 @@ ANNOTATIONS = st.dictionaries(
 @st.composite
 def gpu_resources(draw: st.DrawFn) -> dict[str, Any]:
     """A valid share in HAMi or Volcano names (count ≥ 1 when given)."""
-    names = draw(st.sampled_from([HAMI, VOLCANO]))
+    names = draw(st.sampled_from([hami.RESOURCES, volcano.RESOURCES]))
     chosen: dict[str, Any] = {}
     if draw(st.booleans()):
         chosen[names.count] = draw(st.integers(1, 4))

@@ -11,7 +11,7 @@ import pytest
 from vgpu_bridge.adapters import default_registry
 from vgpu_bridge.adapters.volcano import VolcanoAdapter
 from vgpu_bridge.core import Inventory, TranslationContext
-from vgpu_bridge.core.names import TRANSLATED_RESOURCES
+from vgpu_bridge.core.dialects import TRANSLATED_RESOURCES
 from vgpu_bridge.core.quantity import parse_quantity
 
 CONTEXT = TranslationContext()

@@ -1,17 +1,16 @@
-"""Pod annotations: device choice, sharing mode, placement hints, and KAI's sharing requests."""
+"""Pod annotations every dialect shares the meaning of: device choice, sharing mode, placement
+hints. Their names are the dialects' (`core/dialects/`); KAI's sharing request is KAI's own."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from vgpu_bridge.core import names
 from vgpu_bridge.core.cel import MAX_EXPRESSION_CHARS, selectors_by_choice
-from vgpu_bridge.core.container import MAX_DEVICES, MAX_MEMORY_MIB, whole_number
+from vgpu_bridge.core.dialects import ANNOTATIONS
 from vgpu_bridge.core.errors import shown
-from vgpu_bridge.core.models import DeviceFilter, Problems, RawRequest
+from vgpu_bridge.core.models import DeviceFilter, Problems
 from vgpu_bridge.core.profiles import DriverProfile
 
 # What a product name or a uuid may contain. Anything else (quotes, backslashes, operators) is
@@ -24,10 +23,10 @@ _ITEM_RULES = {
 }
 # DeviceFilter field → the annotations it is read from
 _FILTER_KEYS = {
-    "use_types": names.USE_GPUTYPE,
-    "avoid_types": names.NOUSE_GPUTYPE,
-    "use_uuids": names.USE_GPUUUID,
-    "avoid_uuids": names.NOUSE_GPUUUID,
+    "use_types": ANNOTATIONS.use_types,
+    "avoid_types": ANNOTATIONS.avoid_types,
+    "use_uuids": ANNOTATIONS.use_uuids,
+    "avoid_uuids": ANNOTATIONS.avoid_uuids,
 }
 
 
@@ -74,10 +73,10 @@ def read_filter(
         return _items(annotations, keys, kind, meta_path=meta_path, problems=problems)
 
     device_filter = DeviceFilter(
-        use_types=items(names.USE_GPUTYPE, "type"),
-        avoid_types=items(names.NOUSE_GPUTYPE, "type"),
-        use_uuids=items(names.USE_GPUUUID, "uuid"),
-        avoid_uuids=items(names.NOUSE_GPUUUID, "uuid"),
+        use_types=items(ANNOTATIONS.use_types, "type"),
+        avoid_types=items(ANNOTATIONS.avoid_types, "type"),
+        use_uuids=items(ANNOTATIONS.use_uuids, "uuid"),
+        avoid_uuids=items(ANNOTATIONS.avoid_uuids, "uuid"),
     )
     _check_contradictions(device_filter, annotations, meta_path=meta_path, problems=problems)
     return device_filter
@@ -135,7 +134,7 @@ def check_mode(
     annotations: Mapping[str, Any], *, meta_path: str, problems: Problems, warnings: list[str]
 ) -> None:
     """`vgpu-mode: mig` is refused; other modes other than hami-core are served as a share."""
-    for key in names.VGPU_MODE:
+    for key in ANNOTATIONS.mode:
         value = annotations.get(key)
         if not isinstance(value, str):
             continue
@@ -155,66 +154,6 @@ def placement_warnings(annotations: Mapping[str, Any]) -> list[str]:
     return [
         f"{key}={shown(annotations[key])} is not acted on: with DRA, placement is the "
         "scheduler's job"
-        for key in names.PLACEMENT_ANNOTATIONS
+        for key in ANNOTATIONS.placement
         if key in annotations
     ]
-
-
-def read_kai(
-    annotations: Mapping[str, Any], *, meta_path: str, problems: Problems
-) -> RawRequest | None:
-    """KAI's `gpu-fraction` / `gpu-memory` (+ `gpu-fraction-num-devices`) as a request."""
-    fraction = annotations.get(names.KAI_FRACTION)
-    memory = annotations.get(names.KAI_MEMORY)
-    devices = annotations.get(names.KAI_NUM_DEVICES)
-    if fraction is None and memory is None:
-        if devices is not None:
-            problems.add(
-                _path(meta_path, names.KAI_NUM_DEVICES),
-                f"needs {names.KAI_FRACTION} or {names.KAI_MEMORY} beside it",
-            )
-        return None
-    raw = RawRequest()
-    if fraction is not None and memory is not None:
-        problems.add(
-            _path(meta_path, names.KAI_MEMORY), f"cannot be combined with {names.KAI_FRACTION}"
-        )
-        return None
-    if fraction is not None:
-        raw.memory_percent = _fraction_percent(
-            fraction, path=_path(meta_path, names.KAI_FRACTION), problems=problems
-        )
-        raw.sources["memory_percent"] = _path(meta_path, names.KAI_FRACTION)
-    else:
-        raw.memory_mib = whole_number(
-            memory,
-            path=_path(meta_path, names.KAI_MEMORY),
-            low=1,
-            high=MAX_MEMORY_MIB,
-            unit=" of MiB",
-            problems=problems,
-        )
-        raw.sources["memory_mib"] = _path(meta_path, names.KAI_MEMORY)
-    if devices is not None:
-        raw.count = whole_number(
-            devices,
-            path=_path(meta_path, names.KAI_NUM_DEVICES),
-            low=1,
-            high=MAX_DEVICES,
-            unit=" of GPUs",
-            problems=problems,
-        )
-        raw.sources["count"] = _path(meta_path, names.KAI_NUM_DEVICES)
-    return raw if raw.asks_for_gpu() else None
-
-
-def _fraction_percent(value: object, *, path: str, problems: Problems) -> Decimal | None:
-    reason = f"must be a decimal greater than 0 and at most 1, got {shown(value)}"
-    try:
-        fraction = Decimal(str(value).strip()) if isinstance(value, str | int | float) else None
-    except InvalidOperation:
-        fraction = None
-    if fraction is None or not fraction.is_finite() or not 0 < fraction <= 1:
-        problems.add(path, reason)
-        return None
-    return fraction * 100

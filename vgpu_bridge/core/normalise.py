@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from vgpu_bridge.core.config import TranslatorConfig
-from vgpu_bridge.core.container import MAX_MEMORY_MIB
+from vgpu_bridge.core.dialects.resources import MAX_MEMORY_MIB
 from vgpu_bridge.core.models import GpuRequest, Problems, RawRequest
 
 WHOLE = Decimal(100)

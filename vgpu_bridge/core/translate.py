@@ -13,29 +13,19 @@ from typing import Any
 
 from vgpu_bridge.core import annotations as notes
 from vgpu_bridge.core.claims import TEMPLATE_PREFIX, claim_spec, claim_template, template_name
-from vgpu_bridge.core.container import read_container
 from vgpu_bridge.core.context import TranslationContext
-from vgpu_bridge.core.errors import InvalidRequest, shown
+from vgpu_bridge.core.dialects import TRANSLATED_ANNOTATIONS
+from vgpu_bridge.core.errors import InvalidRequest
 from vgpu_bridge.core.jsonpatch import PatchOp, escape
-from vgpu_bridge.core.models import Problems, RawRequest
-from vgpu_bridge.core.names import KAI_CONTAINER_NAME, TRANSLATED_ANNOTATIONS, TRANSLATED_LABEL
+from vgpu_bridge.core.models import Problems
+from vgpu_bridge.core.names import TRANSLATED_LABEL
 from vgpu_bridge.core.normalise import normalise
 from vgpu_bridge.core.plan import Plan
+from vgpu_bridge.core.requests import Share, shares
 from vgpu_bridge.core.shapes import MAX_DEPTH, check_shape, deeper_than
 from vgpu_bridge.core.workloads import PodTemplate, namespace_of, object_ref, pod_templates
 
-CONTAINER_LISTS = ("initContainers", "containers")
 CLAIM_PREFIX = "gpu-"
-
-
-@dataclass(slots=True)
-class _Share:
-    """One container that asks for a GPU share."""
-
-    container: Mapping[str, Any]
-    pointer: str
-    path: str
-    raw: RawRequest
 
 
 @dataclass(slots=True)
@@ -101,8 +91,8 @@ def _translate_template(
     draft: _Draft,
 ) -> None:
     problems = draft.problems
-    shares = _shares(template, problems)
-    if not shares:
+    found = shares(template, problems)
+    if not found:
         return
     annotations, meta_path = template.annotations, template.metadata_path
     notes.check_mode(annotations, meta_path=meta_path, problems=problems, warnings=draft.warnings)
@@ -115,7 +105,7 @@ def _translate_template(
         c.get("name") for c in template.spec.get("resourceClaims") or () if isinstance(c, Mapping)
     }
     pod_claims = []
-    for share in shares:
+    for share in found:
         request = normalise(
             share.raw, config=context.config, problems=problems, warnings=draft.warnings
         )
@@ -131,7 +121,7 @@ def _translate_template(
             device_filter,
             profile=context.profile,
             inventory=context.inventory,
-            percent_path=share.raw.sources.get("memory_percent", share.path),
+            percent_path=share.raw.sources.get("memory_percent", share.container.path),
             problems=problems,
             first_available=first_available,
         )
@@ -139,7 +129,7 @@ def _translate_template(
             continue
         name = template_name(spec, prefix=template_prefix)
         draft.templates.setdefault(name, claim_template(spec, name=name, namespace=namespace))
-        claim = pod_claim_name(str(share.container.get("name", "")))
+        claim = pod_claim_name(str(share.container.body.get("name", "")))
         if claim in taken:
             problems.add(
                 f"{template.spec_path}.resourceClaims", f"already has a claim named {claim}"
@@ -151,52 +141,6 @@ def _translate_template(
         draft.ops.extend(_pod_ops(template, pod_claims))
 
 
-def _shares(template: PodTemplate, problems: Problems) -> list[_Share]:
-    """Containers (init first) asking for a GPU, with KAI's annotation request attached."""
-    shares: list[_Share] = []
-    by_name: dict[str, tuple[str, str, Mapping[str, Any]]] = {}
-    for list_name in CONTAINER_LISTS:
-        containers = template.spec.get(list_name) or ()
-        for index, container in enumerate(containers):
-            if not isinstance(container, Mapping):
-                continue
-            pointer = f"{template.spec_pointer}/{list_name}/{index}"
-            path = f"{template.spec_path}.{list_name}[{index}]"
-            by_name[str(container.get("name"))] = (pointer, path, container)
-            raw = read_container(container, path=path, problems=problems)
-            if raw is not None and raw.asks_for_gpu():
-                shares.append(_Share(container, pointer, path, raw))
-    kai = notes.read_kai(template.annotations, meta_path=template.metadata_path, problems=problems)
-    if kai is not None:
-        _attach_kai(kai, template, by_name, shares, problems)
-    return shares
-
-
-def _attach_kai(
-    kai: RawRequest,
-    template: PodTemplate,
-    by_name: dict[str, tuple[str, str, Mapping[str, Any]]],
-    shares: list[_Share],
-    problems: Problems,
-) -> None:
-    """KAI's request belongs to `gpu-fraction-container-name`, or to the first container."""
-    named = template.annotations.get(KAI_CONTAINER_NAME)
-    containers = template.spec.get("containers") or ()
-    target = named if named is not None else (containers[0].get("name") if containers else None)
-    path = f"{template.metadata_path}.annotations[{KAI_CONTAINER_NAME}]"
-    if str(target) not in by_name:
-        problems.add(path, f"names no container of this pod: {shown(target)}")
-        return
-    pointer, container_path, container = by_name[str(target)]
-    if any(s.container is container for s in shares):
-        problems.add(
-            f"{container_path}.resources",
-            "asks for GPUs through resources and through KAI's annotations; state a share one way",
-        )
-        return
-    shares.append(_Share(container, pointer, container_path, kai))
-
-
 def pod_claim_name(container_name: str) -> str:
     """`gpu-<container>`, kept within the 63 characters of a DNS label."""
     name = CLAIM_PREFIX + container_name
@@ -206,9 +150,9 @@ def pod_claim_name(container_name: str) -> str:
     return f"{CLAIM_PREFIX}{container_name[:50]}-{digest}"
 
 
-def _container_op(share: _Share, claim: str) -> PatchOp:
+def _container_op(share: Share, claim: str) -> PatchOp:
     """The container's resources without our extended resources, with the claim added."""
-    resources = dict(share.container.get("resources") or {})
+    resources = dict(share.container.body.get("resources") or {})
     for section in ("limits", "requests"):
         if isinstance(resources.get(section), Mapping):
             kept = {k: v for k, v in resources[section].items() if k not in share.raw.resource_keys}
@@ -217,7 +161,7 @@ def _container_op(share: _Share, claim: str) -> PatchOp:
             else:
                 del resources[section]
     resources["claims"] = [*(resources.get("claims") or ()), {"name": claim}]
-    return {"op": "add", "path": f"{share.pointer}/resources", "value": resources}
+    return {"op": "add", "path": f"{share.container.pointer}/resources", "value": resources}
 
 
 def _pod_ops(template: PodTemplate, claims: list[dict[str, str]]) -> list[PatchOp]:

@@ -7,14 +7,11 @@ from typing import Any
 
 import pytest
 
-from vgpu_bridge.core import names
+from vgpu_bridge.core import dialects
 from vgpu_bridge.webhook.fastpath import may_ask_for_gpus
 
-RESOURCES = sorted(names.TRANSLATED_RESOURCES)
-ANNOTATIONS = sorted(
-    {*names.DEVICE_CHOICE_ANNOTATIONS, *names.VGPU_MODE, *names.PLACEMENT_ANNOTATIONS,
-     *names.KAI_ANNOTATIONS} - {names.KAI_MPS}
-)  # fmt: skip
+RESOURCES = sorted(dialects.TRANSLATED_RESOURCES)
+ANNOTATIONS = sorted(set(dialects.ANNOTATIONS.all()) - {dialects.kai.MPS})
 
 
 def pod(resources: dict[str, Any] | None = None, *, annotations: Any = None,

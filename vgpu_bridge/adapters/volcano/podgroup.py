@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from vgpu_bridge.core import Plan
+from vgpu_bridge.core.dialects import TRANSLATED_RESOURCES
 from vgpu_bridge.core.jsonpatch import escape
-from vgpu_bridge.core.names import TRANSLATED_RESOURCES
 from vgpu_bridge.core.workloads import object_ref
 
 # ResourceList keys may also carry quota-style prefixes (`requests.nvidia.com/gpu`).

@@ -1,18 +1,46 @@
-"""Read one container's HAMi or Volcano extended resources: limits first, then requests."""
+"""Extended resources as HAMi and Volcano use them: a family of names, limits read first, then
+requests, each a whole number within its range."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from vgpu_bridge.core.errors import shown
 from vgpu_bridge.core.models import Problems, RawRequest
-from vgpu_bridge.core.names import RESOURCE_FAMILIES, ResourceNames
 from vgpu_bridge.core.quantity import MAX_QUANTITY, MiB, QuantityError, parse_quantity
 
 MAX_DEVICES = 32  # a DRA allocation holds at most 32 results (AllocationResultsMaxSize)
 MAX_MEMORY_MIB = MAX_QUANTITY // MiB  # a claim's memory request is a quantity of bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceNames:
+    """One family of extended-resource names that describe a GPU share."""
+
+    family: str
+    count: str
+    memory: str
+    memory_percentage: str
+    cores: str
+    priority: str | None
+
+    def all(self) -> tuple[str, ...]:
+        names = (self.count, self.memory, self.memory_percentage, self.cores, self.priority)
+        return tuple(n for n in names if n is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """A container's `resources.limits` and `resources.requests`, as maps."""
+
+    limits: Mapping[str, Any]
+    requests: Mapping[str, Any]
+
+    def names_any(self, names: tuple[str, ...]) -> bool:
+        return any(n in self.limits or n in self.requests for n in names)
 
 
 def whole_number(
@@ -32,6 +60,25 @@ def whole_number(
     return int(number)
 
 
+def _as_map(value: object, *, path: str, problems: Problems) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        problems.add(path, "must be a map of resource names to quantities")
+        return {}
+    return value
+
+
+def resources_of(container: Mapping[str, Any], *, path: str, problems: Problems) -> Resources:
+    """The container's limits and requests; an empty map for each one absent or not a map."""
+    resources = _as_map(container.get("resources"), path=f"{path}.resources", problems=problems)
+    limits = _as_map(resources.get("limits"), path=f"{path}.resources.limits", problems=problems)
+    requests = _as_map(
+        resources.get("requests"), path=f"{path}.resources.requests", problems=problems
+    )
+    return Resources(limits, requests)
+
+
 # (field of RawRequest, attribute of ResourceNames, low, high, unit)
 _FIELDS = (
     ("count", "count", 0, MAX_DEVICES, " of GPUs"),
@@ -40,19 +87,6 @@ _FIELDS = (
     ("cores", "cores", 0, 100, " (percent of SMs)"),
     ("priority", "priority", 0, 1, " (0 high, 1 low)"),
 )
-
-
-def _family(limits: Mapping[str, Any], requests: Mapping[str, Any]) -> list[ResourceNames]:
-    return [f for f in RESOURCE_FAMILIES if any(n in limits or n in requests for n in f.all())]
-
-
-def _as_map(value: object, *, path: str, problems: Problems) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        problems.add(path, "must be a map of resource names to quantities")
-        return {}
-    return value
 
 
 def _check_request_equals_limit(
@@ -72,39 +106,13 @@ def _check_request_equals_limit(
         )
 
 
-def read_container(
-    container: Mapping[str, Any], *, path: str, problems: Problems
-) -> RawRequest | None:
-    """The container's GPU request, or None when it names none of our resources."""
-    resources = _as_map(container.get("resources"), path=f"{path}.resources", problems=problems)
-    limits = _as_map(resources.get("limits"), path=f"{path}.resources.limits", problems=problems)
-    requests = _as_map(
-        resources.get("requests"), path=f"{path}.resources.requests", problems=problems
-    )
-    families = _family(limits, requests)
-    if not families:
-        return None
-    if len(families) > 1:
-        mixed = " and ".join(f"{f.family} ({f.count}, …)" for f in families)
-        problems.add(f"{path}.resources", f"mixes {mixed}; state a share one way")
-        return None
-    names = families[0]
+def read_family(
+    names: ResourceNames, resources: Resources, *, path: str, problems: Problems
+) -> RawRequest:
+    """Each field of the request from its limit, else its request; a request beside a limit must
+    equal it. `path` is the container's `resources`."""
+    limits, requests = resources.limits, resources.requests
     raw = RawRequest(resource_keys=tuple(n for n in names.all() if n in limits or n in requests))
-    _read_fields(raw, names, limits, requests, path=f"{path}.resources", problems=problems)
-    return raw
-
-
-def _read_fields(
-    raw: RawRequest,
-    names: ResourceNames,
-    limits: Mapping[str, Any],
-    requests: Mapping[str, Any],
-    *,
-    path: str,
-    problems: Problems,
-) -> None:
-    """Each field of `raw` from its limit, else its request; a request beside a limit must
-    equal it."""
     for field, attr, low, high, unit in _FIELDS:
         name = getattr(names, attr)
         if name is None or (name not in limits and name not in requests):
@@ -123,3 +131,4 @@ def _read_fields(
             )
         setattr(raw, field, Decimal(number) if field == "memory_percent" else number)
         raw.sources[field] = field_path
+    return raw
