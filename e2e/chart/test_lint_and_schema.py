@@ -53,6 +53,8 @@ SCHEMA_REFUSALS = [
     ("volcano-version", {"volcano": {"version": "1.15"}}, "version"),
     ("webhook-metrics-port-privileged", {"webhook": {"metrics": {"port": 80}}}, "port"),
     ("webhook-metrics-misspelt", {"webhook": {"metrics": {"enable": True}}}, "enable"),
+    ("driver-name-not-a-dns-subdomain", {"driverName": "GPU/Example"}, "driverName"),
+    ("driver-name-empty", {"driverName": ""}, "driverName"),
 ]
 
 
@@ -80,12 +82,6 @@ VALIDATION_REFUSALS = [
         {"volcano": {"enabled": True}, "webhook": {"configurationName": "zz-gpu"}},
         "vgpu-bridge",
         "volcano-admission-service",
-    ),
-    (
-        "our-class-missing",
-        {"deviceClasses": [{"name": "h100.gpu.example.com"}]},
-        "vgpu-bridge",
-        'deviceClasses must contain "gpu.vgpu-bridge.io"',
     ),
     (
         "hami-profile-with-our-agent",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import _ctypes
 import base64
+import json
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +184,34 @@ def test_device_class_selects_shareable_devices_of_our_driver(helm: Helm) -> Non
     assert [s["cel"]["expression"] for s in h100["spec"]["selectors"]] == [
         expected, "device.attributes['x'].y"
     ]  # fmt: skip
+
+
+def test_extra_classes_only_add_to_the_drivers_own(helm: Helm) -> None:
+    values = {"deviceClasses": [{"name": "h100.gpu.vgpu-bridge.io"}]}
+    names = [c["metadata"]["name"] for c in of_kind(helm.template(values), "DeviceClass")]
+    assert names == ["gpu.vgpu-bridge.io", "h100.gpu.vgpu-bridge.io"]
+
+
+def test_one_driver_name_renames_the_class_the_webhook_and_the_agent_together(
+    helm: Helm, defaults: list[Json]
+) -> None:
+    renamed = helm.template({"driverName": "gpu.example.com"})
+    for objects, driver in ((defaults, "gpu.vgpu-bridge.io"), (renamed, "gpu.example.com")):
+        (device_class,) = of_kind(objects, "DeviceClass")
+        assert device_class["metadata"]["name"] == driver
+        assert (
+            f'device.driver == "{driver}"'
+            in device_class["spec"]["selectors"][0]["cel"]["expression"]
+        )
+        (webhook,) = containers(one(objects, "Deployment"))
+        (_, agent) = containers(one(objects, "DaemonSet"))
+        assert _values(webhook)["VGPU_BRIDGE_DRIVER_NAME"] == driver
+        assert _values(agent)["VGPU_BRIDGE_DRIVER_NAME"] == driver
+        assert WebhookSettings.from_env(_values(webhook)).driver_name == driver
+        plugin_dirs = [v["hostPath"]["path"] for v in one(objects, "DaemonSet")["spec"]["template"][
+            "spec"]["volumes"] if "hostPath" in v]  # fmt: skip
+        assert f"/var/lib/kubelet/plugins/{driver}" in plugin_dirs
+    assert "gpu.vgpu-bridge.io" not in json.dumps(renamed)  # nothing else keeps the old name
 
 
 def test_webhook_configuration_sorts_before_volcano_and_kai(defaults: list[Json]) -> None:

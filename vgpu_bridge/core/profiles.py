@@ -56,10 +56,20 @@ HAMI = DriverProfile(
     device_class="hami-core-gpu.project-hami.io",
 )
 PROFILES = {p.name: p for p in (DEFAULT, HAMI)}
+# A driver name is a DNS subdomain (resource.k8s.io): lower-case labels joined by dots.
+DRIVER_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DRIVER_NAME_MAX_LENGTH = 253
 
 
-def profile_named(name: str) -> DriverProfile:
-    """The profile called `name`; KeyError lists the known ones."""
+def our_profile(driver: str) -> DriverProfile:
+    """Our driver under the name it was installed with; its DeviceClass carries the same name."""
+    return DEFAULT.model_copy(update={"driver": driver, "device_class": driver})
+
+
+def profile_named(name: str, *, our_driver: str = DEFAULT.driver) -> DriverProfile:
+    """The profile called `name` (`default` under `our_driver`); KeyError lists the known ones."""
+    if name == DEFAULT.name:
+        return our_profile(our_driver)
     try:
         return PROFILES[name]
     except KeyError:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 import structlog
 from prometheus_client import CollectorRegistry
 
-from vgpu_bridge.core.profiles import DEFAULT, DriverProfile
+from vgpu_bridge.core.profiles import DriverProfile, our_profile
 from vgpu_bridge.kube import KubeApi, KubeConfigError
 from vgpu_bridge.logs import configure_json_logging
 from vgpu_bridge.node.cdi import CdiLayout
@@ -40,7 +40,7 @@ log = structlog.get_logger("vgpu_bridge.node")
 
 def profile_for(settings: Settings) -> DriverProfile:
     """Our profile, under the driver name this agent was given."""
-    return DEFAULT.model_copy(update={"driver": settings.driver_name})
+    return our_profile(settings.driver_name)
 
 
 def discover(settings: Settings) -> tuple[Gpu, ...]:

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from vgpu_bridge.core.profiles import DEFAULT
+from vgpu_bridge.core.profiles import DEFAULT, DRIVER_NAME_MAX_LENGTH, DRIVER_NAME_PATTERN
 from vgpu_bridge.flag_settings import FlagSettings, HostPort, split_host_port
 
 KUBELET_PLUGINS = Path("/var/lib/kubelet/plugins")
@@ -18,7 +18,12 @@ class Settings(FlagSettings):
     prog: ClassVar[str] = "vgpu-bridge node"
 
     node_name: str = Field(min_length=1, description="this node's name (the pool's name)")
-    driver_name: str = Field(default=DEFAULT.driver, description="DRA driver name")
+    driver_name: str = Field(
+        default=DEFAULT.driver,
+        pattern=DRIVER_NAME_PATTERN,
+        max_length=DRIVER_NAME_MAX_LENGTH,
+        description="DRA driver name (a DNS subdomain); the webhook's --driver-name",
+    )
     plugin_dir: Path | None = Field(
         default=None, description="DRA socket and checkpoint dir; /var/lib/kubelet/plugins/<driver>"
     )

@@ -26,7 +26,7 @@ log = structlog.get_logger("vgpu_bridge.webhook")
 
 
 def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, Sweeper]:
-    profile = profile_named(settings.profile)
+    profile = profile_named(settings.profile, our_driver=settings.driver_name)
     config = TranslatorConfig(
         default_memory=settings.default_memory,
         default_cores=settings.default_cores,
@@ -183,7 +183,7 @@ def serve(settings: Settings) -> int:
     signal.signal(signal.SIGTERM, shut_down)
     signal.signal(signal.SIGINT, shut_down)
     log.info("serving", listen=settings.listen, metrics_listen=settings.metrics_listen,
-             profile=settings.profile)  # fmt: skip
+             profile=settings.profile, driver=settings.driver_name)  # fmt: skip
     server.serve_forever()
     server.server_close()
     if probes is not None:

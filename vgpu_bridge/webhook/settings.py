@@ -6,6 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from vgpu_bridge.core.profiles import DEFAULT, DRIVER_NAME_MAX_LENGTH, DRIVER_NAME_PATTERN
 from vgpu_bridge.flag_settings import FlagSettings, HostPort, comma_list, split_host_port
 from vgpu_bridge.webhook.connections import Limits
 
@@ -29,6 +30,13 @@ class Settings(FlagSettings):
     kubeconfig: str | None = Field(default=None, description="kubeconfig; in-cluster if unset")
     profile: Literal["default", "hami"] = Field(
         default="default", description="driver profile: default or hami"
+    )
+    driver_name: str = Field(
+        default=DEFAULT.driver,
+        pattern=DRIVER_NAME_PATTERN,
+        max_length=DRIVER_NAME_MAX_LENGTH,
+        description="our DRA driver's name (a DNS subdomain; the node agent's --driver-name), "
+        "also the DeviceClass of the default profile's claims",
     )
     scheduler: str = Field(default="auto", description="adapter: auto or a name")
     namespace: str = Field(default="vgpu-bridge", description="our own namespace (never mutated)")

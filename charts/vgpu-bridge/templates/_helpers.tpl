@@ -16,8 +16,9 @@
 {{- end -}}
 {{- end -}}
 
-{{/* The DRA driver: fixed, the webhook's default profile names it. */}}
-{{- define "vgpu-bridge.driver" -}}gpu.vgpu-bridge.io{{- end -}}
+{{/* The DRA driver's name: the agent publishes under it, the webhook's claims ask for it, and its
+DeviceClass carries it. One value for all three. */}}
+{{- define "vgpu-bridge.driver" -}}{{ .Values.driverName }}{{- end -}}
 
 {{- define "vgpu-bridge.webhookName" -}}{{ include "vgpu-bridge.fullname" . | trunc 55 | trimSuffix "-" }}-webhook{{- end -}}
 {{- define "vgpu-bridge.agentName" -}}{{ include "vgpu-bridge.fullname" . | trunc 57 | trimSuffix "-" }}-agent{{- end -}}

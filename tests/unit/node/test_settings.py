@@ -44,3 +44,10 @@ def test_every_flag_is_also_an_env_var_and_flags_win() -> None:
 def test_a_node_name_is_required() -> None:
     with pytest.raises(ValidationError, match="node_name"):
         Settings.from_env({})
+
+
+@pytest.mark.parametrize("name", ["../../etc", "GPU.example.com", "gpu_x.example.com", "a" * 254])
+def test_a_driver_name_must_be_a_dns_subdomain(name: str) -> None:
+    """It names the plugin dir and the registration socket: no path may hide in it."""
+    with pytest.raises(ValidationError, match="driver_name"):
+        Settings.from_args(["--node-name", "n1", "--driver-name", name], {})
