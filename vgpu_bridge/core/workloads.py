@@ -1,4 +1,8 @@
-"""Where the pod templates sit in each kind of workload we translate."""
+"""The kinds of workload we translate or look into, in one table, and where their pod templates sit.
+
+The webhook's template sweeper lists the kinds that hold pod templates; the chart's webhook rules
+and its RBAC are held against this table by `e2e/chart/test_workload_kinds.py`.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +10,72 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# (API group, kind) → the path from the object to its pod template.
-_TEMPLATE_PATHS: dict[tuple[str, str], tuple[str | int, ...]] = {
-    ("apps", "Deployment"): ("spec", "template"),
-    ("apps", "StatefulSet"): ("spec", "template"),
-    ("apps", "DaemonSet"): ("spec", "template"),
-    ("apps", "ReplicaSet"): ("spec", "template"),
-    ("", "ReplicationController"): ("spec", "template"),
-    ("batch", "Job"): ("spec", "template"),
-    ("batch", "CronJob"): ("spec", "jobTemplate", "spec", "template"),
-}
 VOLCANO_GROUP = "batch.volcano.sh"
+VOLCANO_SCHEDULING_GROUP = "scheduling.volcano.sh"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadKind:
+    """One kind of object: its API coordinates, its pod template(s), whether the webhook sees it."""
+
+    group: str
+    version: str
+    kind: str
+    resource: str  # its plural, as API paths and RBAC rules name it
+    template_path: tuple[str | int, ...] | None  # () for a Pod; None: none, or one per task
+    holds_pod_templates: bool  # so its objects may reference our claim templates
+    sent_to_webhook: bool  # the chart's MutatingWebhookConfiguration sends it to us
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def api_prefix(self) -> str:
+        """Where its group's API is served: `/api/v1` or `/apis/<group>/<version>`."""
+        return f"/apis/{self.api_version}" if self.group else f"/api/{self.version}"
+
+
+def _kind(group: str, version: str, kind: str, path: tuple[str | int, ...] | None) -> WorkloadKind:
+    """A kind whose plural is its lower-case name + s, that holds pod templates and is sent."""
+    return WorkloadKind(
+        group, version, kind, kind.lower() + "s", path, holds_pod_templates=True,
+        sent_to_webhook=True,
+    )  # fmt: skip
+
+
+_TEMPLATE = ("spec", "template")
+WORKLOAD_KINDS = (
+    _kind("", "v1", "Pod", ()),
+    # not sent: the pods it creates are translated one by one, as they are created
+    WorkloadKind(
+        "",
+        "v1",
+        "ReplicationController",
+        "replicationcontrollers",
+        _TEMPLATE,
+        holds_pod_templates=True,
+        sent_to_webhook=False,
+    ),
+    _kind("apps", "v1", "Deployment", _TEMPLATE),
+    _kind("apps", "v1", "ReplicaSet", _TEMPLATE),
+    _kind("apps", "v1", "StatefulSet", _TEMPLATE),
+    _kind("apps", "v1", "DaemonSet", _TEMPLATE),
+    _kind("batch", "v1", "Job", _TEMPLATE),
+    _kind("batch", "v1", "CronJob", ("spec", "jobTemplate", "spec", "template")),
+    _kind(VOLCANO_GROUP, "v1alpha1", "Job", None),  # one template per task: spec.tasks[i].template
+    # no pod template: the Volcano adapter strips GPU keys from its minResources
+    WorkloadKind(
+        VOLCANO_SCHEDULING_GROUP,
+        "v1beta1",
+        "PodGroup",
+        "podgroups",
+        None,
+        holds_pod_templates=False,
+        sent_to_webhook=True,
+    ),
+)
+_BY_GROUP_KIND = {(k.group, k.kind): k for k in WORKLOAD_KINDS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +147,8 @@ def _template_at(obj: Mapping[str, Any], path: tuple[str | int, ...]) -> PodTemp
 def template_path(obj: Mapping[str, Any]) -> tuple[str | int, ...] | None:
     """The path to the pod template of a workload, () for a Pod (its own template), None for
     objects with no template or several (Volcano Jobs: one per task)."""
-    group, kind = api_group(obj), obj.get("kind")
-    if group == "" and kind == "Pod":
-        return ()
-    return _TEMPLATE_PATHS.get((group, str(kind)))
+    kind = _BY_GROUP_KIND.get((api_group(obj), str(obj.get("kind"))))
+    return kind.template_path if kind else None
 
 
 def pod_templates(obj: Mapping[str, Any]) -> list[PodTemplate]:
@@ -118,6 +175,6 @@ def pod_templates(obj: Mapping[str, Any]) -> list[PodTemplate]:
             return []
         found = [_template_at(obj, ("spec", "tasks", i, "template")) for i in range(len(tasks))]
         return [t for t in found if t is not None]
-    path = _TEMPLATE_PATHS.get((group, str(kind)))
+    path = template_path(obj)
     template = _template_at(obj, path) if path else None
     return [template] if template else []

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vgpu_bridge.core.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE
-from vgpu_bridge.core.workloads import pod_templates
+from vgpu_bridge.core.workloads import WORKLOAD_KINDS, pod_templates
 from vgpu_bridge.kube import Json, KubeApi, KubeError, api_path
 from vgpu_bridge.webhook.watching import follow
 
@@ -39,18 +39,8 @@ def templates_path(namespace: str, *name: str) -> str:
     return api_path(RESOURCE_API, "namespaces", namespace, "resourceclaimtemplates", *name)
 
 
-# Where templates can be referenced from: (group API prefix, resource, apiVersion, kind).
-REFERRERS = (
-    ("/api/v1", "pods", "v1", "Pod"),
-    ("/api/v1", "replicationcontrollers", "v1", "ReplicationController"),
-    ("/apis/apps/v1", "deployments", "apps/v1", "Deployment"),
-    ("/apis/apps/v1", "replicasets", "apps/v1", "ReplicaSet"),
-    ("/apis/apps/v1", "statefulsets", "apps/v1", "StatefulSet"),
-    ("/apis/apps/v1", "daemonsets", "apps/v1", "DaemonSet"),
-    ("/apis/batch/v1", "jobs", "batch/v1", "Job"),
-    ("/apis/batch/v1", "cronjobs", "batch/v1", "CronJob"),
-    ("/apis/batch.volcano.sh/v1alpha1", "jobs", "batch.volcano.sh/v1alpha1", "Job"),
-)
+# Where templates can be referenced from: every kind in core's table that holds pod templates.
+REFERRERS = tuple(kind for kind in WORKLOAD_KINDS if kind.holds_pod_templates)
 Clock = Callable[[], float]
 
 
@@ -311,10 +301,10 @@ class Sweeper:
     def referenced(self, namespace: str) -> set[str]:
         """Names of the templates that pods and workloads of `namespace` point at."""
         names: set[str] = set()
-        for prefix, resource, api_version, kind in REFERRERS:
-            path = api_path(prefix, "namespaces", namespace, resource)
+        for kind in REFERRERS:
+            path = api_path(kind.api_prefix, "namespaces", namespace, kind.resource)
             for obj in self._list_or_none(path):
-                names |= _template_names({**obj, "apiVersion": api_version, "kind": kind})
+                names |= _template_names({**obj, "apiVersion": kind.api_version, "kind": kind.kind})
         return names
 
     def _list_or_none(self, path: str) -> list[Json]:

@@ -18,9 +18,13 @@ from typing import Any
 from vgpu_bridge.adapters.volcano.podgroup import strip_min_resources
 from vgpu_bridge.core import Plan, TranslationContext, translate
 from vgpu_bridge.core.claims import TEMPLATE_PREFIX
-from vgpu_bridge.core.workloads import VOLCANO_GROUP, api_group, pod_templates
+from vgpu_bridge.core.workloads import (
+    VOLCANO_GROUP,
+    VOLCANO_SCHEDULING_GROUP,
+    api_group,
+    pod_templates,
+)
 
-SCHEDULING_GROUP = "scheduling.volcano.sh"
 GANG_ANNOTATION = "scheduling.k8s.io/group-name"
 JOB_LABEL = "volcano.sh/job-name"
 FIRST_WITH_CAPACITY = (1, 15)
@@ -45,7 +49,7 @@ class VolcanoAdapter:
 
     def recognises(self, obj: Mapping[str, Any]) -> bool:
         group, kind = api_group(obj), obj.get("kind")
-        if (group, kind) in ((VOLCANO_GROUP, "Job"), (SCHEDULING_GROUP, "PodGroup")):
+        if (group, kind) in ((VOLCANO_GROUP, "Job"), (VOLCANO_SCHEDULING_GROUP, "PodGroup")):
             return True
         for template in pod_templates(obj):
             labels = (template.metadata or {}).get("labels") or {}
@@ -59,7 +63,7 @@ class VolcanoAdapter:
 
     def translate(self, obj: Mapping[str, Any], *, context: TranslationContext) -> Plan:
         group, kind = api_group(obj), obj.get("kind")
-        if (group, kind) == (SCHEDULING_GROUP, "PodGroup"):
+        if (group, kind) == (VOLCANO_SCHEDULING_GROUP, "PodGroup"):
             return strip_min_resources(obj, adapter=self.name)
         prefix = TEMPLATE_PREFIX
         if (group, kind) == (VOLCANO_GROUP, "Job"):
