@@ -10,7 +10,7 @@ from e2e.cluster import KubeClient
 from e2e.cluster.client import Json
 from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.kube import KubeApi
-from vgpu_bridge.node.inventory import Gpu
+from vgpu_bridge.node.gpus import Gpu
 from vgpu_bridge.node.publisher import SlicePublisher
 from vgpu_bridge.node.slices import build_slices
 

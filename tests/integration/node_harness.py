@@ -19,14 +19,16 @@ from kubernetes import client
 
 from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.kube import KubeApi
+from vgpu_bridge.node.app import build
 from vgpu_bridge.node.cdi import CdiLayout
+from vgpu_bridge.node.gpus import Gpu
 from vgpu_bridge.node.grpc import PluginServer
-from vgpu_bridge.node.inventory import Gpu
 from vgpu_bridge.node.kubeletapi import (
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2_grpc,
     pluginregistration_v1_pb2_grpc,
 )
+from vgpu_bridge.node.settings import Settings
 from vgpu_bridge.node.state import DeviceState
 
 
@@ -91,28 +93,26 @@ class RunningAgent:
         )
 
 
+def agent_settings(dirs: AgentDirs, *, node: str) -> Settings:
+    """The agent's settings for `dirs`: every path under its root, no /metrics listener."""
+    return Settings(
+        node_name=node,
+        plugin_dir=dirs.plugin,
+        registry_dir=dirs.registry,
+        cdi_dir=dirs.root / "cdi",
+        vgpu_dir=dirs.root / "vgpu",
+        metrics_listen="",
+    )
+
+
 @contextmanager
 def running_agent(
     dirs: AgentDirs, gpus: tuple[Gpu, ...], *, node: str, api: KubeApi | None = None
 ) -> Iterator[RunningAgent]:
-    state = DeviceState(
-        api or unreachable_api(),
-        node=node,
-        profile=DEFAULT,
-        gpus=gpus,
-        layout=dirs.layout,
-        checkpoint_file=dirs.checkpoint,
-    )
-    state.start()
-    server = PluginServer(
-        state,
-        driver=DEFAULT.driver,
-        dra_socket=dirs.plugin / "dra.sock",
-        registration_socket=dirs.registry / f"{DEFAULT.driver}-reg.sock",
-    )
-    server.start()
+    """The agent as `vgpu-bridge node` wires it (`app.build`), its sockets started."""
+    agent = build(agent_settings(dirs, node=node), api or unreachable_api(), gpus=gpus)
+    agent.start()
     try:
-        yield RunningAgent(dirs, state, server)
+        yield RunningAgent(dirs, agent.state, agent.server)
     finally:
-        server.stop(grace_s=1)
-        state.close()
+        agent.close(grace_s=1)

@@ -210,6 +210,7 @@ def test_prepare_writes_the_limits_file_the_spec_mounts_and_unprepare_removes_it
             "vgpu-bridge-limits 1\n"
             "CUDA_DEVICE_MEMORY_LIMIT_0=3000m\n"
             "CUDA_DEVICE_SM_LIMIT_0=30\n"
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE=/usr/local/vgpu/shared/vgpu.cache\n"
             "CUDA_TASK_PRIORITY=1\n"
         )
         info = limits.stat()

@@ -16,7 +16,7 @@ from typing import Any
 from vgpu_bridge.core.opaque_config import ShareConfigError, parse_share_config
 from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.core.quantity import MiB, QuantityError, parse_quantity
-from vgpu_bridge.node.inventory import Gpu
+from vgpu_bridge.node.gpus import Gpu
 
 Json = dict[str, Any]
 

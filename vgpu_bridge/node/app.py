@@ -1,4 +1,5 @@
-"""`vgpu-bridge node`: wire the parts together and serve until SIGTERM.
+"""`vgpu-bridge node`: `build` wires the parts (starting nothing), `run` starts them and serves
+until SIGTERM; tests build the same agent and start it themselves.
 
 Start-up order: GPUs (mock file or NVML), the checkpoint (recovered), the DRA socket, then the
 registration socket, the HTTP server (/metrics, /healthz), then the slices (republished on every
@@ -16,6 +17,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -25,12 +27,12 @@ from vgpu_bridge.kube import KubeApi, KubeConfigError
 from vgpu_bridge.logs import configure_json_logging
 from vgpu_bridge.node.cdi import CdiLayout
 from vgpu_bridge.node.claimdirs import SWEEP_PERIOD_S, TenantDirs
+from vgpu_bridge.node.gpus import Gpu, GpuDiscoveryError, mock_gpus, nvml_gpus
 from vgpu_bridge.node.grpc import PluginServer
 from vgpu_bridge.node.health import Health
 from vgpu_bridge.node.hostpids import PERIOD_S as HOST_PIDS_PERIOD_S
 from vgpu_bridge.node.hostpids import HostPidFiles
-from vgpu_bridge.node.inventory import Gpu, InventoryError, mock_gpus, nvml_gpus
-from vgpu_bridge.node.metrics import CallMetrics, serve_metrics
+from vgpu_bridge.node.metrics import CallMetrics, MetricsServer, serve_metrics
 from vgpu_bridge.node.publisher import SlicePublisher
 from vgpu_bridge.node.settings import Settings
 from vgpu_bridge.node.state import DeviceState, StateLocked
@@ -58,84 +60,86 @@ def every(seconds: float, stop: threading.Event, what: str, work: Callable[[], o
             return
 
 
-def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
-    gpus = discover(settings)
-    configure_json_logging()
-    stop = stop or threading.Event()
+@dataclass(frozen=True)
+class Agent:
+    """The agent's parts, wired by `build` and not yet started; `run` starts and serves them."""
+
+    settings: Settings
+    profile: DriverProfile
+    gpus: tuple[Gpu, ...]
+    registry: CollectorRegistry
+    state: DeviceState
+    server: PluginServer
+    publisher: SlicePublisher
+    health: Health
+    host_pids: HostPidFiles
+    tenant_dirs: TenantDirs
+
+    def start(self) -> MetricsServer | None:
+        """Checkpoint recovered, DRA then registration socket, then /metrics and /healthz."""
+        self.state.start()
+        self.server.start()
+        return serve_metrics(
+            self.settings.metrics_host_port,
+            registry=self.registry,
+            health=self.health,
+            state=self.state,
+            gpus=self.gpus,
+            node=self.settings.node_name,
+            vgpu_dir=self.settings.vgpu_dir,
+            host_pids=self.host_pids.found,
+            tenant_usage=self.tenant_dirs.usage,
+        )
+
+    def close(self, *, grace_s: float = 5.0) -> None:
+        """Sockets removed (registration first), then the checkpoint's lock released."""
+        self.server.stop(grace_s=grace_s)
+        self.state.close()
+
+
+def build(settings: Settings, api: KubeApi, *, gpus: tuple[Gpu, ...]) -> Agent:
+    """Every part of the agent from its settings; nothing is started, nothing is written."""
     profile = profile_for(settings)
-    api = KubeApi.connect(settings.kubeconfig)
     registry = CollectorRegistry()
-    calls = CallMetrics(registry)
     layout = CdiLayout(cdi_dir=settings.cdi_dir, vgpu_dir=settings.vgpu_dir, driver=profile.driver)
-    state = DeviceState(
-        api,
-        node=settings.node_name,
-        profile=profile,
-        gpus=gpus,
-        layout=layout,
-        checkpoint_file=settings.checkpoint_file,
-        observer=calls.observe,
-    )
-    state.start()
-    server = PluginServer(
-        state,
-        driver=profile.driver,
-        dra_socket=settings.dra_socket,
-        registration_socket=settings.registration_socket,
-    )
-    server.start()
+    state = DeviceState(api, node=settings.node_name, profile=profile, gpus=gpus, layout=layout,
+                        checkpoint_file=settings.checkpoint_file,
+                        observer=CallMetrics(registry).observe)  # fmt: skip
+    server = PluginServer(state, driver=profile.driver, dra_socket=settings.dra_socket,
+                          registration_socket=settings.registration_socket)  # fmt: skip
     publisher = SlicePublisher(api, node=settings.node_name, profile=profile, gpus=gpus)
-    health = Health(
-        sockets=server.problem,
-        publications=lambda: publisher.last,
-        max_silence_s=settings.max_publication_silence_s,
-    )
-    host_pids = HostPidFiles(
-        lambda: [claim.uid for claim in state.snapshot()], vgpu_dir=settings.vgpu_dir
-    )
-    tenant_dirs = TenantDirs(
-        layout,
-        claims=lambda: [claim.uid for claim in state.snapshot()],
-        gpu_uuids={gpu.uuid for gpu in gpus},
-    )
-    metrics = serve_metrics(
-        settings.metrics_host_port,
-        registry=registry,
-        health=health,
-        state=state,
-        gpus=gpus,
-        node=settings.node_name,
-        vgpu_dir=settings.vgpu_dir,
-        host_pids=host_pids.found,
-        tenant_usage=tenant_dirs.usage,
-    )
-    workers = [
-        threading.Thread(
-            target=every,
-            args=(settings.resync_seconds, stop, "publishing slices", publisher.sync),
-            name="slices",
-            daemon=True,
-        ),
-        threading.Thread(
-            target=every,
-            args=(settings.cleanup_seconds, stop, "cleaning up", state.cleanup_stale),
-            name="cleanup",
-            daemon=True,
-        ),
-        threading.Thread(
-            target=every,
-            args=(HOST_PIDS_PERIOD_S, stop, "writing host pids", host_pids.sync),
-            name="host-pids",
-            daemon=True,
-        ),
-        threading.Thread(
-            target=every,
-            args=(SWEEP_PERIOD_S, stop, "sweeping container-writable dirs", tenant_dirs.sweep),
-            name="tenant-dirs",
-            daemon=True,
-        ),
+    health = Health(sockets=server.problem, publications=lambda: publisher.last,
+                    max_silence_s=settings.max_publication_silence_s)  # fmt: skip
+
+    def claims() -> list[str]:
+        return [claim.uid for claim in state.snapshot()]
+
+    host_pids = HostPidFiles(claims, vgpu_dir=settings.vgpu_dir)
+    tenant_dirs = TenantDirs(layout, claims=claims, gpu_uuids={gpu.uuid for gpu in gpus})
+    return Agent(settings, profile, gpus, registry, state, server, publisher, health, host_pids,
+                 tenant_dirs)  # fmt: skip
+
+
+def workers(agent: Agent, stop: threading.Event) -> list[threading.Thread]:
+    """The periodic work: slices, cleanup of gone claims, host pids, container-writable dirs."""
+    settings = agent.settings
+    periodic = [
+        ("slices", settings.resync_seconds, "publishing slices", agent.publisher.sync),
+        ("cleanup", settings.cleanup_seconds, "cleaning up", agent.state.cleanup_stale),
+        ("host-pids", HOST_PIDS_PERIOD_S, "writing host pids", agent.host_pids.sync),
+        ("tenant-dirs", SWEEP_PERIOD_S, "sweeping container-writable dirs",
+         agent.tenant_dirs.sweep),
+    ]  # fmt: skip
+    return [
+        threading.Thread(target=every, args=(seconds, stop, what, work), name=name, daemon=True)
+        for name, seconds, what, work in periodic
     ]
-    for worker in workers:
+
+
+def run(agent: Agent, *, stop: threading.Event) -> int:
+    """Start `agent`, serve until `stop` (set by SIGTERM/SIGINT on the main thread), shut down."""
+    metrics = agent.start()
+    for worker in workers(agent, stop):
         worker.start()
 
     def shut_down(signum: int, _frame: object) -> None:
@@ -144,15 +148,21 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, shut_down)
         signal.signal(signal.SIGINT, shut_down)
-    log.info("node agent started", node=settings.node_name, driver=profile.driver,
-             gpus=len(gpus), mock=settings.mock_gpus is not None)  # fmt: skip
+    log.info("node agent started", node=agent.settings.node_name, driver=agent.profile.driver,
+             gpus=len(agent.gpus), mock=agent.settings.mock_gpus is not None)  # fmt: skip
     stop.wait()
-    server.stop()
-    state.close()
+    agent.close()
     if metrics is not None:
         metrics.shutdown()
     log.info("node agent stopped")
     return 0
+
+
+def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
+    gpus = discover(settings)
+    configure_json_logging()
+    api = KubeApi.connect(settings.kubeconfig)
+    return run(build(settings, api, gpus=gpus), stop=stop or threading.Event())
 
 
 def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
@@ -162,6 +172,6 @@ def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return 2
     try:
         return serve(settings)
-    except (InventoryError, StateLocked, KubeConfigError, OSError) as error:
+    except (GpuDiscoveryError, StateLocked, KubeConfigError, OSError) as error:
         print(f"{Settings.prog}: cannot start: {error}", file=sys.stderr)
         return 1

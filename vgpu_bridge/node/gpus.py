@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from vgpu_bridge.core.quantity import QuantityError, parse_quantity
 
 
-class InventoryError(RuntimeError):
+class GpuDiscoveryError(RuntimeError):
     """The GPUs could not be read: a bad mock file, or NVML unavailable."""
 
 
@@ -69,9 +69,9 @@ class _MockGpu(BaseModel):
 
 
 def parse_mock_gpus(document: object, *, source: str = "mock GPUs") -> tuple[Gpu, ...]:
-    """GPUs from a parsed mock document (a list of mappings); InventoryError names what is bad."""
+    """GPUs from a parsed mock document (a list of mappings); GpuDiscoveryError says what is bad."""
     if not isinstance(document, Sequence) or isinstance(document, str):
-        raise InventoryError(f"{source}: expected a list of {{uuid, productName, memory}}")
+        raise GpuDiscoveryError(f"{source}: expected a list of {{uuid, productName, memory}}")
     gpus = []
     for index, entry in enumerate(document):
         try:
@@ -80,7 +80,7 @@ def parse_mock_gpus(document: object, *, source: str = "mock GPUs") -> tuple[Gpu
             problems = "; ".join(
                 f"{'.'.join(map(str, e['loc'])) or 'entry'}: {e['msg']}" for e in exc.errors()
             )
-            raise InventoryError(f"{source}: [{index}]: {problems}") from None
+            raise GpuDiscoveryError(f"{source}: [{index}]: {problems}") from None
         gpus.append(
             Gpu(
                 index=index,
@@ -94,7 +94,7 @@ def parse_mock_gpus(document: object, *, source: str = "mock GPUs") -> tuple[Gpu
         )
     uuids = [gpu.uuid for gpu in gpus]
     if len(set(uuids)) != len(uuids):
-        raise InventoryError(f"{source}: uuids must be unique")
+        raise GpuDiscoveryError(f"{source}: uuids must be unique")
     return tuple(gpus)
 
 
@@ -103,7 +103,7 @@ def load_mock_gpus(path: Path) -> tuple[Gpu, ...]:
     try:
         document = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise InventoryError(f"{path}: {exc}") from None
+        raise GpuDiscoveryError(f"{path}: {exc}") from None
     return parse_mock_gpus(document, source=str(path))
 
 
@@ -114,13 +114,13 @@ def mock_gpus(value: str) -> tuple[Gpu, ...]:
         try:
             document = yaml.safe_load(value)
         except yaml.YAMLError as exc:
-            raise InventoryError(f"inline mock GPUs: {exc}") from None
+            raise GpuDiscoveryError(f"inline mock GPUs: {exc}") from None
         return parse_mock_gpus(document, source="inline mock GPUs")
     return load_mock_gpus(Path(value))
 
 
 def nvml_gpus(nvml: Any = None) -> tuple[Gpu, ...]:
-    """GPUs from NVML (`pynvml`, from nvidia-ml-py); InventoryError when NVML is unavailable.
+    """GPUs from NVML (`pynvml`, from nvidia-ml-py); GpuDiscoveryError when NVML is unavailable.
 
     `nvml` is the module to use; tests of the conversion may pass an object with its API.
     """
@@ -131,13 +131,13 @@ def nvml_gpus(nvml: Any = None) -> tuple[Gpu, ...]:
     try:
         nvml.nvmlInit()
     except Exception as exc:  # pynvml raises NVMLError subclasses, or OSError without a driver
-        raise InventoryError(f"NVML is unavailable: {exc}") from None
+        raise GpuDiscoveryError(f"NVML is unavailable: {exc}") from None
     try:
         driver_version = _text(nvml.nvmlSystemGetDriverVersion())
         count = nvml.nvmlDeviceGetCount()
         return tuple(_nvml_gpu(nvml, index, driver_version) for index in range(count))
-    except Exception as exc:  # any NVML failure while reading makes the inventory unusable
-        raise InventoryError(f"NVML failed while listing GPUs: {exc}") from None
+    except Exception as exc:  # any NVML failure while reading makes the list unusable
+        raise GpuDiscoveryError(f"NVML failed while listing GPUs: {exc}") from None
     finally:
         nvml.nvmlShutdown()
 

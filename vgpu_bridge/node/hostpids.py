@@ -31,7 +31,7 @@ import structlog
 
 from vgpu_bridge.node.cdi import SHARED_REGION_FILE, claim_dir
 from vgpu_bridge.node.files import UnsafeFile, read_regular, write_atomic
-from vgpu_bridge.node.metrics import Process, RegionError, read_region_file
+from vgpu_bridge.node.region import Process, RegionError, read_region_file
 
 log = structlog.get_logger("vgpu_bridge.node.hostpids")
 
@@ -41,6 +41,8 @@ PERIOD_S = 1.0  # a new process is measured by its own host pid within about a s
 MAX_BYTES = 64 * 1024  # 1024 slots of at most 43 characters each, and the header
 
 Key = tuple[int, int]  # (pid in the container, start time)
+#: host pids of slots libvgpu could not tell, by Key (what `HostPidFiles.found` gives)
+HostPidTable = Mapping[Key, int]
 
 
 class FileId(NamedTuple):

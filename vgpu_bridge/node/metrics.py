@@ -1,8 +1,8 @@
 """Prometheus metrics of the node agent: what is allocated (from the checkpoint) and what is used
 (from libvgpu's shared regions, one per claim: `<vgpu-dir>/claims/<uid>/vgpu.cache`).
 
-The region layout is native/vgpu/src/region.h, version 1; a file of another magic, version or
-size is skipped (reported by `vgpu_bridge_claim_region_readable`), never guessed at.
+The region is read by `region.py`; a file that is not a region this agent reads is skipped
+(reported by `vgpu_bridge_claim_region_readable`), never guessed at.
 
 The agent's HTTP server serves these at `/metrics` and its health at `/healthz` (`health.py`).
 """
@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import re
 import socket
-import struct
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from socketserver import ThreadingMixIn
 from typing import Any, NamedTuple
@@ -26,89 +24,12 @@ from prometheus_client.registry import Collector
 
 from vgpu_bridge.node.cdi import SHARED_REGION_FILE, claim_dir
 from vgpu_bridge.node.claimdirs import DirUsage
-from vgpu_bridge.node.files import read_regular, skipped
+from vgpu_bridge.node.files import skipped
+from vgpu_bridge.node.gpus import Gpu
 from vgpu_bridge.node.health import Health, with_healthz
-from vgpu_bridge.node.inventory import Gpu
+from vgpu_bridge.node.hostpids import HostPidTable
+from vgpu_bridge.node.region import RegionError, RegionUsage, read_region_file
 from vgpu_bridge.node.state import DeviceState
-
-REGION_MAGIC = 0x55504756
-REGION_VERSION = 1
-MAX_DEVICES = 16
-SLOTS = 1024
-DEVICES_OFFSET = 64
-DEVICE_SIZE = 64
-SLOTS_OFFSET = 1088
-SLOT_SIZE = 224
-REGION_SIZE = SLOTS_OFFSET + SLOTS * SLOT_SIZE
-_HEADER = struct.Struct("<IIQ")  # magic, version, size
-_COUNTS = struct.Struct("<II")  # ndev, high_water at offset 56
-_DEVICE = struct.Struct("<48sQI")  # uuid, mem_limit, sm_limit
-_SLOT_PIDS = struct.Struct("<iiQ")  # pid in the container, host pid, start time
-_USED = struct.Struct(f"<{MAX_DEVICES}Q")  # at slot offset 24
-_LAUNCHES = struct.Struct("<Q")  # at slot offset 152
-
-
-class RegionError(ValueError):
-    """Not a region file this agent can read."""
-
-
-class Process(NamedTuple):
-    """A region slot's owner: its pid in the container, its host pid (0 where libvgpu could not
-    tell: a container's /proc shows only its own pid namespace), its start time (clock ticks)."""
-
-    pid: int
-    host_pid: int
-    start_time: int
-
-
-@dataclass(frozen=True)
-class RegionUsage:
-    """A shared region's totals: bytes used per GPU uuid, live processes, kernel launches; and
-    bytes per uuid of each live process."""
-
-    used: dict[str, int]
-    processes: int
-    launches: int
-    by_process: dict[Process, dict[str, int]]
-
-
-def read_region_file(path: Path) -> RegionUsage:
-    """The region in `path`, a file a container can replace: never followed if a link, never
-    waited on if a FIFO, never read past REGION_SIZE (`files.read_regular`)."""
-    return read_region(read_regular(path, max_bytes=REGION_SIZE))
-
-
-def read_region(data: bytes) -> RegionUsage:
-    """Parse a version-1 region (native-endian is little-endian on x86-64 and aarch64)."""
-    if len(data) < REGION_SIZE:
-        raise RegionError(f"{len(data)} bytes, a version-{REGION_VERSION} region has {REGION_SIZE}")
-    magic, version, size = _HEADER.unpack_from(data, 0)
-    if magic != REGION_MAGIC or version != REGION_VERSION or size != REGION_SIZE:
-        raise RegionError(f"magic {magic:#x} version {version} size {size}: not a v1 region")
-    ndev, high_water = _COUNTS.unpack_from(data, 56)
-    ndev, high_water = min(ndev, MAX_DEVICES), min(high_water, SLOTS)
-    uuids = []
-    for d in range(ndev):
-        raw_uuid, _, _ = _DEVICE.unpack_from(data, DEVICES_OFFSET + d * DEVICE_SIZE)
-        uuids.append(raw_uuid.split(b"\0", 1)[0].decode(errors="replace"))
-    used = dict.fromkeys(uuids, 0)
-    by_process: dict[Process, dict[str, int]] = {}
-    processes = launches = 0
-    for s in range(high_water):
-        base = SLOTS_OFFSET + s * SLOT_SIZE
-        pid, host_pid, start_time = _SLOT_PIDS.unpack_from(data, base)
-        if pid == 0:
-            continue
-        processes += 1
-        per_device = _USED.unpack_from(data, base + 24)
-        owner = Process(pid, max(host_pid, 0), start_time)
-        mine = by_process.setdefault(owner, dict.fromkeys(uuids, 0))
-        for d, uuid in enumerate(uuids):
-            used[uuid] += per_device[d]
-            mine[uuid] += per_device[d]
-        launches += _LAUNCHES.unpack_from(data, base + 152)[0]
-    return RegionUsage(used, processes, launches, by_process)
-
 
 _CONTAINER_ID = re.compile(r"([0-9a-f]{64})")
 #: the kubelet's pod cgroup: `pod<uid>` (cgroupfs) or `pod<uid with _ for ->.slice` (systemd)
@@ -136,10 +57,6 @@ def container_of(host_pid: int, proc: Path = Path("/proc")) -> Container:
     found = _CONTAINER_ID.findall(text)
     pods = _POD_UID.findall(text)
     return Container(found[-1] if found else "", pods[-1].replace("_", "-") if pods else "")
-
-
-#: host pids of slots libvgpu could not tell, by (pid in the container, start time)
-HostPidTable = Mapping[tuple[int, int], int]
 
 
 def _by_container(

@@ -21,7 +21,7 @@ import structlog
 
 from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.kube import KubeApi, KubeError, api_path
-from vgpu_bridge.node.inventory import Gpu
+from vgpu_bridge.node.gpus import Gpu
 from vgpu_bridge.node.slices import build_slices
 
 Json = dict[str, Any]
@@ -71,7 +71,7 @@ class SlicePublisher:
         self.last: Publication | None = None  # None until the first sync() ends
 
     def set_gpus(self, gpus: Sequence[Gpu]) -> None:
-        """A new inventory; published by the next `sync()`."""
+        """A new list of GPUs; published by the next `sync()`."""
         self._gpus = tuple(gpus)
 
     def sync(self) -> SyncResult:

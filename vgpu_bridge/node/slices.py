@@ -15,7 +15,7 @@ from typing import Any
 
 from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.core.quantity import MiB, format_bytes
-from vgpu_bridge.node.inventory import Gpu
+from vgpu_bridge.node.gpus import Gpu
 
 Json = dict[str, Any]
 API_VERSION = "resource.k8s.io/v1"

@@ -42,7 +42,7 @@ from vgpu_bridge.node.cdi import (
 )
 from vgpu_bridge.node.checkpoint import CheckpointCorrupt, PreparedClaim, PreparedDevice
 from vgpu_bridge.node.files import remove, remove_temp_files
-from vgpu_bridge.node.inventory import Gpu
+from vgpu_bridge.node.gpus import Gpu
 
 Json = dict[str, Any]
 CLAIMS = "/apis/resource.k8s.io/v1"

@@ -6,7 +6,7 @@ from typing import Any
 
 from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.core.opaque_config import API_VERSION, KIND
-from vgpu_bridge.node.inventory import Gpu
+from vgpu_bridge.node.gpus import Gpu
 
 Json = dict[str, Any]
 NODE = "node-a"

@@ -24,7 +24,7 @@ from vgpu_bridge.node.cdi import (
     spec_text,
     write_spec,
 )
-from vgpu_bridge.node.inventory import Gpu
+from vgpu_bridge.node.gpus import Gpu
 
 UID = "8f1d0000-0000-4000-8000-0000000000aa"
 PRIO_UID = "0c1a1d00-0000-4000-8000-0000000000bb"

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from vgpu_bridge.node.inventory import (
+from vgpu_bridge.node.gpus import (
     Gpu,
-    InventoryError,
+    GpuDiscoveryError,
     load_mock_gpus,
     mock_gpus,
     nvml_gpus,
@@ -47,13 +47,13 @@ def test_mock_gpus_are_indexed_in_file_order_with_memory_in_bytes() -> None:
     ],
 )
 def test_a_bad_mock_file_is_refused_with_its_name_and_reason(name: str, message: str) -> None:
-    with pytest.raises(InventoryError, match=message) as caught:
+    with pytest.raises(GpuDiscoveryError, match=message) as caught:
         load_mock_gpus(BAD / name)
     assert name in str(caught.value)
 
 
-def test_a_missing_mock_file_is_an_inventory_error(tmp_path: Path) -> None:
-    with pytest.raises(InventoryError, match=r"absent\.yaml"):
+def test_a_missing_mock_file_is_a_discovery_error(tmp_path: Path) -> None:
+    with pytest.raises(GpuDiscoveryError, match=r"absent\.yaml"):
         load_mock_gpus(tmp_path / "absent.yaml")
 
 
@@ -104,8 +104,8 @@ def test_nvml_gpus_carry_index_minor_versions_and_architecture() -> None:
     assert nvml.calls == ["shutdown"]
 
 
-def test_nvml_without_a_driver_is_an_inventory_error() -> None:
-    with pytest.raises(InventoryError, match="NVML is unavailable"):
+def test_nvml_without_a_driver_is_a_discovery_error() -> None:
+    with pytest.raises(GpuDiscoveryError, match="NVML is unavailable"):
         nvml_gpus(_fake_nvml(fail_init=True))
 
 
@@ -114,7 +114,7 @@ def test_the_real_nvml_module_imports_and_fails_cleanly_without_a_gpu() -> None:
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
-        with pytest.raises(InventoryError, match="NVML is unavailable"):
+        with pytest.raises(GpuDiscoveryError, match="NVML is unavailable"):
             nvml_gpus()
     else:  # a machine with a GPU: the real backend must list it
         pynvml.nvmlShutdown()
@@ -127,5 +127,5 @@ def test_mock_gpus_come_from_a_file_or_inline_yaml(tmp_path: Path) -> None:
     expected = (Gpu(index=0, uuid="GPU-a", product_name="NVIDIA L4", memory=24 * 2**30),)
     assert mock_gpus(str(tmp_path / "gpus.yaml")) == expected
     assert mock_gpus(listed) == expected
-    with pytest.raises(InventoryError, match="inline mock GPUs"):
+    with pytest.raises(GpuDiscoveryError, match="inline mock GPUs"):
         mock_gpus("[{uuid: GPU-a")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from tests.unit.node.test_metrics_region import _fake_process, _region
+from tests.unit.node.test_region import _fake_process, _region
 from vgpu_bridge.node.hostpids import (
     FILE,
     FileId,
@@ -22,7 +22,8 @@ from vgpu_bridge.node.hostpids import (
     format_host_pids,
     resolve,
 )
-from vgpu_bridge.node.metrics import Container, Process, _by_container, read_region
+from vgpu_bridge.node.metrics import Container, _by_container
+from vgpu_bridge.node.region import Process, read_region
 
 UID = "uid-hp"
 

@@ -1,4 +1,4 @@
-"""`vgpu-bridge node` refuses bad settings and a bad inventory with a message, not a traceback."""
+"""`vgpu-bridge node` refuses bad settings and unreadable GPUs with a message, not a traceback."""
 
 from __future__ import annotations
 

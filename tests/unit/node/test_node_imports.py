@@ -43,3 +43,32 @@ def test_the_builders_do_no_io(name: str) -> None:
 
 def test_the_rules_see_the_agent() -> None:
     assert {p.name for p in MODULES} >= {"grpc.py", "state.py", *PURE}
+
+
+def _node_imports(path: Path) -> set[str]:
+    """The agent's own modules `path` imports, by file name."""
+    prefix = "vgpu_bridge.node."
+    names = {n[len(prefix) :].split(".")[0] for n in _imports(path) if n.startswith(prefix)}
+    return {f"{n}.py" for n in names if (NODE / f"{n}.py").exists()}
+
+
+def test_the_agents_modules_import_no_circle() -> None:
+    graph = {path.name: _node_imports(path) for path in MODULES}
+    done: set[str] = set()
+
+    def visit(name: str, trail: tuple[str, ...]) -> None:
+        assert name not in trail, f"import circle: {' -> '.join((*trail, name))}"
+        if name not in done:
+            for imported in sorted(graph.get(name, ())):
+                visit(imported, (*trail, name))
+            done.add(name)
+
+    for name in sorted(graph):
+        visit(name, ())
+
+
+def test_the_region_format_is_read_in_one_module_that_needs_no_collector() -> None:
+    assert _node_imports(NODE / "region.py") <= {"files.py"}
+    for name in ("hostpids.py", "metrics.py"):
+        assert "region.py" in _node_imports(NODE / name)
+        assert "REGION_MAGIC" not in (NODE / name).read_text()

@@ -1,4 +1,4 @@
-"""Reading libvgpu's shared region (native/vgpu/src/region.h, version 1) for usage metrics."""
+"""Reading libvgpu's shared region (native/vgpu/src/region.h, version 1): `node/region.py`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from vgpu_bridge.node.metrics import (
+from vgpu_bridge.node.metrics import container_of
+from vgpu_bridge.node.region import (
     DEVICES_OFFSET,
     MAX_DEVICES,
     REGION_MAGIC,
@@ -21,7 +22,6 @@ from vgpu_bridge.node.metrics import (
     SLOTS_OFFSET,
     Process,
     RegionError,
-    container_of,
     read_region,
 )
 

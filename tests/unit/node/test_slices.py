@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vgpu_bridge.core import DEFAULT, HAMI
-from vgpu_bridge.node.inventory import Gpu
+from vgpu_bridge.node.gpus import Gpu
 from vgpu_bridge.node.slices import build_slices, device, semver, slice_name
 
 

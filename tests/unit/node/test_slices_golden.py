@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from vgpu_bridge.core import DEFAULT
-from vgpu_bridge.node.inventory import load_mock_gpus
+from vgpu_bridge.node.gpus import load_mock_gpus
 from vgpu_bridge.node.slices import build_slices
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "node" / "slices"
