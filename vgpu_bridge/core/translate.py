@@ -17,15 +17,25 @@ from vgpu_bridge.core.context import TranslationContext
 from vgpu_bridge.core.dialects import TRANSLATED_ANNOTATIONS
 from vgpu_bridge.core.errors import InvalidRequest
 from vgpu_bridge.core.jsonpatch import PatchOp, escape
-from vgpu_bridge.core.models import Problems
+from vgpu_bridge.core.models import DeviceFilter, Problems
 from vgpu_bridge.core.names import TRANSLATED_LABEL
 from vgpu_bridge.core.normalise import normalise
-from vgpu_bridge.core.plan import Plan
+from vgpu_bridge.core.plan import Plan, TranslatedContainer, TranslatedPod
 from vgpu_bridge.core.requests import Share, shares
 from vgpu_bridge.core.shapes import MAX_DEPTH, check_shape, deeper_than
 from vgpu_bridge.core.workloads import PodTemplate, namespace_of, object_ref, pod_templates
 
 CLAIM_PREFIX = "gpu-"
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """Where and for which scheduler the claim templates of one object are made."""
+
+    context: TranslationContext
+    namespace: str | None
+    template_prefix: str
+    first_available: bool
 
 
 @dataclass(slots=True)
@@ -36,6 +46,7 @@ class _Draft:
     ops: list[PatchOp] = field(default_factory=list)
     templates: dict[str, dict[str, Any]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    translated: list[TranslatedPod] = field(default_factory=list)
 
 
 def translate(
@@ -59,15 +70,9 @@ def translate(
         if not isinstance(obj.get(key), str) or not obj.get(key):
             draft.problems.add(key, "required")
     if not draft.problems:
+        target = _Target(context, namespace_of(obj), template_prefix, first_available)
         for template in pod_templates(obj):
-            _translate_template(
-                template,
-                context=context,
-                namespace=namespace_of(obj),
-                template_prefix=template_prefix,
-                first_available=first_available,
-                draft=draft,
-            )
+            _translate_template(template, target=target, draft=draft)
     if draft.ops and deeper_than(obj):  # the patched copy would be as deep as the object
         draft.problems.add("(root)", f"nests maps and lists deeper than {MAX_DEPTH} levels")
     if draft.problems:
@@ -78,67 +83,84 @@ def translate(
         patch=tuple(draft.ops),
         templates=tuple(draft.templates.values()),
         warnings=tuple(draft.warnings),
+        translated=tuple(draft.translated),
     )
 
 
-def _translate_template(
-    template: PodTemplate,
-    *,
-    context: TranslationContext,
-    namespace: str | None,
-    template_prefix: str,
-    first_available: bool,
-    draft: _Draft,
-) -> None:
+def _translate_template(template: PodTemplate, *, target: _Target, draft: _Draft) -> None:
+    """Claims for the template's shares, the patch that adds them, and a record of both."""
     problems = draft.problems
     found = shares(template, problems)
     if not found:
         return
-    annotations, meta_path = template.annotations, template.metadata_path
+    device_filter = _device_filter(template, target=target, draft=draft)
+    taken = {
+        c.get("name") for c in template.spec.get("resourceClaims") or () if isinstance(c, Mapping)
+    }
+    translated: list[TranslatedContainer] = []
+    for share in found:
+        container = _translate_share(share, device_filter, target=target, draft=draft)
+        if container is None:
+            continue
+        if container.claim in taken:
+            problems.add(
+                f"{template.spec_path}.resourceClaims",
+                f"already has a claim named {container.claim}",
+            )
+            continue
+        translated.append(container)
+        draft.ops.append(_container_op(share, container.claim))
+    if not problems:
+        claims = [
+            {"name": c.claim, "resourceClaimTemplateName": c.template_name} for c in translated
+        ]
+        draft.ops.extend(_pod_ops(template, claims))
+        draft.translated.append(TranslatedPod(template, tuple(translated)))
+
+
+def _device_filter(template: PodTemplate, *, target: _Target, draft: _Draft) -> DeviceFilter:
+    """The pod's device choice; its sharing mode and placement hints checked on the way."""
+    annotations, meta_path, problems = template.annotations, template.metadata_path, draft.problems
     notes.check_mode(annotations, meta_path=meta_path, problems=problems, warnings=draft.warnings)
     draft.warnings.extend(notes.placement_warnings(annotations))
     device_filter = notes.read_filter(annotations, meta_path=meta_path, problems=problems)
     notes.check_selector_lengths(
-        device_filter, context.profile, annotations, meta_path=meta_path, problems=problems
+        device_filter, target.context.profile, annotations, meta_path=meta_path, problems=problems
     )
-    taken = {
-        c.get("name") for c in template.spec.get("resourceClaims") or () if isinstance(c, Mapping)
-    }
-    pod_claims = []
-    for share in found:
-        request = normalise(
-            share.raw, config=context.config, problems=problems, warnings=draft.warnings
+    return device_filter
+
+
+def _translate_share(
+    share: Share, device_filter: DeviceFilter, *, target: _Target, draft: _Draft
+) -> TranslatedContainer | None:
+    """The share's claim template (added to the draft) and the container's claim; None after
+    recording why there is none."""
+    context, problems = target.context, draft.problems
+    request = normalise(
+        share.raw, config=context.config, problems=problems, warnings=draft.warnings
+    )
+    if request is None:
+        return None
+    if request.priority is not None and context.profile.config_api_version is None:
+        draft.warnings.append(
+            f"{share.raw.sources['priority']} is dropped: the {context.profile.name} "
+            "profile's driver takes no priority"
         )
-        if request is None:
-            continue
-        if request.priority is not None and context.profile.config_api_version is None:
-            draft.warnings.append(
-                f"{share.raw.sources['priority']} is dropped: the {context.profile.name} "
-                "profile's driver takes no priority"
-            )
-        spec = claim_spec(
-            request,
-            device_filter,
-            profile=context.profile,
-            inventory=context.inventory,
-            percent_path=share.raw.sources.get("memory_percent", share.container.path),
-            problems=problems,
-            first_available=first_available,
-        )
-        if spec is None:
-            continue
-        name = template_name(spec, prefix=template_prefix)
-        draft.templates.setdefault(name, claim_template(spec, name=name, namespace=namespace))
-        claim = pod_claim_name(str(share.container.body.get("name", "")))
-        if claim in taken:
-            problems.add(
-                f"{template.spec_path}.resourceClaims", f"already has a claim named {claim}"
-            )
-            continue
-        pod_claims.append({"name": claim, "resourceClaimTemplateName": name})
-        draft.ops.append(_container_op(share, claim))
-    if not problems:
-        draft.ops.extend(_pod_ops(template, pod_claims))
+    spec = claim_spec(
+        request,
+        device_filter,
+        profile=context.profile,
+        inventory=context.inventory,
+        percent_path=share.raw.sources.get("memory_percent", share.container.path),
+        problems=problems,
+        first_available=target.first_available,
+    )
+    if spec is None:
+        return None
+    name = template_name(spec, prefix=target.template_prefix)
+    draft.templates.setdefault(name, claim_template(spec, name=name, namespace=target.namespace))
+    claim = pod_claim_name(str(share.container.body.get("name", "")))
+    return TranslatedContainer(share.container.path, claim, name)
 
 
 def pod_claim_name(container_name: str) -> str:

@@ -14,12 +14,12 @@ from vgpu_bridge.core import (
     DriverProfile,
     InvalidRequest,
     Inventory,
+    Plan,
     TranslationContext,
     TranslatorConfig,
 )
 from vgpu_bridge.core.names import TRANSLATED_LABEL
 from vgpu_bridge.core.shapes import check_shape
-from vgpu_bridge.core.workloads import pod_templates
 from vgpu_bridge.kube import (
     KubeApi,
     KubeError,
@@ -133,7 +133,7 @@ class Admitter:
                 "unchanged", review.allow(request.uid, warnings=plan.warnings), adapter.name
             )
         names = [t["metadata"]["name"] for t in plan.templates]
-        reasons = self._placement_reasons(obj, namespace)
+        reasons = self._placement_reasons(plan, namespace)
         if not reasons and not request.dry_run:
             try:
                 self.store.ensure(str(namespace), plan.templates)
@@ -145,18 +145,21 @@ class Admitter:
         body = review.allow(request.uid, patch=plan.patch, warnings=warnings)
         return _Outcome("translated", body, adapter.name, names)
 
-    def _placement_reasons(self, obj: Mapping[str, Any], namespace: object) -> list[str]:
+    def _placement_reasons(self, plan: Plan, namespace: object) -> list[str]:
         """Why this object's templates and claims cannot be looked up or put in `namespace`."""
         problem = dns_label_problem(namespace) if namespace else "required"
         if problem or not isinstance(namespace, str):
             return [f"metadata.namespace: {problem}"]
-        return self._mixed_claims(obj, namespace)
+        return self._mixed_claims(plan, namespace)
 
-    def _mixed_claims(self, obj: Mapping[str, Any], namespace: str) -> list[str]:
+    def _mixed_claims(self, plan: Plan, namespace: str) -> list[str]:
         """A pod that already claims devices of our class beside translated requests is refused;
-        so is a claim name that is no DNS subdomain: it is never put into an API path."""
+        so is a claim name that is no DNS subdomain: it is never put into an API path. Only the
+        pod templates the plan translated are looked at (a Volcano Job's other tasks may claim
+        our devices directly)."""
         reasons = []
-        for template in pod_templates(obj):
+        for pod in plan.translated:
+            template = pod.template
             for index, claim in enumerate(template.spec.get("resourceClaims") or ()):
                 path = f"{template.spec_path}.resourceClaims[{index}]"
                 reasons += self._claim_reasons(claim, path, namespace)

@@ -69,7 +69,7 @@ class VolcanoAdapter:
         if (group, kind) == (VOLCANO_GROUP, "Job"):
             prefix = f"{TEMPLATE_PREFIX}{_job_name(obj)}-"
         plan = translate(obj, context=context, adapter=self.name, template_prefix=prefix)
-        return self._version_warning(_best_effort_warnings(obj, plan))
+        return self._version_warning(_best_effort_warnings(plan))
 
     def _version_warning(self, plan: Plan) -> Plan:
         version = _version(self.version) if self.version else None
@@ -92,23 +92,18 @@ def _asks_cpu_or_memory(spec: Mapping[str, Any]) -> bool:
     return False
 
 
-def _best_effort_warnings(obj: Mapping[str, Any], plan: Plan) -> Plan:
+def _best_effort_warnings(plan: Plan) -> Plan:
     """A translated template whose containers ask for no CPU or memory is best-effort to Volcano
     (claims are not requests): its allocate step skips such tasks and backfill binds them one by
-    one, outside the gang. Under the device plugin, `nvidia.com/gpu` itself was the request."""
-    if not plan.changes_object:
-        return plan
-    ours = {t["metadata"]["name"] for t in plan.templates}
-    warnings = []
-    for template in pod_templates(plan.apply_to(dict(obj))):
-        claims = template.spec.get("resourceClaims") or ()
-        translated = any(c.get("resourceClaimTemplateName") in ours for c in claims)
-        if translated and not _asks_cpu_or_memory(template.spec):
-            warnings.append(
-                f"{template.spec_path}: no container asks for CPU or memory once its GPUs are "
-                "claims, so Volcano treats the task as best-effort and may bind it outside its "
-                "gang; give each container a CPU request (e.g. 100m)"
-            )
+    one, outside the gang. Under the device plugin, `nvidia.com/gpu` itself was the request.
+    Translation leaves CPU and memory as they were, so the templates as given tell."""
+    warnings = [
+        f"{pod.template.spec_path}: no container asks for CPU or memory once its GPUs are "
+        "claims, so Volcano treats the task as best-effort and may bind it outside its "
+        "gang; give each container a CPU request (e.g. 100m)"
+        for pod in plan.translated
+        if not _asks_cpu_or_memory(pod.template.spec)
+    ]
     return replace(plan, warnings=(*plan.warnings, *warnings)) if warnings else plan
 
 
