@@ -7,6 +7,12 @@ or fails its checksum is `CheckpointCorrupt`, and so is anything that is not a r
 at most MAX_BYTES (a directory, a FIFO: never read, never waited on), bytes that are not UTF-8
 and JSON nested too deep to parse: the agent moves it aside (`quarantine`, keeping the last
 KEEP_QUARANTINED) and rebuilds from the API, it never crash-loops or hangs.
+
+Upgrades: a file of an older version is read through `MIGRATIONS` (version -> a function that
+turns that version's claims into the next version's, and that version's name), one step at a
+time, after its own checksum is verified; the result is checked as this version and rewritten as
+this version at once. When VERSION changes, the old one gets an entry here (NVIDIA's driver
+migrates its checkpoint the same way, V1 to V2). A version with no path to VERSION is corrupt.
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
@@ -31,6 +39,12 @@ QUARANTINE_SUFFIX = ".corrupt-"
 
 class CheckpointCorrupt(ValueError):
     """The checkpoint file exists but cannot be trusted."""
+
+
+#: the claims of one version (as JSON) -> (the next version, its claims)
+Migration = Callable[[Any], tuple[str, Any]]
+# Empty while v1 is the only version ever written; the next version adds {"v1": v1_to_v2}.
+MIGRATIONS: Mapping[str, Migration] = {}
 
 
 class PreparedDevice(BaseModel):
@@ -94,12 +108,38 @@ def _checksum(canonical: str) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def load(path: Path) -> dict[str, PreparedClaim]:
-    """The prepared claims by uid; {} when there is no file yet."""
+def load(
+    path: Path, *, migrations: Mapping[str, Migration] = MIGRATIONS
+) -> dict[str, PreparedClaim]:
+    """The prepared claims by uid; {} when there is no file yet. A file of an older version is
+    upgraded through `migrations` and rewritten as VERSION."""
+    raw = _read_json(path)
+    if raw is None:
+        return {}
+    version = raw.get("version")
+    if not isinstance(version, str) or (version != VERSION and version not in migrations):
+        raise CheckpointCorrupt(f"{path}: version {version!r}, this agent reads {VERSION}")
+    if not isinstance(raw.get("claims"), dict) or raw.get("checksum") != _checksum(
+        json.dumps(raw["claims"], sort_keys=True, separators=(",", ":"))
+    ):
+        raise CheckpointCorrupt(f"{path}: checksum mismatch")
+    claims = _upgraded(path, version, raw["claims"], migrations)
+    try:
+        parsed = _File.model_validate({**raw, "version": VERSION, "claims": claims})
+    except ValidationError as exc:
+        raise CheckpointCorrupt(f"{path}: {exc.error_count()} invalid fields") from None
+    if version != VERSION:
+        save(path, parsed.claims)
+    return parsed.claims
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """The file's JSON object (None when there is no file), never following a link or waiting
+    on a FIFO."""
     try:
         data = read_regular(path, max_bytes=MAX_BYTES)
     except FileNotFoundError:
-        return {}
+        return None
     except UnsafeFile as exc:
         raise CheckpointCorrupt(str(exc)) from None
     try:
@@ -108,18 +148,26 @@ def load(path: Path) -> dict[str, PreparedClaim]:
         raise CheckpointCorrupt(f"{path}: not JSON: {exc}") from None
     except RecursionError:
         raise CheckpointCorrupt(f"{path}: not JSON: nested too deep") from None
-    if not isinstance(raw, dict) or raw.get("version") != VERSION:
-        version = raw.get("version") if isinstance(raw, dict) else None
-        raise CheckpointCorrupt(f"{path}: version {version!r}, this agent reads {VERSION}")
-    try:
-        parsed = _File.model_validate(raw)
-    except ValidationError as exc:
-        raise CheckpointCorrupt(f"{path}: {exc.error_count()} invalid fields") from None
-    if parsed.checksum != _checksum(
-        json.dumps(raw["claims"], sort_keys=True, separators=(",", ":"))
-    ):
-        raise CheckpointCorrupt(f"{path}: checksum mismatch")
-    return parsed.claims
+    if not isinstance(raw, dict):
+        raise CheckpointCorrupt(f"{path}: version None, this agent reads {VERSION}")
+    return raw
+
+
+def _upgraded(path: Path, version: str, claims: Any, migrations: Mapping[str, Migration]) -> Any:
+    """`claims` of `version` as VERSION's, one migration at a time."""
+    seen = {version}
+    while version != VERSION:
+        step = migrations.get(version)
+        if step is None:
+            raise CheckpointCorrupt(f"{path}: no upgrade from version {version!r} to {VERSION}")
+        try:
+            version, claims = step(claims)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise CheckpointCorrupt(f"{path}: cannot upgrade from {version!r}: {exc}") from None
+        if version in seen:
+            raise CheckpointCorrupt(f"{path}: upgrades from {version!r} go round in a circle")
+        seen.add(version)
+    return claims
 
 
 def save(path: Path, claims: dict[str, PreparedClaim]) -> None:

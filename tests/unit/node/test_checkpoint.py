@@ -7,6 +7,7 @@ import json
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -129,3 +130,89 @@ def test_quarantine_moves_anything_aside_and_keeps_the_newest_three(
     assert not path.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(moved[-3:])
     assert all(name.startswith("checkpoint.json.corrupt-") for name in moved)
+
+
+# --- upgrades -----------------------------------------------------------------------------------
+# A synthetic v0, as an older agent could have written it: memory in MiB (`memory_mib`) and
+# request names as one comma-separated string. v1 has bytes and a list.
+
+
+def _v0_to_v1(claims: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    upgraded = {}
+    for uid, claim in claims.items():
+        devices = []
+        for device in claim["devices"]:
+            fields = {k: v for k, v in device.items() if k not in ("memory_mib", "request_names")}
+            memory = device["memory_mib"] * 2**20
+            names = device["request_names"].split(",")
+            devices.append({**fields, "memory": memory, "request_names": names})
+        upgraded[uid] = {**claim, "devices": devices}
+    return "v1", upgraded
+
+
+V0 = {"v0": _v0_to_v1}
+
+
+def _write(path: Path, version: str, claims: dict[str, Any]) -> None:
+    canonical = json.dumps(claims, sort_keys=True, separators=(",", ":"))
+    checksum = hashlib.sha256(canonical.encode()).hexdigest()
+    path.write_text(json.dumps({"version": version, "checksum": checksum, "claims": claims}))
+
+
+def _v0_claims() -> dict[str, Any]:
+    claim = CLAIM.model_dump(mode="json")
+    (device,) = claim["devices"]
+    device = {k: v for k, v in device.items() if k not in ("memory", "request_names")}
+    device.update(memory_mib=3000, request_names="gpu")
+    return {CLAIM.uid: {**claim, "devices": [device]}}
+
+
+def test_an_older_version_is_read_through_its_upgrade_and_rewritten_as_this_one(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "checkpoint.json"
+    _write(path, "v0", _v0_claims())
+    assert checkpoint.load(path, migrations=V0) == {CLAIM.uid: CLAIM}
+    assert json.loads(path.read_text())["version"] == checkpoint.VERSION
+    assert checkpoint.load(path) == {CLAIM.uid: CLAIM}  # now readable with no upgrade at all
+
+
+def test_this_version_is_never_rewritten_on_read(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.json"
+    checkpoint.save(path, {CLAIM.uid: CLAIM})
+    before = path.stat()
+    checkpoint.load(path, migrations=V0)
+    after = path.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def _broken_step(claims: Any) -> tuple[str, Any]:
+    return "v1", claims["missing"]
+
+
+UNUSABLE = [
+    ("no upgrade known", {}, "v0", "version 'v0', this agent reads v1"),
+    ("edited before the upgrade", V0, "v0-edited", "checksum mismatch"),
+    ("the upgrade fails", {"v0": _broken_step}, "v0", "cannot upgrade from 'v0': 'missing'"),
+    ("upgrades in a circle", {"v0": lambda c: ("v00", c), "v00": lambda c: ("v0", c)}, "v0",
+     "go round in a circle"),
+    ("upgraded into nonsense", {"v0": lambda c: ("v1", c)}, "v0", "invalid fields"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "migrations", "version", "message"), UNUSABLE, ids=[u[0] for u in UNUSABLE]
+)
+def test_an_older_file_that_cannot_be_upgraded_is_corrupt_and_left_as_it_was(
+    tmp_path: Path, case: str, migrations: dict[str, Any], version: str, message: str
+) -> None:
+    path = tmp_path / "checkpoint.json"
+    _write(path, "v0", _v0_claims())
+    if version == "v0-edited":
+        data = json.loads(path.read_text())
+        data["claims"][CLAIM.uid]["devices"][0]["memory_mib"] = 80000
+        path.write_text(json.dumps(data))
+    before = path.read_bytes()
+    with pytest.raises(CheckpointCorrupt, match=message):
+        checkpoint.load(path, migrations=migrations)
+    assert path.read_bytes() == before
