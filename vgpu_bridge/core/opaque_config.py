@@ -61,11 +61,11 @@ def parse_share_config(parameters: object) -> GpuShareConfig:
     if not isinstance(parameters, Mapping):
         raise ShareConfigError(f"must be an object, got {type(parameters).__name__}")
     identity = (parameters.get("apiVersion"), parameters.get("kind"))
-    reader = READERS.get(identity)
+    reader = READERS.get(identity) if all(isinstance(i, str) for i in identity) else None
     if reader is None:
         raise ShareConfigError(
             f"apiVersion/kind: expected apiVersion {API_VERSION} kind {KIND}, "
-            f"got {identity[0]} {identity[1]}"
+            f"got {_short(identity[0])} {_short(identity[1])}"
         )
     return reader(parameters)
 
@@ -75,5 +75,13 @@ def _describe(error: Mapping[str, Any]) -> str:
     if error["type"] == "extra_forbidden":
         return f"{field}: unknown field"
     if field == "priority":
-        return f"priority: must be 0 (high) or 1 (low), got {error['input']!r}"
-    return f"{field}: {error['msg']}, got {error['input']!r}"
+        return f"priority: must be 0 (high) or 1 (low), got {_short(error['input'])}"
+    return f"{field}: {error['msg']}, got {_short(error['input'])}"
+
+
+def _short(value: object, limit: int = 60) -> str:
+    """A value as an error quotes it: strings and numbers cut at `limit`, containers by kind."""
+    if isinstance(value, dict | list | tuple):
+        return f"a {type(value).__name__}"
+    text = repr(value) if not isinstance(value, str) or value else "''"
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -63,10 +63,16 @@ BAD = [
     ("priority below range", {**OLD_SHAPE, "priority": -1}, "priority: must be 0 .* got -1"),
     ("priority a string", {**OLD_SHAPE, "priority": "1"}, "priority: must be 0 .* got '1'"),
     ("priority a boolean", {**OLD_SHAPE, "priority": True}, "priority: must be 0 .* got True"),
-    ("other kind", {**OLD_SHAPE, "kind": "GpuConfig"}, "apiVersion/kind: expected .* GpuConfig"),
+    (
+        "other kind",
+        {**OLD_SHAPE, "kind": "GpuConfig"},
+        "apiVersion/kind: expected .* got '.*' 'GpuConfig'",
+    ),
     ("other version", {**OLD_SHAPE, "apiVersion": f"{API_VERSION}9"}, "apiVersion/kind: "),
     ("no identity", {"priority": 1}, "apiVersion/kind: expected .* got None None"),
     ("not an object", ["priority", 1], "must be an object, got list"),
+    ("identity a list", {**OLD_SHAPE, "apiVersion": [API_VERSION]}, "got a list 'GpuShareConfig'"),
+    ("huge value", {**OLD_SHAPE, "priority": "9" * 5000}, r"got '9{56}\.\.\.$"),
 ]
 
 
