@@ -27,6 +27,32 @@ static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct entry *table;
 static size_t table_cap, table_used; /* used counts live + deleted */
 
+/* The parent's allocations are the parent's charges, not a forked child's. */
+static void forget_parent_charges(void)
+{
+	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+
+	table_lock = fresh;
+	free(table);
+	table = NULL;
+	table_cap = table_used = 0;
+}
+
+static void register_fork_handler(void)
+{
+	pthread_atfork(NULL, NULL, forget_parent_charges);
+}
+
+/* Every use of the table comes through here, so the fork handler is in place before the table
+ * holds anything (or its lock is held) that a child would inherit. */
+static void lock_table(void)
+{
+	static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+	pthread_once(&fork_once, register_fork_handler);
+	pthread_mutex_lock(&table_lock);
+}
+
 static size_t slot_of(uint64_t key, uint8_t kind, size_t cap)
 {
 	uint64_t h = (key ^ ((uint64_t)kind << 61)) * 0x9e3779b97f4a7c15ULL;
@@ -72,7 +98,7 @@ static int table_put(uint64_t key, uint8_t kind, int didx, uint64_t bytes)
 	size_t i, tomb = SIZE_MAX, cap;
 	int rc = 0;
 
-	pthread_mutex_lock(&table_lock);
+	lock_table();
 	if ((table_used + 1) * 2 > table_cap) {
 		/* mostly tombstones: clean up at the same size; mostly live: double */
 		cap = table_cap == 0 ? 1024 : table_live() * 4 < table_cap ? table_cap : table_cap * 2;
@@ -108,7 +134,7 @@ static int table_take(uint64_t key, uint8_t kind, int *didx, uint64_t *bytes)
 	int rc = -1;
 	size_t i;
 
-	pthread_mutex_lock(&table_lock);
+	lock_table();
 	if (table_cap == 0)
 		goto out;
 	i = slot_of(key, kind, table_cap);
@@ -124,17 +150,6 @@ static int table_take(uint64_t key, uint8_t kind, int *didx, uint64_t *bytes)
 out:
 	pthread_mutex_unlock(&table_lock);
 	return rc;
-}
-
-void vgpu_memory_atfork_child(void)
-{
-	/* The parent's allocations are the parent's charges, not ours. */
-	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-
-	table_lock = fresh;
-	free(table);
-	table = NULL;
-	table_cap = table_used = 0;
 }
 
 /* ---- sizes ---- */

@@ -117,9 +117,24 @@ fail:
 	return NULL;
 }
 
+/* A forked child inherits the mappings; the lock and its pid are new. */
+static void forget_parent_pid(void)
+{
+	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+
+	open_mu = fresh;
+	my_pid = 0;
+}
+
+static void register_fork_handler(void)
+{
+	pthread_atfork(NULL, NULL, forget_parent_pid);
+}
+
 /* The board of CUDA ordinal `dev`, mapped on first use; NULL when priority is not enforced. */
 static struct vgpu_board *board(int dev)
 {
+	static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 	char uuid[64], path[sizeof(vgpu_cfg.priority_dir) + 80];
 	int st;
 
@@ -128,6 +143,8 @@ static struct vgpu_board *board(int dev)
 	st = __atomic_load_n(&board_state[dev], __ATOMIC_ACQUIRE);
 	if (st != BOARD_UNKNOWN)
 		return st == BOARD_MAPPED ? boards[dev] : NULL;
+	/* before the lock is first taken and before any stamp (my_pid) */
+	pthread_once(&fork_once, register_fork_handler);
 	pthread_mutex_lock(&open_mu);
 	if (board_state[dev] == BOARD_UNKNOWN) {
 		if (vgpu_dev_uuid(dev, uuid, sizeof(uuid)) < 0) {
@@ -206,12 +223,4 @@ void vgpu_priority_launch(void)
 		stamp(b);
 	else
 		wait_for_high(b, dev);
-}
-
-void vgpu_priority_atfork_child(void)
-{
-	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-
-	open_mu = fresh; /* the mappings are inherited; the lock and our pid are new */
-	my_pid = 0;
 }

@@ -1,6 +1,7 @@
 /* The shared region (layout and robustness rules in region.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -294,10 +295,23 @@ static void set_host_pids_path(const char *region_path)
 		 VGPU_HOST_PIDS_FILE);
 }
 
+/* A forked child is a new process: it gets its own slot on first use. */
+static void forget_parent_slot(void)
+{
+	my_slot = -1;
+}
+
+static void register_fork_handler(void)
+{
+	pthread_atfork(NULL, NULL, forget_parent_slot);
+}
+
 int vgpu_region_open(const char *path, int priority)
 {
+	static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 	int fd = -1, rc = -1;
 
+	pthread_once(&fork_once, register_fork_handler);
 	my_priority = priority;
 	set_host_pids_path(path);
 	mkdir_parent(path);
@@ -323,18 +337,13 @@ fail:
 	return rc;
 }
 
-/* A forked child is a new process: it gets its own slot on first use. */
-void vgpu_region_atfork_child(void)
-{
-	my_slot = -1;
-}
 
 static struct vgpu_region_slot *self_slot(void)
 {
 	if (region == NULL)
 		return NULL;
 	if (my_slot < 0 && register_self() < 0)
-		return NULL; /* reset in a forked child by vgpu_region_atfork_child() */
+		return NULL; /* reset in a forked child by forget_parent_slot() */
 	return &region->slots[my_slot];
 }
 

@@ -93,7 +93,8 @@ _Static_assert(__builtin_offsetof(struct vgpu_region, slots) == 1088, "slots off
  * another user's file in a sticky directory is refused under fs.protected_regular. -1 with
  * errno. `extra_flags`: e.g. O_NOFOLLOW. */
 int vgpu_open_shared_file(const char *path, int extra_flags);
-/* Maps (creating if needed) the region at `path` and registers this process. 0 or -1. */
+/* Maps (creating if needed) the region at `path` and registers this process. 0 or -1. The first
+ * call also registers the fork handler by which a forked child takes a slot of its own. */
 int vgpu_region_open(const char *path, int priority);
 /* Region device index for `uuid`, adding it with these limits if new; -1 if the table is full. */
 int vgpu_region_device(const char *uuid, uint64_t mem_limit, unsigned int sm_limit);
@@ -116,7 +117,6 @@ void vgpu_region_publish(uint64_t launches, uint32_t sm_util);
 struct vgpu_region *vgpu_region_get(void);
 int vgpu_region_lock(void);
 void vgpu_region_unlock(void);
-void vgpu_region_atfork_child(void);
 /* Pids from /proc: outermost NStgid of this process (0 if unknown) and a process's start time. */
 int32_t vgpu_host_pid(void);
 uint64_t vgpu_proc_start_time(int pid);

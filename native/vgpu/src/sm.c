@@ -166,6 +166,24 @@ static void *watcher(void *arg)
 	return NULL;
 }
 
+/* The watcher thread does not survive a fork: a child starts afresh, with its own. */
+static void forget_parent_watcher(void)
+{
+	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+
+	start_mu = fresh;
+	watcher_started = 0;
+	for (int d = 0; d < VGPU_MAX_DEVICES; d++) {
+		memset(&sm[d], 0, sizeof(sm[d]));
+		sm[d].mu = fresh;
+	}
+}
+
+static void register_fork_handler(void)
+{
+	pthread_atfork(NULL, NULL, forget_parent_watcher);
+}
+
 /* First throttled launch on device `dev`: find its NVML handle and start the watcher. */
 static void watch(CUdevice dev)
 {
@@ -174,7 +192,10 @@ static void watch(CUdevice dev)
 	int v = 0, n = 0;
 	pthread_t th;
 	pthread_attr_t attr;
+	static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
+	/* before any sm state is used: a device's state is only touched once it is watched */
+	pthread_once(&fork_once, register_fork_handler);
 	pthread_mutex_lock(&start_mu);
 	if (s->watched)
 		goto out;
@@ -252,19 +273,6 @@ static inline void gate(uint64_t units, int graph)
 		vgpu_priority_launch();
 	if (vgpu_cfg.any_sm_limit)
 		throttle(units, graph);
-}
-
-void vgpu_sm_atfork_child(void)
-{
-	/* The watcher thread did not survive the fork; start afresh. */
-	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-
-	start_mu = fresh;
-	watcher_started = 0;
-	for (int d = 0; d < VGPU_MAX_DEVICES; d++) {
-		memset(&sm[d], 0, sizeof(sm[d]));
-		sm[d].mu = fresh;
-	}
 }
 
 static uint64_t blocks(unsigned int x, unsigned int y, unsigned int z)

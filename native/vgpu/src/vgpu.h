@@ -62,7 +62,7 @@ void vgpu_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 
 #define LOG_INFO(...) do { if (vgpu_log_level >= VGPU_LOG_INFO) vgpu_log(VGPU_LOG_INFO, __VA_ARGS__); } while (0)
 #define LOG_DEBUG(...) do { if (vgpu_log_level >= VGPU_LOG_DEBUG) vgpu_log(VGPU_LOG_DEBUG, __VA_ARGS__); } while (0)
 
-/* ---- the real driver (hook.c) ---- */
+/* ---- the real driver (init.c) ---- */
 #define CU_HOOK(name, base, since, ptds, params, args) CUresult(*name) params;
 #define CU_REAL(name, params, args) CUresult(*name) params;
 #define NVML_HOOK(name, params, args) nvmlReturn_t(*name) params;
@@ -92,8 +92,16 @@ extern struct vgpu_real vgpu_real;
 #define NVML_REAL(name, params, args) NVML_HOOK(name, params, args)
 #include "symbols.def"
 
-/* One-time initialisation: config, real symbols. Cheap after the first call. */
+/* One-time initialisation (init.c): config, real symbols, the shared region. Cheap after the
+ * first call. Modules keep no list in init.c: each registers its own fork handler
+ * (pthread_atfork) the first time it has state a forked child must not inherit. */
 void vgpu_init(void);
+/* True while this thread runs the initialisation (dlsym then answers plainly). */
+bool vgpu_initialising(void);
+/* The real dlsym (also jumped to by dlsym_entry.S); resolved by the library's constructor. */
+typedef void *(*vgpu_dlsym_fn)(void *, const char *);
+extern vgpu_dlsym_fn vgpu_real_dlsym;
+void vgpu_resolve_real_dlsym(void);
 extern struct vgpu_config vgpu_cfg;
 /* First statement of every CUDA hook that does work: initialise, refuse if configured badly. */
 #define VGPU_ENTER()                                                                               \
@@ -117,9 +125,6 @@ int vgpu_nvml_dev_index(nvmlDevice_t device, uint64_t *limit);
 void vgpu_format_uuid(const CUuuid *u, char *buf, size_t len);
 int vgpu_dev_uuid(CUdevice dev, char *buf, size_t len);
 
-/* ---- memory (memory.c) ---- */
-void vgpu_memory_atfork_child(void);
-
 /* ---- time (the launch gates of sm.c and priority.c) ---- */
 /* Nanoseconds on `clock` (CLOCK_MONOTONIC within a process, CLOCK_BOOTTIME across containers). */
 static inline uint64_t vgpu_clock_ns(clockid_t clock)
@@ -139,13 +144,9 @@ static inline void vgpu_sleep_ns(uint64_t ns)
 		;
 }
 
-/* ---- SM throttling (sm.c) ---- */
-void vgpu_sm_atfork_child(void);
-
 /* ---- task priority (priority.c) ---- */
 /* Before a launch on the current context's device (only with a board dir configured): a
  * priority-0 process stamps the device's board, any other waits while a stamp is fresh. */
 void vgpu_priority_launch(void);
-void vgpu_priority_atfork_child(void);
 
 #endif

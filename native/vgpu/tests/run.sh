@@ -56,6 +56,10 @@ exports_match_table() { # the library exports exactly the names the version scri
 		<(sed -n 's/^[[:space:]]*\([A-Za-z_][A-Za-z0-9_]*\);$/\1/p' "$B/libvgpu.map" | sort)
 }
 
+modules_form_no_circle() { # no module calls back into one that calls it (tests/module_graph.sh)
+	"$HERE/module_graph.sh" "$B/obj"
+}
+
 region() { # a fresh shared-region path
 	n=$((n + 1))
 	echo "$TMP/region.$n/shared-region"
@@ -90,6 +94,7 @@ for variant in plain san; do
 		SUFFIX=
 		PRE=$B/libvgpu.so
 		check "exports_match_symbol_table" exports_match_table "$B/libvgpu.so"
+		check "modules_form_no_circle" modules_form_no_circle
 	else
 		T=$B/tests-san
 		SUFFIX=[san]
@@ -136,7 +141,8 @@ for variant in plain san; do
 		timeout 120 "$T/test_region" processes_share_one_limit kill9_does_not_leak_a_share \
 		kill9_at_any_instruction_neither_deadlocks_nor_leaks \
 		many_short_lived_processes_leave_nothing_behind \
-		usage_above_a_smaller_limit_never_underflows
+		usage_above_a_smaller_limit_never_underflows \
+		a_childs_free_of_its_parents_allocation_keeps_the_parents_charge
 	# SM shares: the fake device's measured busy time never goes above the share (+5 points) and
 	# does not stop; side by side, 25 < 50 < 75 < unlimited. What holds on a busy machine too:
 	# how close to the share it lands is the bench's (make -C native/vgpu bench).
@@ -208,6 +214,9 @@ for variant in plain san; do
 		run "test_sm[50%]" "${SM[@]}" CUDA_DEVICE_SM_LIMIT=50 TEST_EXPECT_UTIL=50 \
 			CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_sm" device_utilisation_follows_the_limit
 	fi
+	run "test_sm[fork after the watcher started]" "${SM[@]}" CUDA_DEVICE_SM_LIMIT=50 \
+		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_sm" \
+		a_child_forked_after_the_watcher_started_starts_its_own
 	# task priority: containers as processes sharing a board dir (each case starts its own)
 	run test_priority "${FAKE[@]}" FAKE_CUDA_KERNEL_US=100 TEST_TMP="$TMP" \
 		timeout 240 "$T/test_priority"

@@ -135,6 +135,30 @@ static void many_short_lived_processes_leave_nothing_behind(void)
 	close(fds[1]);
 }
 
+/* A forked child inherits its parent's allocations but not their charges (memory.c's fork
+ * handler): freeing one in the child is the driver's business and leaves the parent's charge. */
+static void a_childs_free_of_its_parents_allocation_keeps_the_parents_charge(void)
+{
+	CUdeviceptr p = 0;
+	pid_t pid;
+	int st;
+
+	CHECK(ctx_on(0) == 0);
+	CHECK_EQ(cuMemAlloc_v2(&p, 600 * MiB), CUDA_SUCCESS);
+	if ((pid = fork()) == 0) {
+		int bad = 0;
+		bad |= (cuMemFree_v2(p) != CUDA_SUCCESS) << 0;
+		bad |= (free_mem() != GiB - 600 * MiB) << 1;
+		exit(bad);
+	}
+	st = wait_status(pid);
+	CHECK(WIFEXITED(st));
+	CHECK_EQ(WEXITSTATUS(st), 0);
+	CHECK_EQ(free_mem(), GiB - 600 * MiB);
+	CHECK_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
+	CHECK_EQ(free_mem(), GiB);
+}
+
 /* An exec'd neighbour with a smaller limit (512m) while 900 MiB are in use: it sees free = 0,
  * never a wrapped-around huge number. */
 static void child_sees_no_underflow(void)
@@ -180,6 +204,7 @@ int main(int argc, char **argv)
 		CASE(kill9_at_any_instruction_neither_deadlocks_nor_leaks),
 		CASE(many_short_lived_processes_leave_nothing_behind),
 		CASE(usage_above_a_smaller_limit_never_underflows),
+		CASE(a_childs_free_of_its_parents_allocation_keeps_the_parents_charge),
 		CASE(child_sees_no_underflow),
 	};
 	return check_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]));

@@ -338,6 +338,44 @@ static void measured_beside_a_neighbour(void)
 	cuCtxSynchronize();
 }
 
+/* Threads of this process (the SM watcher is one of them). */
+static int threads(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	if (d == NULL)
+		return -1;
+	while ((e = readdir(d)) != NULL)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* The watcher thread does not survive a fork: a child forked after it started starts its own on
+ * its first throttled launch (sm.c's fork handler, registered by the parent's first one). */
+static void a_child_forked_after_the_watcher_started_starts_its_own(void)
+{
+	pid_t pid;
+	int st, before_fork;
+
+	CHECK(ctx_on(0) == 0);
+	before_fork = threads();
+	CHECK_EQ(cuLaunchKernel(FAKE_KERNEL, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL), CUDA_SUCCESS);
+	CHECK_EQ(threads(), before_fork + 1); /* the parent's watcher */
+	if ((pid = fork()) == 0) {
+		int alone = threads(), bad = 0;
+		bad |= (cuLaunchKernel(FAKE_KERNEL, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) !=
+			CUDA_SUCCESS) << 0;
+		bad |= (threads() != alone + 1) << 1;
+		_exit(bad);
+	}
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st));
+	CHECK_EQ(WEXITSTATUS(st), 0);
+	cuCtxSynchronize();
+}
+
 int main(int argc, char **argv)
 {
 	static const struct check_case cases[] = {
@@ -346,6 +384,7 @@ int main(int argc, char **argv)
 		CASE(processes_share_one_sm_limit),
 		CASE(neighbour_keeps_the_device_busy),
 		CASE(measured_beside_a_neighbour),
+		CASE(a_child_forked_after_the_watcher_started_starts_its_own),
 	};
 	return check_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]));
 }

@@ -37,7 +37,6 @@ static void a_lock_holder_killed_by_sigkill_does_not_deadlock(void)
 	CHECK(vgpu_region_open(path, 1) == 0);
 	CHECK(pipe(fds) == 0);
 	if ((pid = fork()) == 0) {
-		vgpu_region_atfork_child();
 		vgpu_region_lock();
 		CHECK(write(fds[1], "x", 1) == 1);
 		pause();
@@ -75,7 +74,6 @@ static void dead_slots_are_compacted_and_live_slots_never_move(void)
 	CHECK(pipe(ready) == 0 && pipe(go) == 0);
 	for (int i = 0; i < 40; i++) {
 		if ((pids[i] = fork()) == 0) {
-			vgpu_region_atfork_child();
 			vgpu_region_reserve(0, 1000, 0);
 			close(go[1]);
 			CHECK(write(ready[1], "x", 1) == 1);
@@ -243,7 +241,6 @@ static void reservations_never_pass_the_limit_under_contention(void)
 	CHECK(vgpu_region_open(path, 1) == 0);
 	for (int i = 0; i < 8; i++) {
 		if ((pids[i] = fork()) == 0) {
-			vgpu_region_atfork_child();
 			int got = 0;
 			for (int k = 0; k < 2000; k++) {
 				if (vgpu_region_reserve(0, 10, 1000) == 0)
