@@ -186,7 +186,7 @@ class TemplateStore:
         self._touch_every_s = grace_s / 4
         self._clock = clock
         self._max_per_namespace = max_per_namespace
-        self.index = index or TemplateIndex(api)
+        self.index = index if index is not None else TemplateIndex(api)  # an empty one is falsy
 
     def ensure(self, namespace: str, templates: Iterable[Json]) -> None:
         """Each template exists in `namespace` with exactly our spec, and is stamped as in use."""
