@@ -1,12 +1,13 @@
 """Build (or reuse) the Go programs of the kind tier, each from its published Go module.
 
-Into ``<cache>/kind-<KIND_VERSION>/bin``: kind itself, crictl, the CNI plugins, CoreDNS (each
-with ``go install module@version``, so each keeps its own go.mod), and ``vgpu-kind-k8s``
-(kubeadm, kubectl and kube-proxy, from ``e2e/kind/gotools`` at the control plane's Kubernetes
-release). containerd, its shim, ctr, runc and the static pause come from the real-node tier's
-build (``e2e.realnode.build``), the kubelet, etcd and the control plane from the cluster's
-``vgpu-k8s``: nothing is built twice. A stamp records what was built; a step reruns only when
-its version (or for ``vgpu-kind-k8s`` its module's files) changed.
+Into ``<cache>/kind-<KIND_VERSION>/bin``: kind itself, crictl and the CNI plugins (each with
+``go install module@version``, so each keeps its own go.mod), CoreDNS with kubeadm's plugins only
+(``e2e/kind/corednstool``), and ``vgpu-kind-k8s`` (kubeadm, kubectl and kube-proxy, from
+``e2e/kind/gotools`` at the control plane's Kubernetes release). containerd, its shim, ctr,
+runc and the static pause come from the real-node tier's build (``e2e.realnode.build``), the
+kubelet, etcd and the control plane from the cluster's ``vgpu-k8s``: nothing is built twice. A
+stamp records what was built; a step reruns only when its version (or its module's files)
+changed.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ CRICTL_VERSION = "v1.37.0"
 CNI_VERSION = "v1.10.0"
 COREDNS_VERSION = "v1.14.2"
 GOTOOLS_DIR = Path(__file__).resolve().parent / "gotools"
+COREDNS_DIR = Path(__file__).resolve().parent / "corednstool"
 CNI_PLUGINS = ("ipam/host-local", "main/loopback", "main/ptp", "meta/portmap")
 K8S_TOOLS = ("kubeadm", "kubectl", "kube-proxy")
 #: step -> (the packages ``go install`` builds, the binaries it leaves)
@@ -37,7 +39,6 @@ GO_INSTALLS = {
         [f"github.com/containernetworking/plugins/plugins/{p}@{CNI_VERSION}" for p in CNI_PLUGINS],
         [p.split("/")[1] for p in CNI_PLUGINS],
     ),
-    "coredns": ([f"github.com/coredns/coredns@{COREDNS_VERSION}"], ["coredns"]),
 }
 
 
@@ -58,10 +59,9 @@ def tools_dir(settings: Settings) -> Path:
 def wanted_stamp(settings: Settings) -> dict[str, str]:
     """What each step's binaries were built from; a step whose entry differs is rebuilt."""
     versions = {"kind": KIND_VERSION, "crictl": CRICTL_VERSION, "cni": CNI_VERSION}
-    versions["coredns"] = COREDNS_VERSION
-    versions["k8s"] = (
-        settings.k8s_version + ":" + sources_digest(GOTOOLS_DIR, ("go.mod", "go.sum", "main.go"))
-    )
+    module_files = ("go.mod", "go.sum", "main.go")
+    versions["coredns"] = COREDNS_VERSION + ":" + sources_digest(COREDNS_DIR, module_files)
+    versions["k8s"] = settings.k8s_version + ":" + sources_digest(GOTOOLS_DIR, module_files)
     return versions
 
 
@@ -89,9 +89,13 @@ def _ensure_locked(settings: Settings, directory: Path) -> KindTools:
             started = time.monotonic()
             run(["go", "install", "-trimpath", "-ldflags=-s -w", *packages], env=env, cwd=Path("/"))
             steps[step] = round(time.monotonic() - started, 1)
+    if recorded.get("coredns") != wanted["coredns"] or not (directory / "coredns").is_file():
+        started = time.monotonic()
+        _go_build(settings, COREDNS_DIR, directory / "coredns", "-s -w")
+        steps["coredns"] = round(time.monotonic() - started, 1)
     if recorded.get("k8s") != wanted["k8s"] or not (directory / "vgpu-kind-k8s").is_file():
         started = time.monotonic()
-        _build_k8s_tools(settings, directory)
+        _go_build(settings, GOTOOLS_DIR, directory / "vgpu-kind-k8s", _k8s_ldflags(settings))
         steps["k8s"] = round(time.monotonic() - started, 1)
     for name in K8S_TOOLS:
         link = directory / name
@@ -101,17 +105,20 @@ def _ensure_locked(settings: Settings, directory: Path) -> KindTools:
     return KindTools(directory, steps)
 
 
-def _build_k8s_tools(settings: Settings, directory: Path) -> None:
+def _k8s_ldflags(settings: Settings) -> str:
     version = "k8s.io/component-base/version"
     major, minor = settings.minor.split(".")
-    ldflags = (
+    return (
         f"-s -w -X {version}.gitVersion={settings.k8s_version} "
         f"-X {version}.gitMajor={major} -X {version}.gitMinor={minor}"
     )
-    partial = directory / "vgpu-kind-k8s.partial"
+
+
+def _go_build(settings: Settings, module: Path, output: Path, ldflags: str) -> None:
+    partial = output.with_name(output.name + ".partial")
     command = ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(partial), "."]
-    run(command, env={**os.environ, **settings.go_env}, cwd=GOTOOLS_DIR)
-    partial.replace(directory / "vgpu-kind-k8s")
+    run(command, env={**os.environ, **settings.go_env}, cwd=module)
+    partial.replace(output)
 
 
 def report(tools: KindTools) -> str:

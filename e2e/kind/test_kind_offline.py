@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from e2e.cluster.settings import REPO_ROOT
 from e2e.kind import dockerd
+from e2e.kind.build import COREDNS_DIR, COREDNS_VERSION, GOTOOLS_DIR
 from e2e.kind.chartimages import DOCKERFILES
 from e2e.kind.cluster import cluster_config
 from e2e.kind.network import conflist
@@ -152,3 +154,25 @@ def test_dockerfiles_take_their_bases_as_arguments_with_public_defaults(part: st
         assert "FROM ${GCC_IMAGE} AS libvgpu" in text
     froms = [line for line in text.splitlines() if line.startswith("FROM ")]
     assert all("${" in line for line in froms), froms
+
+
+def requirements(go_mod: Path) -> dict[str, str]:
+    found = {}
+    for line in go_mod.read_text().splitlines():
+        parts = line.strip().removeprefix("require ").split()
+        if len(parts) >= 2 and parts[1].startswith("v") and "." in parts[0]:
+            found[parts[0]] = parts[1]
+    return found
+
+
+def test_kind_k8s_tools_resolve_every_shared_module_as_the_cluster_does() -> None:
+    """Same versions as e2e/cluster/gotools: Go's build cache then serves every common package."""
+    cluster = requirements(REPO_ROOT / "e2e" / "cluster" / "gotools" / "go.mod")
+    kind = requirements(GOTOOLS_DIR / "go.mod")
+    shared = sorted(set(cluster) & set(kind))
+    assert "k8s.io/kubernetes" in shared
+    assert {m: kind[m] for m in shared} == {m: cluster[m] for m in shared}
+
+
+def test_coredns_is_built_at_the_version_the_stamp_names() -> None:
+    assert requirements(COREDNS_DIR / "go.mod")["github.com/coredns/coredns"] == COREDNS_VERSION
