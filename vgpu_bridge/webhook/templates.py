@@ -57,9 +57,12 @@ def _stamp(now: float) -> str:
 
 
 def _parse_time(text: str | None) -> float:
-    if not text:
+    """Epoch seconds of an RFC 3339 time in whole seconds; 0 for none, or for one we cannot read
+    (a tenant may edit the stamp on a template in its namespace: that must not stop a sweep)."""
+    try:
+        return datetime.strptime(text or "", "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
         return 0.0
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
 def last_used(template: Json) -> float:

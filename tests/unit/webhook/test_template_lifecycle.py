@@ -383,3 +383,26 @@ def test_a_referrer_list_it_may_not_read_stops_the_pass_before_any_delete(
     with pytest.raises(KubeError, match="HTTP 403"):
         sweeper(recorded).sweep_once()
     assert writes(recorded) == []
+
+
+@pytest.mark.parametrize("text", ["yesterday", "2026-06-01T11:00:00.5Z", ""])
+def test_a_stamp_that_is_no_timestamp_counts_as_none_and_stops_no_sweep(
+    recorded: RecordingApi, text: str
+) -> None:
+    """A tenant may edit the annotation on a template in its namespace: a stamp we cannot read
+    leaves the creation time to decide, and the sweep goes on for every namespace."""
+    edited = stored(ours("1Gi"), created_ago=7200)
+    edited["metadata"]["annotations"] = {LAST_ADMITTED: text}
+    other = {**stored(ours("2Gi"), created_ago=7200)}
+    other["metadata"] = {**other["metadata"], "namespace": "team-b"}
+    recorded.answer("GET", ALL_TEMPLATES, 200, {"items": [edited, other]})
+    for template in (edited, other):
+        path = templates_path(template["metadata"]["namespace"], name_of(template))
+        recorded.answer("DELETE", path, 200, DELETED)
+    assert sweeper(recorded).sweep_once() == [
+        f"{NAMESPACE}/{name_of(edited)}",
+        f"team-b/{name_of(other)}",
+    ]
+    index = TemplateIndex(recorded.api)
+    index.replace([edited])
+    assert index.count(NAMESPACE) == 1
