@@ -393,7 +393,7 @@ def test_a_stamp_that_is_no_timestamp_counts_as_none_and_stops_no_sweep(
     leaves the creation time to decide, and the sweep goes on for every namespace."""
     edited = stored(ours("1Gi"), created_ago=7200)
     edited["metadata"]["annotations"] = {LAST_ADMITTED: text}
-    other = {**stored(ours("2Gi"), created_ago=7200)}
+    other = stored(ours("2Gi"), created_ago=7200)
     other["metadata"] = {**other["metadata"], "namespace": "team-b"}
     recorded.answer("GET", ALL_TEMPLATES, 200, {"items": [edited, other]})
     for template in (edited, other):
