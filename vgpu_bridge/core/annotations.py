@@ -9,6 +9,7 @@ from typing import Any
 
 from vgpu_bridge.core.cel import MAX_EXPRESSION_CHARS, selectors_by_choice
 from vgpu_bridge.core.dialects import ANNOTATIONS
+from vgpu_bridge.core.dialects.hami import GPU_SCHEDULER_POLICY
 from vgpu_bridge.core.errors import shown
 from vgpu_bridge.core.models import DeviceFilter, Problems
 from vgpu_bridge.core.profiles import DriverProfile
@@ -41,8 +42,10 @@ def _items(
     *,
     meta_path: str,
     problems: Problems,
+    warnings: list[str],
 ) -> tuple[str, ...]:
-    """The comma list under any of `keys`, trimmed, each item checked; () if absent."""
+    """The comma list under any of `keys`, trimmed, each item checked; () if absent, or if it
+    names nothing (blank, or commas only): legacy HAMi and Volcano read that as no constraint."""
     pattern, allowed = _ITEM_RULES[kind]
     found: list[str] = []
     for key in keys:
@@ -55,7 +58,7 @@ def _items(
             continue
         items = [item.strip() for item in value.split(",") if item.strip()]
         if not items:
-            problems.add(path, f"names no GPU {kind}: give a comma-separated list")
+            warnings.append(f"{path} names no GPU {kind}: no constraint, as in HAMi")
         for item in items:
             if pattern.match(item) is None:
                 problems.add(path, f"GPU {kind} {shown(item)} may only contain {allowed}")
@@ -65,12 +68,18 @@ def _items(
 
 
 def read_filter(
-    annotations: Mapping[str, Any], *, meta_path: str, problems: Problems
+    annotations: Mapping[str, Any],
+    *,
+    meta_path: str,
+    problems: Problems,
+    warnings: list[str],
 ) -> DeviceFilter:
     """`use-gputype` & co. as a filter; empty when none is set."""
 
     def items(keys: tuple[str, ...], kind: str) -> tuple[str, ...]:
-        return _items(annotations, keys, kind, meta_path=meta_path, problems=problems)
+        return _items(
+            annotations, keys, kind, meta_path=meta_path, problems=problems, warnings=warnings
+        )
 
     device_filter = DeviceFilter(
         use_types=items(ANNOTATIONS.use_types, "type"),
@@ -149,10 +158,24 @@ def check_mode(
             warnings.append(f"{key}={shown(value)} is served as a software share (hami-core mode)")
 
 
+MUTEX = "mutex"
+
+
+def wants_mutex(annotations: Mapping[str, Any]) -> bool:
+    """True when HAMi's GPU scheduler policy lists `mutex` (only cards no one else uses)."""
+    value = annotations.get(GPU_SCHEDULER_POLICY)
+    return isinstance(value, str) and MUTEX in (p.strip().lower() for p in value.split(","))
+
+
 def placement_warnings(annotations: Mapping[str, Any]) -> list[str]:
-    """Placement hints are the scheduler's job under DRA: kept on the pod, but not acted on."""
+    """Placement hints are the scheduler's job under DRA: kept on the pod, but not acted on.
+    `mutex` is the exception: it asks for a card no one else uses, so each card is booked whole."""
+    mutex = GPU_SCHEDULER_POLICY if wants_mutex(annotations) else None
     return [
-        f"{key}={shown(annotations[key])} is not acted on: with DRA, placement is the "
+        f"{key}={shown(annotations[key])}: each GPU is booked whole (all its memory, cores 100), "
+        "so no other share lands on it"
+        if key == mutex
+        else f"{key}={shown(annotations[key])} is not acted on: with DRA, placement is the "
         "scheduler's job"
         for key in ANNOTATIONS.placement
         if key in annotations

@@ -42,7 +42,8 @@ class DeviceFilter(BaseModel):
 class RawRequest:
     """What one container (or KAI's annotations) literally asked for, before defaults.
 
-    `sources` maps each given field to the path it was read from, for error messages;
+    `sources` maps each given field to the path it was read from, for error messages (a memory
+    or percentage of 0 is named there but left None: HAMi reads 0 as "not given");
     `resource_keys` are the extended resources to strip from the container.
     """
 
@@ -56,7 +57,8 @@ class RawRequest:
 
     def asks_for_gpu(self) -> bool:
         share = (self.memory_mib, self.memory_percent, self.cores, self.priority)
-        return bool(self.count) or any(v is not None for v in share)
+        memory_named = "memory_mib" in self.sources or "memory_percent" in self.sources
+        return bool(self.count) or memory_named or any(v is not None for v in share)
 
 
 @dataclass(slots=True)

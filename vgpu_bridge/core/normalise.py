@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from vgpu_bridge.core.config import TranslatorConfig
-from vgpu_bridge.core.dialects.resources import MAX_MEMORY_MIB
+from vgpu_bridge.core.dialects.resources import MAX_GPUMEM_MIB
 from vgpu_bridge.core.models import GpuRequest, Problems, RawRequest
 
 WHOLE = Decimal(100)
@@ -51,11 +51,11 @@ def _memory(
         memory_mib = config.default_memory or None
         return memory_mib, None if memory_mib else WHOLE
     memory_mib *= config.memory_factor
-    if memory_mib > MAX_MEMORY_MIB:
+    if memory_mib > MAX_GPUMEM_MIB:
         problems.add(
             raw.sources["memory_mib"],
             f"times the memory factor {config.memory_factor} is {memory_mib} MiB, more than "
-            f"a Kubernetes quantity holds (at most {MAX_MEMORY_MIB} MiB)",
+            f"HAMi takes (at most {MAX_GPUMEM_MIB} MiB, an int32)",
         )
         return None
     if percent is not None:

@@ -43,26 +43,34 @@ def containers(template: PodTemplate) -> list[Container]:
     return found
 
 
-def shares(template: PodTemplate, problems: Problems) -> list[Share]:
-    """Containers asking for a GPU (init first), then those the pod's annotations ask for."""
+def shares(
+    template: PodTemplate, problems: Problems, dialects: tuple[Dialect, ...] = DIALECTS
+) -> list[Share]:
+    """Containers asking for a GPU (init first), then those the pod's annotations ask for; each
+    dialect then checks the pod as a whole."""
     listed = containers(template)
     found = []
     for container in listed:
-        raw = _container_request(container, problems)
+        raw = _container_request(container, dialects, problems)
         if raw is not None and raw.asks_for_gpu():
             found.append(Share(container, raw))
     by_name = {str(c.body.get("name")): c for c in listed}
-    for dialect in DIALECTS:
-        request = dialect.read_pod(template, problems=problems)
+    own = {}
+    for dialect in dialects:
+        own[dialect.family] = request = dialect.read_pod(template, problems=problems)
         if request is not None:
             _attach(request, dialect, by_name, found, problems)
+    for dialect in dialects:
+        dialect.check_pod(template, own=own[dialect.family], asks=bool(found), problems=problems)
     return found
 
 
-def _container_request(container: Container, problems: Problems) -> RawRequest | None:
+def _container_request(
+    container: Container, dialects: tuple[Dialect, ...], problems: Problems
+) -> RawRequest | None:
     """The container's request in the one dialect its resources use; None when they use none."""
     resources = resources_of(container.body, path=container.path, problems=problems)
-    used = [d for d in DIALECTS if resources.names_any(d.resources)]
+    used = [d for d in dialects if resources.names_any(d.resources)]
     if len(used) > 1:
         mixed = " and ".join(f"{d.family} ({d.resources[0]}, …)" for d in used)
         problems.add(f"{container.path}.resources", f"mixes {mixed}; state a share one way")

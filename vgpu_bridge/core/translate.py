@@ -14,10 +14,11 @@ from typing import Any
 from vgpu_bridge.core import annotations as notes
 from vgpu_bridge.core.claims import TEMPLATE_PREFIX, claim_spec, claim_template, template_name
 from vgpu_bridge.core.context import TranslationContext
-from vgpu_bridge.core.dialects import TRANSLATED_ANNOTATIONS
+from vgpu_bridge.core.dialects import TRANSLATED_ANNOTATIONS, dialects_for
 from vgpu_bridge.core.errors import InvalidRequest
+from vgpu_bridge.core.guardrails import check_pod
 from vgpu_bridge.core.jsonpatch import PatchOp, escape
-from vgpu_bridge.core.models import DeviceFilter, Problems
+from vgpu_bridge.core.models import DeviceFilter, GpuRequest, Problems
 from vgpu_bridge.core.names import TRANSLATED_LABEL
 from vgpu_bridge.core.normalise import normalise
 from vgpu_bridge.core.plan import Plan, TranslatedContainer, TranslatedPod
@@ -89,17 +90,19 @@ def translate(
 
 def _translate_template(template: PodTemplate, *, target: _Target, draft: _Draft) -> None:
     """Claims for the template's shares, the patch that adds them, and a record of both."""
-    problems = draft.problems
-    found = shares(template, problems)
+    problems, config = draft.problems, target.context.config
+    found = shares(template, problems, dialects_for(config))
     if not found:
         return
+    check_pod(template, config=config, problems=problems)
     device_filter = _device_filter(template, target=target, draft=draft)
+    mutex = notes.wants_mutex(template.annotations)
     taken = {
         c.get("name") for c in template.spec.get("resourceClaims") or () if isinstance(c, Mapping)
     }
     translated: list[TranslatedContainer] = []
     for share in found:
-        container = _translate_share(share, device_filter, target=target, draft=draft)
+        container = _translate_share(share, device_filter, mutex=mutex, target=target, draft=draft)
         if container is None:
             continue
         if container.claim in taken:
@@ -123,7 +126,9 @@ def _device_filter(template: PodTemplate, *, target: _Target, draft: _Draft) -> 
     annotations, meta_path, problems = template.annotations, template.metadata_path, draft.problems
     notes.check_mode(annotations, meta_path=meta_path, problems=problems, warnings=draft.warnings)
     draft.warnings.extend(notes.placement_warnings(annotations))
-    device_filter = notes.read_filter(annotations, meta_path=meta_path, problems=problems)
+    device_filter = notes.read_filter(
+        annotations, meta_path=meta_path, problems=problems, warnings=draft.warnings
+    )
     notes.check_selector_lengths(
         device_filter, target.context.profile, annotations, meta_path=meta_path, problems=problems
     )
@@ -131,16 +136,18 @@ def _device_filter(template: PodTemplate, *, target: _Target, draft: _Draft) -> 
 
 
 def _translate_share(
-    share: Share, device_filter: DeviceFilter, *, target: _Target, draft: _Draft
+    share: Share, device_filter: DeviceFilter, *, mutex: bool, target: _Target, draft: _Draft
 ) -> TranslatedContainer | None:
     """The share's claim template (added to the draft) and the container's claim; None after
-    recording why there is none."""
+    recording why there is none. Under the `mutex` policy each card is booked whole."""
     context, problems = target.context, draft.problems
     request = normalise(
         share.raw, config=context.config, problems=problems, warnings=draft.warnings
     )
     if request is None:
         return None
+    if mutex:
+        request = _whole_cards(request)
     if request.priority is not None and context.profile.config_api_version is None:
         draft.warnings.append(
             f"{share.raw.sources['priority']} is dropped: the {context.profile.name} "
@@ -161,6 +168,10 @@ def _translate_share(
     draft.templates.setdefault(name, claim_template(spec, name=name, namespace=target.namespace))
     claim = pod_claim_name(str(share.container.body.get("name", "")))
     return TranslatedContainer(share.container.path, claim, name)
+
+
+def _whole_cards(request: GpuRequest) -> GpuRequest:
+    return request.model_copy(update={"memory_mib": None, "memory_percent": 100, "cores": 100})
 
 
 def pod_claim_name(container_name: str) -> str:

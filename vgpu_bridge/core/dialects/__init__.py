@@ -5,14 +5,21 @@
 
 from __future__ import annotations
 
+from vgpu_bridge.core.config import TranslatorConfig
 from vgpu_bridge.core.dialects import hami, kai, volcano
 from vgpu_bridge.core.dialects.dialect import AnnotationNames, Dialect, PodRequest
 
 DIALECTS: tuple[Dialect, ...] = (hami.DIALECT, volcano.DIALECT, kai.DIALECT)
 
+
+def dialects_for(config: TranslatorConfig) -> tuple[Dialect, ...]:
+    """The dialects as this cluster names them (HAMi's resource names are configurable)."""
+    return (hami.for_config(config), volcano.for_config(config), kai.DIALECT)
+
+
 #: every dialect's annotations, HAMi's first where two mean the same
 ANNOTATIONS = AnnotationNames.merged(d.annotations for d in DIALECTS)
-#: extended resources translated into claims, then removed from the container
+#: extended resources translated into claims under the default names, then removed
 TRANSLATED_RESOURCES = frozenset(name for d in DIALECTS for name in d.resources)
 #: pod annotations translated, then removed from the pod
 TRANSLATED_ANNOTATIONS = frozenset(ANNOTATIONS.translated())
@@ -25,6 +32,7 @@ __all__ = [
     "AnnotationNames",
     "Dialect",
     "PodRequest",
+    "dialects_for",
     "hami",
     "kai",
     "volcano",

@@ -80,6 +80,13 @@ class Dialect(Protocol):
         """A request stated for the pod as a whole; None when the dialect states none there."""
         ...
 
+    def check_pod(
+        self, template: PodTemplate, *, own: PodRequest | None, asks: bool, problems: Problems
+    ) -> None:
+        """The dialect's own rules for the pod as a whole. `own` is what `read_pod` returned;
+        `asks` says whether any dialect found a GPU request in the pod."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class ResourceDialect:
@@ -87,6 +94,7 @@ class ResourceDialect:
 
     names: ResourceNames
     annotations: AnnotationNames
+    memory_factor: int = 1  # shapes the hint for a memory written with a unit
 
     @property
     def family(self) -> str:
@@ -97,7 +105,14 @@ class ResourceDialect:
         return self.names.all()
 
     def read_resources(self, resources: Resources, *, path: str, problems: Problems) -> RawRequest:
-        return read_family(self.names, resources, path=path, problems=problems)
+        return read_family(
+            self.names, resources, path=path, problems=problems, memory_factor=self.memory_factor
+        )
 
     def read_pod(self, template: PodTemplate, *, problems: Problems) -> PodRequest | None:
+        return None
+
+    def check_pod(
+        self, template: PodTemplate, *, own: PodRequest | None, asks: bool, problems: Problems
+    ) -> None:
         return None

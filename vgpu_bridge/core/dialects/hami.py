@@ -6,10 +6,14 @@
 - Device choice in pod annotations: `use-gputype` / `nouse-gputype` (product-name substrings),
   `use-gpuuuid` / `nouse-gpuuuid` (exact uuids); translated, then removed.
 - `vgpu-mode: mig` is refused; the scheduler-policy and NUMA hints are kept and warned about.
+- The resource names are configurable, as HAMi's (`resourceCountName`, …): `for_config`.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from vgpu_bridge.core.config import TranslatorConfig
 from vgpu_bridge.core.dialects.dialect import AnnotationNames, ResourceDialect
 from vgpu_bridge.core.dialects.resources import ResourceNames
 
@@ -21,6 +25,7 @@ RESOURCES = ResourceNames(
     cores="nvidia.com/gpucores",
     priority="nvidia.com/priority",
 )
+GPU_SCHEDULER_POLICY = "hami.io/gpu-scheduler-policy"  # `mutex`: only cards no one uses
 ANNOTATIONS = AnnotationNames(
     use_types=("nvidia.com/use-gputype",),
     avoid_types=("nvidia.com/nouse-gputype",),
@@ -28,9 +33,16 @@ ANNOTATIONS = AnnotationNames(
     avoid_uuids=("nvidia.com/nouse-gpuuuid",),
     mode=("nvidia.com/vgpu-mode",),
     placement=(
-        "hami.io/gpu-scheduler-policy",
+        GPU_SCHEDULER_POLICY,
         "hami.io/node-scheduler-policy",
         "nvidia.com/numa-bind",
     ),
 )
 DIALECT = ResourceDialect(RESOURCES, ANNOTATIONS)
+
+
+def for_config(config: TranslatorConfig) -> ResourceDialect:
+    """HAMi's dialect under the cluster's resource names and memory factor."""
+    count, memory, percentage, cores, priority = config.resource_names()
+    names = ResourceNames("HAMi", count, memory, percentage, cores, priority)
+    return replace(DIALECT, names=names, memory_factor=config.memory_factor)

@@ -30,6 +30,7 @@ MEMORY = "gpu-memory"
 NUM_DEVICES = "gpu-fraction-num-devices"
 CONTAINER_NAME = "gpu-fraction-container-name"
 MPS = "mps"
+WHOLE_GPU = "nvidia.com/gpu"  # KAI's own name for whole cards (not HAMi's configurable one)
 ANNOTATIONS = AnnotationNames(request=(FRACTION, MEMORY, NUM_DEVICES, CONTAINER_NAME, MPS))
 
 
@@ -56,6 +57,41 @@ class KaiDialect:
         containers = template.spec.get("containers") or ()
         target = named if named is not None else (containers[0].get("name") if containers else None)
         return PodRequest(raw, target, _path(meta_path, CONTAINER_NAME))
+
+    def check_pod(
+        self, template: PodTemplate, *, own: PodRequest | None, asks: bool, problems: Problems
+    ) -> None:
+        """KAI's validator (gpu_request_validator.go): `mps: "true"` only beside a fraction or
+        gpu-memory, and a fraction or gpu-memory pod has no whole-GPU request anywhere."""
+        meta_path = template.metadata_path
+        if own is None:
+            if asks and str(template.annotations.get(MPS, "")).strip() == "true":
+                problems.add(
+                    _path(meta_path, MPS), f"is only valid beside {FRACTION} or {MEMORY}, as in KAI"
+                )
+            return
+        _refuse_whole_gpus(template, own, problems)
+
+
+def _refuse_whole_gpus(template: PodTemplate, own: PodRequest, problems: Problems) -> None:
+    """Other containers that ask for whole cards; the request's own container is refused for
+    asking twice where requests are assembled."""
+    spec_path = template.spec_path
+    for list_name in ("initContainers", "containers"):
+        for index, body in enumerate(template.spec.get(list_name) or ()):
+            if not isinstance(body, Mapping) or body.get("name") == own.container:
+                continue
+            resources = body.get("resources")
+            sections = resources if isinstance(resources, Mapping) else {}
+            for section in ("limits", "requests"):
+                names = sections.get(section)
+                if isinstance(names, Mapping) and WHOLE_GPU in names:
+                    problems.add(
+                        f"{spec_path}.{list_name}[{index}].resources.{section}[{WHOLE_GPU}]",
+                        f"cannot be combined with the pod's {FRACTION} or {MEMORY} annotation: "
+                        "KAI refuses a whole GPU beside a fractional request",
+                    )
+                    break
 
 
 def read_request(

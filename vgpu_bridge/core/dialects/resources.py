@@ -14,6 +14,7 @@ from vgpu_bridge.core.quantity import MAX_QUANTITY, MiB, QuantityError, parse_qu
 
 MAX_DEVICES = 32  # a DRA allocation holds at most 32 results (AllocationResultsMaxSize)
 MAX_MEMORY_MIB = MAX_QUANTITY // MiB  # a claim's memory request is a quantity of bytes
+MAX_GPUMEM_MIB = 2**31 - 1  # HAMi keeps gpumem (after its memory factor) in an int32
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +80,12 @@ def resources_of(container: Mapping[str, Any], *, path: str, problems: Problems)
     return Resources(limits, requests)
 
 
-# (field of RawRequest, attribute of ResourceNames, low, high, unit)
+# (field of RawRequest, attribute of ResourceNames, low, high, unit); a memory or a percentage
+# of 0 means "not given", as in HAMi (its webhook and scheduler fall back to the defaults)
 _FIELDS = (
     ("count", "count", 0, MAX_DEVICES, " of GPUs"),
-    ("memory_mib", "memory", 1, MAX_MEMORY_MIB, " of MiB"),
-    ("memory_percent", "memory_percentage", 1, 100, " (percent)"),
+    ("memory_mib", "memory", 0, MAX_GPUMEM_MIB, " of MiB"),
+    ("memory_percent", "memory_percentage", 0, 100, " (percent)"),
     ("cores", "cores", 0, 100, " (percent of SMs)"),
     ("priority", "priority", 0, 1, " (0 high, 1 low)"),
 )
@@ -107,10 +109,16 @@ def _check_request_equals_limit(
 
 
 def read_family(
-    names: ResourceNames, resources: Resources, *, path: str, problems: Problems
+    names: ResourceNames,
+    resources: Resources,
+    *,
+    path: str,
+    problems: Problems,
+    memory_factor: int = 1,
 ) -> RawRequest:
     """Each field of the request from its limit, else its request; a request beside a limit must
-    equal it. `path` is the container's `resources`."""
+    equal it. `path` is the container's `resources`; `memory_factor` only shapes the hint given
+    for a gpumem written with a unit."""
     limits, requests = resources.limits, resources.requests
     raw = RawRequest(resource_keys=tuple(n for n in names.all() if n in limits or n in requests))
     for field, attr, low, high, unit in _FIELDS:
@@ -119,6 +127,10 @@ def read_family(
             continue
         section, source = ("limits", limits) if name in limits else ("requests", requests)
         field_path = f"{path}.{section}[{name}]"
+        if field == "memory_mib" and not _plain_mib(
+            source[name], name=name, factor=memory_factor, path=field_path, problems=problems
+        ):
+            continue
         number = whole_number(
             source[name], path=field_path, low=low, high=high, unit=unit, problems=problems
         )
@@ -129,6 +141,34 @@ def read_family(
             _check_request_equals_limit(
                 requests[name], number, path=request_path, problems=problems
             )
-        setattr(raw, field, Decimal(number) if field == "memory_percent" else number)
         raw.sources[field] = field_path
+        if number == 0 and field in _ZERO_IS_UNSET:
+            continue
+        setattr(raw, field, Decimal(number) if field == "memory_percent" else number)
     return raw
+
+
+_ZERO_IS_UNSET = ("memory_mib", "memory_percent")
+
+
+def _plain_mib(value: object, *, name: str, factor: int, path: str, problems: Problems) -> bool:
+    """gpumem is a plain number of MiB (times the memory factor): a unit (`16Gi`) or a byte count
+    (`17179869184`) is refused with the number to write; HAMi drops such a request as no GPU."""
+    try:
+        number = parse_quantity(value)
+    except QuantityError:
+        return True  # whole_number says what is wrong with it
+    has_unit = isinstance(value, str) and any(c.isalpha() for c in value)
+    if not has_unit and number <= MAX_GPUMEM_MIB:
+        return True
+    what = "with a unit or an exponent" if has_unit else f"more than {MAX_GPUMEM_MIB} MiB; bytes?"
+    short = name.rsplit("/", 1)[-1]
+    unit = "MiB" if factor == 1 else f"in units of {factor} MiB"
+    units = number / (MiB * factor)
+    hint = f"write {int(units)}" if units == units.to_integral_value() and units >= 1 else ""
+    problems.add(
+        path,
+        f"takes a plain number, got {shown(value)} ({what}): {short} is {unit}"
+        + (f": {hint}" if hint else ""),
+    )
+    return False

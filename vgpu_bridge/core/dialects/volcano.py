@@ -8,6 +8,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from vgpu_bridge.core.config import TranslatorConfig
 from vgpu_bridge.core.dialects.dialect import AnnotationNames, ResourceDialect
 from vgpu_bridge.core.dialects.resources import ResourceNames
 
@@ -25,3 +28,8 @@ ANNOTATIONS = AnnotationNames(
     mode=("volcano.sh/vgpu-mode",),
 )
 DIALECT = ResourceDialect(RESOURCES, ANNOTATIONS)
+
+
+def for_config(config: TranslatorConfig) -> ResourceDialect:
+    """Volcano's dialect; the memory factor applies to its memory as to HAMi's."""
+    return replace(DIALECT, memory_factor=config.memory_factor)
