@@ -30,6 +30,7 @@ from vgpu_bridge.kube import (
 from vgpu_bridge.webhook import review
 from vgpu_bridge.webhook.fastpath import may_ask_for_gpus
 from vgpu_bridge.webhook.metrics import WebhookMetrics
+from vgpu_bridge.webhook.quotas import QuotaGate
 from vgpu_bridge.webhook.settings import Settings
 from vgpu_bridge.webhook.templates import TemplateConflict, TemplateStore
 
@@ -62,6 +63,7 @@ class Admitter:
     api: KubeApi
     metrics: WebhookMetrics
     legacy_warnings: list[str] = field(default_factory=list)
+    quotas: QuotaGate | None = None  # HAMi's namespace GPU quotas; None: not enforced
 
     def review_body(self, body: bytes) -> tuple[int, bytes]:
         """(HTTP status, body) for one POST /mutate."""
@@ -118,6 +120,9 @@ class Admitter:
         if self._skipped(request, namespace):
             return _Outcome("unchanged", review.allow(request.uid))
         if not may_ask_for_gpus(request.kind, request.object):  # the fast path: no GPU key
+            reasons = self._quota_reasons(request.kind, namespace, request.object)
+            if reasons:  # a pod made from a translated template still books its share
+                return _Outcome("denied", review.deny(request.uid, reasons))
             return _Outcome("unchanged", review.allow(request.uid))
         obj = {**request.object, "metadata": {**meta, "namespace": namespace}}
         adapter = self.registry.pick(obj, self.settings.scheduler)
@@ -128,12 +133,13 @@ class Admitter:
             plan = adapter.translate(obj, context=context)
         except InvalidRequest as exc:
             return _Outcome("denied", review.deny(request.uid, exc.lines()), adapter.name)
-        if not plan.changes_object:
+        names = [t["metadata"]["name"] for t in plan.templates]
+        reasons = self._placement_reasons(plan, namespace) if plan.changes_object else []
+        reasons = reasons or self._quota_reasons(request.kind, namespace, obj, plan)
+        if not plan.changes_object and not reasons:
             return _Outcome(
                 "unchanged", review.allow(request.uid, warnings=plan.warnings), adapter.name
             )
-        names = [t["metadata"]["name"] for t in plan.templates]
-        reasons = self._placement_reasons(plan, namespace)
         if not reasons and not request.dry_run:
             try:
                 self.store.ensure(str(namespace), plan.templates)
@@ -144,6 +150,21 @@ class Admitter:
         warnings = [*plan.warnings, *self.legacy_warnings]
         body = review.allow(request.uid, patch=plan.patch, warnings=warnings)
         return _Outcome("translated", body, adapter.name, names)
+
+    def _quota_reasons(
+        self, kind: str, namespace: object, pod: dict[str, Any], plan: Plan | None = None
+    ) -> list[str]:
+        """Why creating this pod (as `plan` leaves it) would exceed a GPU quota of its
+        namespace. Pods only: a workload's pods are counted as each is created, as Kubernetes
+        counts them."""
+        if self.quotas is None or kind != "Pod" or not isinstance(namespace, str):
+            return []
+        if dns_label_problem(namespace):
+            return []  # never put into an API path; the API server refuses the pod
+        if plan is None:
+            return self.quotas.reasons(namespace, pod, {})
+        made = {t["metadata"]["name"]: t["spec"]["spec"] for t in plan.templates}
+        return self.quotas.reasons(namespace, plan.apply_to(pod), made)
 
     def _placement_reasons(self, plan: Plan, namespace: object) -> list[str]:
         """Why this object's templates and claims cannot be looked up or put in `namespace`."""

@@ -1,0 +1,150 @@
+"""What a ResourceClaim of our DeviceClass books, in the units HAMi's namespace quotas count:
+devices, bytes of device memory and percent of a card's SMs, each summed over the devices.
+
+Pure: the webhook lists the claims and compares the sums with the quotas. An allocated claim books
+what the scheduler recorded (`consumedCapacity` of each result); one not yet allocated books what it
+asks for, and where it offers alternatives (`firstAvailable`, a percentage on cards of several
+sizes) the largest of them: over-counting beats escaping a quota. A request that leaves memory to
+the device's default takes a whole card: it books the largest card size known, or, when none is
+known, counts as `unsized` so the caller can refuse rather than guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any
+
+from vgpu_bridge.core.profiles import DriverProfile
+from vgpu_bridge.core.quantity import QuantityError, parse_quantity
+
+WHOLE_CARD_CORES = 100  # a capacity left unrequested takes the device's default: all of it
+
+
+@dataclass(frozen=True, slots=True)
+class Booking:
+    """Sums over devices. `unsized` counts devices whose memory could not be sized."""
+
+    devices: int = 0
+    memory_bytes: int = 0
+    cores: int = 0
+    unsized: int = 0
+
+    def __add__(self, other: Booking) -> Booking:
+        return Booking(
+            self.devices + other.devices,
+            self.memory_bytes + other.memory_bytes,
+            self.cores + other.cores,
+            self.unsized + other.unsized,
+        )
+
+    def larger(self, other: Booking) -> Booking:
+        """Field by field, the larger of two alternatives."""
+        return Booking(
+            max(self.devices, other.devices),
+            max(self.memory_bytes, other.memory_bytes),
+            max(self.cores, other.cores),
+            max(self.unsized, other.unsized),
+        )
+
+
+def total(bookings: Iterable[Booking]) -> Booking:
+    return sum(bookings, Booking())
+
+
+def spec_booking(
+    spec: Mapping[str, Any], *, profile: DriverProfile, largest_card: int | None
+) -> Booking:
+    """What a ResourceClaimSpec asks of `profile`'s DeviceClass, before allocation."""
+    booked = Booking()
+    for request in _requests(spec):
+        exact = _map(request.get("exactly"))
+        if exact.get("deviceClassName") == profile.device_class:
+            booked += _asked(exact, profile, largest_card)
+            continue
+        subrequests = [_map(s) for s in _list(request.get("firstAvailable"))]
+        ours = [s for s in subrequests if s.get("deviceClassName") == profile.device_class]
+        if ours:
+            booked += reduce(Booking.larger, (_asked(s, profile, largest_card) for s in ours))
+    return booked
+
+
+def claim_booking(
+    claim: Mapping[str, Any], *, profile: DriverProfile, largest_card: int | None
+) -> Booking:
+    """What a ResourceClaim holds of `profile`'s DeviceClass: its allocation once it has one,
+    else what its spec asks for."""
+    spec = _map(claim.get("spec"))
+    allocation = _map(_map(claim.get("status")).get("allocation"))
+    if not allocation:
+        return spec_booking(spec, profile=profile, largest_card=largest_card)
+    ours = {_name(r) for r in _requests(spec) if _names_class(r, profile.device_class)}
+    results = [_map(r) for r in _list(_map(allocation.get("devices")).get("results"))]
+    return total(
+        _consumed(r, profile, largest_card)
+        for r in results
+        if r.get("driver") == profile.driver and _name(r, key="request") in ours
+    )
+
+
+def _asked(body: Mapping[str, Any], profile: DriverProfile, largest_card: int | None) -> Booking:
+    """One device request (or subrequest): `count` devices, each with the capacity it asks."""
+    count = body.get("count", 1) if body.get("allocationMode", "ExactCount") == "ExactCount" else 1
+    count = count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1
+    asked = _map(_map(body.get("capacity")).get("requests"))
+    one = _device(asked, profile, largest_card)
+    return Booking(*(count * n for n in (one.devices, one.memory_bytes, one.cores, one.unsized)))
+
+
+def _consumed(result: Mapping[str, Any], profile: DriverProfile, largest: int | None) -> Booking:
+    return _device(_map(result.get("consumedCapacity")), profile, largest)
+
+
+def _device(
+    capacity: Mapping[str, Any], profile: DriverProfile, largest_card: int | None
+) -> Booking:
+    """One device holding `capacity`; what it leaves out is the device's whole default."""
+    memory = _amount(capacity.get(profile.memory_capacity))
+    cores = _amount(capacity.get(profile.cores_capacity))
+    cores = WHOLE_CARD_CORES if cores is None else cores
+    memory = largest_card if memory is None else memory
+    if memory is None:
+        return Booking(devices=1, cores=cores, unsized=1)
+    return Booking(devices=1, memory_bytes=memory, cores=cores)
+
+
+def _amount(value: object) -> int | None:
+    """A whole number from a quantity (rounded up), None when absent or unreadable."""
+    if value is None:
+        return None
+    try:
+        amount = parse_quantity(value)
+    except QuantityError:
+        return None
+    return int(amount.to_integral_value(rounding="ROUND_CEILING")) if amount >= 0 else None
+
+
+def _requests(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [_map(r) for r in _list(_map(spec.get("devices")).get("requests"))]
+
+
+def _names_class(request: Mapping[str, Any], device_class: str) -> bool:
+    if _map(request.get("exactly")).get("deviceClassName") == device_class:
+        return True
+    return any(
+        _map(s).get("deviceClassName") == device_class for s in _list(request.get("firstAvailable"))
+    )
+
+
+def _name(obj: Mapping[str, Any], *, key: str = "name") -> str:
+    """A request's name; for a result, the request it answers (`gpu/card-80gi` answers `gpu`)."""
+    return str(obj.get(key) or "").split("/", 1)[0]
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []

@@ -1,0 +1,220 @@
+"""HAMi's namespace GPU quotas, kept after translation.
+
+HAMi users cap a namespace with a ResourceQuota on `limits.nvidia.com/gpumem` (MiB per device,
+summed over devices), `limits.nvidia.com/gpucores` (percent per device, summed) and the card count
+(`limits.nvidia.com/gpu`, or Kubernetes' own `requests.nvidia.com/gpu`). A translated pod names
+none of them, so neither HAMi nor Kubernetes counts it any more; this gate does, at admission:
+the claims of our DeviceClass that exist in the namespace (allocated or not) plus what this pod's
+claim templates would make must stay within each hard limit. `requests.` and `limits.` of one name
+are the same limit (an extended resource's request always equals its limit).
+
+Two admissions at once can both pass (each sees the other's claim missing), as can a pod admitted
+before the claim controller has made the previous pod's claim: see docs/webhook.md.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from vgpu_bridge.core.booking import Booking, claim_booking, spec_booking, total
+from vgpu_bridge.core.dialects.resources import ResourceNames
+from vgpu_bridge.core.inventory import Inventory
+from vgpu_bridge.core.profiles import DriverProfile
+from vgpu_bridge.core.quantity import MiB, QuantityError, parse_quantity
+from vgpu_bridge.kube import Json, KubeApi, KubeError, api_path, dns_subdomain_problem
+from vgpu_bridge.webhook.watching import follow
+
+log = structlog.get_logger("vgpu_bridge.webhook.quotas")
+ALL_QUOTAS = "/api/v1/resourcequotas"
+RESOURCE_API = "/apis/resource.k8s.io/v1"
+PREFIXES = ("limits.", "requests.")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuQuota:
+    """One hard limit of one ResourceQuota on what our claims book."""
+
+    quota: str  # the ResourceQuota's name
+    key: str  # as written in `spec.hard`, e.g. `limits.nvidia.com/gpumem`
+    measure: str  # devices | memory | cores
+    hard: int
+
+
+def gpu_quotas(quota: Mapping[str, Any], names: ResourceNames) -> list[GpuQuota]:
+    """The hard limits of `quota` that name a GPU share resource; unreadable values are skipped
+    (the API server validates quantities, so none are expected)."""
+    measures = {names.count: "devices", names.memory: "memory", names.cores: "cores"}
+    hard = ((quota.get("spec") or {}).get("hard")) or {}
+    name = str((quota.get("metadata") or {}).get("name"))
+    found = []
+    for key, value in sorted(hard.items()):
+        prefix = next((p for p in PREFIXES if key.startswith(p)), None)
+        measure = measures.get(key[len(prefix) :]) if prefix else None
+        if measure is None:
+            continue
+        try:
+            limit = int(parse_quantity(value))  # whole units, as Kubernetes shows them
+        except QuantityError:
+            continue
+        found.append(GpuQuota(name, key, measure, limit))
+    return found
+
+
+class QuotaCache:
+    """Namespace → its GPU quotas, from a watch on every ResourceQuota. `in_namespace` answers
+    None while the watch is not following (before its first list, or after a failure until it
+    has listed again): the caller then asks the API server."""
+
+    def __init__(self, api: KubeApi, *, names: ResourceNames) -> None:
+        self._api, self._names = api, names
+        self._by_namespace: dict[str, dict[str, list[GpuQuota]]] = {}
+        self._lock = threading.Lock()
+        self.synced = threading.Event()
+
+    def run(self, stop: threading.Event) -> None:
+        follow(self._api, ALL_QUOTAS, stop=stop, on_list=self.replace, on_event=self.apply,
+               on_stale=self.synced.clear, what="resource quota")  # fmt: skip
+
+    def in_namespace(self, namespace: str) -> list[GpuQuota] | None:
+        if not self.synced.is_set():
+            return None
+        with self._lock:
+            return [q for quotas in self._by_namespace.get(namespace, {}).values() for q in quotas]
+
+    def replace(self, quotas: Iterable[Json]) -> None:
+        by_namespace: dict[str, dict[str, list[GpuQuota]]] = {}
+        for quota in quotas:
+            namespace, name = _where(quota)
+            limits = gpu_quotas(quota, self._names)
+            if limits:
+                by_namespace.setdefault(namespace, {})[name] = limits
+        with self._lock:
+            self._by_namespace = by_namespace
+        self.synced.set()
+
+    def apply(self, kind: str, quota: Json) -> None:
+        namespace, name = _where(quota)
+        limits = [] if kind == "DELETED" else gpu_quotas(quota, self._names)
+        with self._lock:
+            held = self._by_namespace.setdefault(namespace, {})
+            if limits:
+                held[name] = limits
+            else:
+                held.pop(name, None)
+            if not held:
+                del self._by_namespace[namespace]
+
+
+def _where(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace")), str(meta.get("name"))
+
+
+@dataclass
+class QuotaGate:
+    """Why a pod would take its namespace past a GPU quota (empty: it would not)."""
+
+    api: KubeApi
+    cache: QuotaCache
+    profile: DriverProfile
+    names: ResourceNames
+    inventory: Callable[[], Inventory]
+    memory_factor: int = 1
+
+    def reasons(
+        self, namespace: str, pod: Mapping[str, Any], templates: Mapping[str, Json]
+    ) -> list[str]:
+        """`pod` as it will be created; `templates` the claim specs this admission makes, by
+        template name (others are read from the API server)."""
+        names = _template_names(pod)
+        if not names:  # claims nothing new: the fast path of pods without GPUs stays free
+            return []
+        quotas = self._quotas(namespace)
+        if not quotas:
+            return []
+        largest = max(self._card_sizes(), default=None)
+        booked = self._booking(namespace, names, templates, largest)
+        if isinstance(booked, str):
+            return [booked]
+        if booked.devices == 0:
+            return []
+        used = self._used(namespace, largest)
+        return [r for q in quotas if (r := self._exceeded(q, booked, used))]
+
+    def _quotas(self, namespace: str) -> list[GpuQuota]:
+        cached = self.cache.in_namespace(namespace)
+        if cached is not None:
+            return cached
+        listed = self.api.list(api_path("/api/v1", "namespaces", namespace, "resourcequotas"))
+        return [q for item in listed.get("items") or () for q in gpu_quotas(item, self.names)]
+
+    def _card_sizes(self) -> tuple[int, ...]:
+        return self.inventory().sizes(self.profile.driver)
+
+    def _booking(
+        self, namespace: str, names: list[str], made: Mapping[str, Json], largest: int | None
+    ) -> Booking | str:
+        bookings = []
+        for name in names:
+            spec = made.get(name)
+            if spec is None:
+                spec = self._template_spec(namespace, name)
+            if spec is None:
+                return (
+                    f"spec.resourceClaims: template {name} does not exist, so what the pod "
+                    "claims cannot be counted against the namespace's GPU quota"
+                )
+            bookings.append(spec_booking(spec, profile=self.profile, largest_card=largest))
+        return total(bookings)
+
+    def _template_spec(self, namespace: str, name: str) -> Json | None:
+        path = api_path(RESOURCE_API, "namespaces", namespace, "resourceclaimtemplates", name)
+        try:
+            found = self.api.get(path)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        spec = (found.get("spec") or {}).get("spec")
+        return spec if isinstance(spec, dict) else {}
+
+    def _used(self, namespace: str, largest: int | None) -> Booking:
+        listed = self.api.list(api_path(RESOURCE_API, "namespaces", namespace, "resourceclaims"))
+        claims = listed.get("items") or ()
+        return total(claim_booking(c, profile=self.profile, largest_card=largest) for c in claims)
+
+    def _exceeded(self, quota: GpuQuota, booked: Booking, used: Booking) -> str | None:
+        if quota.measure == "memory" and booked.unsized + used.unsized:
+            return (
+                f"cannot count against quota {quota.quota}: {quota.key}: a whole card's memory "
+                f"is unknown (no ResourceSlice of driver {self.profile.driver} is known)"
+            )
+        unit = self.memory_factor * MiB if quota.measure == "memory" else 1
+        asked, held = _measure(booked, quota.measure), _measure(used, quota.measure)
+        if asked + held <= quota.hard * unit:
+            return None
+        return (
+            f"exceeded quota {quota.quota}: {quota.key}: requested {math.ceil(asked / unit)}, "
+            f"used {math.ceil(held / unit)}, limited {quota.hard}"
+        )
+
+
+def _measure(booking: Booking, measure: str) -> int:
+    return {"devices": booking.devices, "memory": booking.memory_bytes, "cores": booking.cores}[
+        measure
+    ]
+
+
+def _template_names(pod: Mapping[str, Any]) -> list[str]:
+    """The claim templates the pod names (one claim is made per entry); names that are no DNS
+    subdomain are left to the API server, which refuses the pod."""
+    spec = pod.get("spec")
+    entries = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
+    names = [e.get("resourceClaimTemplateName") for e in entries or () if isinstance(e, Mapping)]
+    return [n for n in names if isinstance(n, str) and not dns_subdomain_problem(n)]
