@@ -22,6 +22,14 @@ EXIT_INVALID = 1
 EXIT_USAGE = 2
 
 
+#: HAMi's configurable resource names: (TranslatorConfig field, default)
+_RESOURCE_NAME_FLAGS = tuple(
+    (name, field.default)
+    for name, field in TranslatorConfig.model_fields.items()
+    if name.startswith("resource_")
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     registry = default_registry()  # for the adapter names only
     parser.add_argument("-f", "--filename", required=True, help="manifest file, or - for stdin")
@@ -33,6 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--default-cores", type=int, default=0, help="percent of SMs; 0 = none")
     parser.add_argument("--default-gpu-num", type=int, default=1)
     parser.add_argument("--memory-factor", type=int, default=1, help="gpumem unit in MiB")
+    for field, default in _RESOURCE_NAME_FLAGS:
+        flag = "--" + field.replace("_", "-")
+        parser.add_argument(flag, default=default, help=f"HAMi's name (default {default})")
+    parser.add_argument(
+        "--allow-privileged",
+        action="store_true",
+        help="admit GPU pods with a privileged container (refused by default, as HAMi >= 2.10)",
+    )
     parser.add_argument("--volcano-version", help="Volcano release in the cluster, e.g. v1.15.1")
     parser.add_argument("--kai-version", help="KAI Scheduler build in the cluster, e.g. v0.18.0")
 
@@ -54,6 +70,8 @@ def _context(args: argparse.Namespace, stdin: TextIO) -> TranslationContext:
         default_cores=args.default_cores,
         default_gpu_num=args.default_gpu_num,
         memory_factor=args.memory_factor,
+        allow_privileged=args.allow_privileged,
+        **{field: getattr(args, field) for field, _ in _RESOURCE_NAME_FLAGS},
     )
     inventory = Inventory()
     if args.inventory:

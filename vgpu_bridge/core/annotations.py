@@ -58,7 +58,7 @@ def _items(
             continue
         items = [item.strip() for item in value.split(",") if item.strip()]
         if not items:
-            warnings.append(f"{path} names no GPU {kind}: no constraint, as in HAMi")
+            warnings.append(f"{path} names no GPU {kind}: no constraint, as in HAMi and Volcano")
         for item in items:
             if pattern.match(item) is None:
                 problems.add(path, f"GPU {kind} {shown(item)} may only contain {allowed}")

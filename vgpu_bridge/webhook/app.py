@@ -11,13 +11,15 @@ from collections.abc import Callable, Mapping
 import structlog
 
 from vgpu_bridge.adapters import default_registry
-from vgpu_bridge.core import TranslatorConfig, profile_named
+from vgpu_bridge.core import profile_named
+from vgpu_bridge.core.dialects import hami
 from vgpu_bridge.kube import KubeApi, KubeConfigError
 from vgpu_bridge.logs import configure_json_logging
 from vgpu_bridge.webhook.admission import Admitter
 from vgpu_bridge.webhook.inventory import InventoryCache
 from vgpu_bridge.webhook.legacy import legacy_hami_warnings
 from vgpu_bridge.webhook.metrics import WebhookMetrics
+from vgpu_bridge.webhook.quotas import QuotaCache, QuotaGate
 from vgpu_bridge.webhook.server import ProbeServer, TLSFiles, WebhookServer, watch_tls
 from vgpu_bridge.webhook.settings import Settings
 from vgpu_bridge.webhook.templates import Sweeper, TemplateStore
@@ -27,15 +29,11 @@ log = structlog.get_logger("vgpu_bridge.webhook")
 
 def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, Sweeper]:
     profile = profile_named(settings.profile, our_driver=settings.driver_name)
-    config = TranslatorConfig(
-        default_memory=settings.default_memory,
-        default_cores=settings.default_cores,
-        default_gpu_num=settings.default_gpu_num,
-        memory_factor=settings.memory_factor,
-    )
+    config = settings.translator_config()
     inventory = InventoryCache(api, driver=profile.driver, memory_capacity=profile.memory_capacity)
     metrics = WebhookMetrics()
     metrics.unreadable_slices.set_function(lambda: len(inventory.unreadable()))
+    hami_names = hami.for_config(config).names  # HAMi's quotas name its resources
     store = TemplateStore(
         api,
         grace_s=settings.sweep_grace_seconds,
@@ -56,6 +54,14 @@ def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, S
         store=store,
         api=api,
         metrics=metrics,
+        quotas=QuotaGate(
+            api=api,
+            cache=QuotaCache(api, names=hami_names),
+            profile=profile,
+            names=hami_names,
+            inventory=inventory.current,
+            memory_factor=config.memory_factor,
+        ),
     )
     return admitter, inventory, Sweeper(api, grace_s=settings.sweep_grace_seconds)
 
@@ -104,9 +110,11 @@ def api_workers(
     stop: threading.Event,
     every_s: float,
 ) -> list[threading.Thread]:
-    """The threads that follow the API: inventory, template index, housekeeping."""
+    """The threads that follow the API: inventory, template index, quotas, housekeeping."""
+    quotas = [admitter.quotas.cache] if admitter.quotas else []
     return [
         threading.Thread(target=inventory.run, args=(stop,), name="inventory", daemon=True),
+        *(threading.Thread(target=q.run, args=(stop,), name="quotas", daemon=True) for q in quotas),
         threading.Thread(
             target=admitter.store.index.run, args=(stop,), name="templates", daemon=True
         ),

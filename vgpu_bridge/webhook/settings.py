@@ -4,11 +4,25 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from vgpu_bridge.core.config import ResourceName, TranslatorConfig
 from vgpu_bridge.core.profiles import DEFAULT, DRIVER_NAME_MAX_LENGTH, DRIVER_NAME_PATTERN
 from vgpu_bridge.flag_settings import FlagSettings, HostPort, comma_list, split_host_port
 from vgpu_bridge.webhook.connections import Limits
+from vgpu_bridge.webhook.fastpath import GPU_KEY_PREFIXES
+
+_HAMI_NAMES = TranslatorConfig.model_fields
+
+
+def _hami_name(field: str) -> ResourceName:
+    default = _HAMI_NAMES[field].default
+    return Field(  # type: ignore[no-any-return]
+        default=default,
+        description=f"HAMi's {_HAMI_NAMES[field].alias} as this cluster names it; must start with "
+        f"one of {', '.join(GPU_KEY_PREFIXES[:3])} (the fast path and the chart's "
+        "matchConditions look only there)",
+    )
 
 
 class Settings(FlagSettings):
@@ -65,6 +79,16 @@ class Settings(FlagSettings):
     default_cores: int = Field(default=0, ge=0, le=100, description="SM percent of a share")
     default_gpu_num: int = Field(default=1, ge=1, description="GPUs when no count is given")
     memory_factor: int = Field(default=1, ge=1, description="gpumem unit in MiB")
+    resource_count_name: ResourceName = _hami_name("resource_count_name")
+    resource_memory_name: ResourceName = _hami_name("resource_memory_name")
+    resource_memory_percentage_name: ResourceName = _hami_name("resource_memory_percentage_name")
+    resource_core_name: ResourceName = _hami_name("resource_core_name")
+    resource_priority_name: ResourceName = _hami_name("resource_priority_name")
+    allow_privileged: bool = Field(
+        default=False,
+        description="admit GPU pods with a privileged container (HAMi >= 2.10 refuses them: "
+        "such a container sees every GPU and escapes its share)",
+    )
     volcano_scheduler_names: str = Field(
         default="volcano", description="vc-scheduler names, comma list"
     )
@@ -74,6 +98,37 @@ class Settings(FlagSettings):
     kai_without_capacity: Literal["warn", "refuse"] = Field(
         default="warn", description="what to do when the KAI build has no consumable capacity"
     )
+
+    @field_validator(
+        "resource_count_name",
+        "resource_memory_name",
+        "resource_memory_percentage_name",
+        "resource_core_name",
+        "resource_priority_name",
+    )
+    @classmethod
+    def _seen_by_the_fast_path(cls, name: str) -> str:
+        """A name the fast path would not look at would let GPU pods through untranslated."""
+        if not name.startswith(GPU_KEY_PREFIXES):
+            raise ValueError(
+                f"{name!r} must start with one of {', '.join(GPU_KEY_PREFIXES[:3])}: "
+                "the webhook's fast path and the chart's matchConditions look only there"
+            )
+        return name
+
+    def translator_config(self) -> TranslatorConfig:
+        return TranslatorConfig(
+            default_memory=self.default_memory,
+            default_cores=self.default_cores,
+            default_gpu_num=self.default_gpu_num,
+            memory_factor=self.memory_factor,
+            resource_count_name=self.resource_count_name,
+            resource_memory_name=self.resource_memory_name,
+            resource_memory_percentage_name=self.resource_memory_percentage_name,
+            resource_core_name=self.resource_core_name,
+            resource_priority_name=self.resource_priority_name,
+            allow_privileged=self.allow_privileged,
+        )
 
     def limits(self) -> Limits:
         return Limits(

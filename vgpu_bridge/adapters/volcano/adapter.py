@@ -18,6 +18,7 @@ from typing import Any
 from vgpu_bridge.adapters.volcano.podgroup import strip_min_resources
 from vgpu_bridge.core import Plan, TranslationContext, translate
 from vgpu_bridge.core.claims import TEMPLATE_PREFIX
+from vgpu_bridge.core.dialects import translated_resources
 from vgpu_bridge.core.workloads import (
     VOLCANO_GROUP,
     VOLCANO_SCHEDULING_GROUP,
@@ -64,7 +65,8 @@ class VolcanoAdapter:
     def translate(self, obj: Mapping[str, Any], *, context: TranslationContext) -> Plan:
         group, kind = api_group(obj), obj.get("kind")
         if (group, kind) == (VOLCANO_SCHEDULING_GROUP, "PodGroup"):
-            return strip_min_resources(obj, adapter=self.name)
+            resources = translated_resources(context.config)
+            return strip_min_resources(obj, adapter=self.name, resources=resources)
         prefix = TEMPLATE_PREFIX
         if (group, kind) == (VOLCANO_GROUP, "Job"):
             prefix = f"{TEMPLATE_PREFIX}{_job_name(obj)}-"

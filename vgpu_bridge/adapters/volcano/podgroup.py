@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from vgpu_bridge.core import Plan
-from vgpu_bridge.core.dialects import TRANSLATED_RESOURCES
 from vgpu_bridge.core.jsonpatch import escape
 from vgpu_bridge.core.workloads import object_ref
 
@@ -19,17 +18,20 @@ from vgpu_bridge.core.workloads import object_ref
 _PREFIXES = ("", "requests.", "limits.")
 
 
-def _translated(key: str) -> bool:
-    return any(key.startswith(p) and key[len(p) :] in TRANSLATED_RESOURCES for p in _PREFIXES)
+def _translated(key: str, resources: frozenset[str]) -> bool:
+    return any(key.startswith(p) and key[len(p) :] in resources for p in _PREFIXES)
 
 
-def strip_min_resources(podgroup: Mapping[str, Any], *, adapter: str) -> Plan:
-    """A plan removing every translated key from `spec.minResources`; empty when none is there."""
+def strip_min_resources(
+    podgroup: Mapping[str, Any], *, adapter: str, resources: frozenset[str]
+) -> Plan:
+    """A plan removing every key of `resources` (the translated ones) from `spec.minResources`;
+    empty when none is there."""
     spec = podgroup.get("spec")
     minimum = spec.get("minResources") if isinstance(spec, Mapping) else None
     if not isinstance(minimum, Mapping):
         return Plan(object_ref=object_ref(podgroup), adapter=adapter)
-    keys = sorted(k for k in minimum if _translated(k))
+    keys = sorted(k for k in minimum if _translated(k, resources))
     ops = [{"op": "remove", "path": f"/spec/minResources/{escape(k)}"} for k in keys]
     warnings = (
         (

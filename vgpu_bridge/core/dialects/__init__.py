@@ -17,6 +17,11 @@ def dialects_for(config: TranslatorConfig) -> tuple[Dialect, ...]:
     return (hami.for_config(config), volcano.for_config(config), kai.DIALECT)
 
 
+def translated_resources(config: TranslatorConfig) -> frozenset[str]:
+    """The extended resources translated under this cluster's names."""
+    return frozenset(name for d in dialects_for(config) for name in d.resources)
+
+
 #: every dialect's annotations, HAMi's first where two mean the same
 ANNOTATIONS = AnnotationNames.merged(d.annotations for d in DIALECTS)
 #: extended resources translated into claims under the default names, then removed
@@ -35,5 +40,6 @@ __all__ = [
     "dialects_for",
     "hami",
     "kai",
+    "translated_resources",
     "volcano",
 ]
