@@ -1,0 +1,45 @@
+"""The webhook's HAMi resource names and privileged-container setting reach the translator, and a
+name the fast path would not look at is refused at start (issue 16, item 8)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from vgpu_bridge.core import TranslatorConfig
+from vgpu_bridge.webhook.fastpath import may_ask_for_gpus
+from vgpu_bridge.webhook.settings import Settings
+
+TLS = {"VGPU_BRIDGE_TLS_CERT_FILE": "/tls/crt", "VGPU_BRIDGE_TLS_KEY_FILE": "/tls/key"}
+
+
+def test_defaults_are_hamis_names_and_privileged_pods_are_refused() -> None:
+    assert Settings.from_env(TLS).translator_config() == TranslatorConfig()
+
+
+def test_renamed_resources_and_allow_privileged_reach_the_translator() -> None:
+    env = {
+        **TLS,
+        "VGPU_BRIDGE_RESOURCE_COUNT_NAME": "hami.io/gpu",
+        "VGPU_BRIDGE_RESOURCE_MEMORY_NAME": "hami.io/gpumem",
+        "VGPU_BRIDGE_ALLOW_PRIVILEGED": "true",
+    }
+    config = Settings.from_args(
+        ["--resource-core-name", "hami.io/gpucores"], env
+    ).translator_config()
+    assert config.resource_count_name == "hami.io/gpu"
+    assert config.resource_memory_name == "hami.io/gpumem"
+    assert config.resource_core_name == "hami.io/gpucores"
+    assert config.resource_memory_percentage_name == "nvidia.com/gpumem-percentage"
+    assert config.allow_privileged is True
+
+
+def test_a_renamed_resource_is_seen_by_the_fast_path() -> None:
+    pod = {"metadata": {}, "spec": {"containers": [{"resources": {"limits": {"hami.io/gpu": 1}}}]}}
+    assert may_ask_for_gpus("Pod", pod)
+
+
+@pytest.mark.parametrize("name", ["example.com/gpu", "gpu", "hami.io/"])
+def test_a_name_the_fast_path_would_miss_is_refused(name: str) -> None:
+    with pytest.raises(ValidationError, match="resource_count_name"):
+        Settings.from_env({**TLS, "VGPU_BRIDGE_RESOURCE_COUNT_NAME": name})
