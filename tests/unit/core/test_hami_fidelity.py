@@ -37,7 +37,7 @@ def pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
 
 
-def gpu(name: str = "main", **limits: Any) -> dict[str, Any]:
+def gpu(limits: dict[str, Any], name: str = "main") -> dict[str, Any]:
     return {"name": name, "image": "cuda", "resources": {"limits": limits}}
 
 
@@ -50,7 +50,7 @@ def plain(name: str, **security: Any) -> dict[str, Any]:
 
 def requests_of(obj: dict[str, Any], config: TranslatorConfig) -> list[GpuRequest]:
     """Each share of the pod after HAMi's defaults; fails the test on any problem."""
-    problems, warnings = Problems(), []
+    problems, warnings = Problems(), list[str]()
     (template,) = pod_templates(obj)
     found = [
         normalise(s.raw, config=config, problems=problems, warnings=warnings)
@@ -115,19 +115,19 @@ ZERO_CASES = [
 
 @pytest.mark.parametrize(("limits", "expected"), ZERO_CASES)
 def test_zero_memory_or_percentage_is_not_given(limits: dict[str, Any], expected: Any) -> None:
-    (request,) = requests_of(pod(gpu(**limits)), TranslatorConfig())
+    (request,) = requests_of(pod(gpu(limits)), TranslatorConfig())
     assert shape(request) == expected
 
 
 def test_gpumem_0_takes_the_default_memory_when_one_is_set() -> None:
     config = TranslatorConfig(default_memory=4096)
-    (request,) = requests_of(pod(gpu(**{"nvidia.com/gpumem": 0})), config)
+    (request,) = requests_of(pod(gpu({"nvidia.com/gpumem": 0})), config)
     assert shape(request) == (4096, None, 0)
 
 
 def test_gpumem_0_without_a_count_still_asks_for_one_card() -> None:
     # device.go mutateContainerResource: a gpumem key without a count gets defaultGPUNum
-    (request,) = requests_of(pod(gpu(**{"nvidia.com/gpumem": "0"})), TranslatorConfig())
+    (request,) = requests_of(pod(gpu({"nvidia.com/gpumem": "0"})), TranslatorConfig())
     assert request.count == 1
 
 
@@ -149,7 +149,7 @@ def test_gpumem_with_a_unit_or_in_bytes_is_refused_with_a_hint(
     value: object, factor: int, hint: str
 ) -> None:
     (line,) = refusal(
-        pod(gpu(**{"nvidia.com/gpumem": value})), TranslatorConfig(memory_factor=factor)
+        pod(gpu({"nvidia.com/gpumem": value})), TranslatorConfig(memory_factor=factor)
     )
     assert "spec.containers[0].resources.limits[nvidia.com/gpumem]: " in line
     assert hint in line
@@ -157,21 +157,21 @@ def test_gpumem_with_a_unit_or_in_bytes_is_refused_with_a_hint(
 
 def test_gpumem_beyond_an_int32_after_the_factor_is_refused() -> None:
     config = TranslatorConfig(memory_factor=2)
-    (line,) = refusal(pod(gpu(**{"nvidia.com/gpumem": 2**30})), config)
+    (line,) = refusal(pod(gpu({"nvidia.com/gpumem": 2**30})), config)
     assert "times the memory factor 2 is 2147483648 MiB" in line
-    (request,) = requests_of(pod(gpu(**{"nvidia.com/gpumem": 2**30 - 1})), config)
+    (request,) = requests_of(pod(gpu({"nvidia.com/gpumem": 2**30 - 1})), config)
     assert request.memory_mib == 2**31 - 2
 
 
 def test_a_plain_gpumem_up_to_the_int32_limit_is_mib() -> None:
-    (request,) = requests_of(pod(gpu(**{"nvidia.com/gpumem": "16384.0"})), TranslatorConfig())
+    (request,) = requests_of(pod(gpu({"nvidia.com/gpumem": "16384.0"})), TranslatorConfig())
     assert request.memory_mib == 16384
 
 
 # --- item 5: spec.nodeName ------------------------------------------------------------------
 def test_gpu_pod_with_node_name_is_refused() -> None:
     # webhook.go Handle: "pod has node assigned"; webhook_test.go TestPodHasNodeName
-    (line,) = refusal(pod(gpu(**{"nvidia.com/gpu": 1}), nodeName="n1"))
+    (line,) = refusal(pod(gpu({"nvidia.com/gpu": 1}), nodeName="n1"))
     assert "spec.nodeName: is set, so no scheduler places this pod" in line
 
 
@@ -187,12 +187,12 @@ def test_pod_without_gpu_keeps_its_node_name() -> None:
     ("obj", "path"),
     [
         pytest.param(
-            pod(plain("sidecar", privileged=True), gpu(**{"hami.io/gpu": 1})),
+            pod(plain("sidecar", privileged=True), gpu({"hami.io/gpu": 1})),
             "spec.containers[0].securityContext.privileged",
             id="privileged sidecar with gpu workload",
         ),
         pytest.param(
-            pod(gpu(**{"hami.io/gpu": 1}), init=(plain("init", privileged=True),)),
+            pod(gpu({"hami.io/gpu": 1}), init=(plain("init", privileged=True),)),
             "spec.initContainers[0].securityContext.privileged",
             id="privileged init container with gpu workload",
         ),
@@ -210,11 +210,11 @@ def test_a_privileged_container_beside_a_gpu_is_refused(obj: dict[str, Any], pat
     [
         pytest.param(pod(plain("privileged", privileged=True)), id="privileged without gpu"),
         pytest.param(
-            pod({**gpu(**{"nvidia.com/gpu": 1}), "securityContext": {"privileged": False}}),
+            pod({**gpu({"nvidia.com/gpu": 1}), "securityContext": {"privileged": False}}),
             id="privileged false",
         ),
         pytest.param(
-            pod({**gpu(**{"nvidia.com/gpu": 1}), "securityContext": {"privileged": "true"}}),
+            pod({**gpu({"nvidia.com/gpu": 1}), "securityContext": {"privileged": "true"}}),
             id="privileged as a string is not true (the API server refuses it anyway)",
         ),
     ],
@@ -239,12 +239,12 @@ def test_pods_hami_admits_despite_a_security_context(obj: dict[str, Any]) -> Non
 )
 @pytest.mark.parametrize("value", ["", "   ", ",", " , ,"])
 def test_a_blank_device_choice_is_no_constraint_with_a_warning(key: str, value: str) -> None:
-    warnings = admitted(pod(gpu(**{"nvidia.com/gpumem": 1024}), annotations={key: value}))
+    warnings = admitted(pod(gpu({"nvidia.com/gpumem": 1024}), annotations={key: value}))
     assert any(f"annotations[{key}] names no GPU" in w for w in warnings)
 
 
 def test_quotes_in_a_device_choice_are_still_refused() -> None:
-    obj = pod(gpu(**{"nvidia.com/gpu": 1}), annotations={"nvidia.com/use-gputype": 'A100"'})
+    obj = pod(gpu({"nvidia.com/gpu": 1}), annotations={"nvidia.com/use-gputype": 'A100"'})
     (line,) = refusal(obj)
     assert "may only contain" in line
 
@@ -253,7 +253,7 @@ def test_quotes_in_a_device_choice_are_still_refused() -> None:
 # gpu_request_validator.go; gpu_request_validator_test.go "block MPS without GPU request",
 # "forbid GPU annotation and GPU request mismatch (fractional)".
 def test_kai_mps_beside_a_whole_gpu_is_refused() -> None:
-    obj = pod(gpu(**{"nvidia.com/gpu": 1}), annotations={"mps": "true"})
+    obj = pod(gpu({"nvidia.com/gpu": 1}), annotations={"mps": "true"})
     (line,) = refusal(obj)
     assert "metadata.annotations[mps]: is only valid beside gpu-fraction or gpu-memory" in line
 
@@ -261,14 +261,14 @@ def test_kai_mps_beside_a_whole_gpu_is_refused() -> None:
 # a fraction of 1 needs no card sizes (a share below 1 would need an inventory, beside the point)
 @pytest.mark.parametrize("annotation", [{"gpu-fraction": "1"}, {"gpu-memory": "2048"}])
 def test_kai_mps_beside_a_fraction_or_gpu_memory_is_admitted(annotation: dict[str, str]) -> None:
-    admitted(pod(gpu(), annotations={"mps": "true", **annotation}), None)
+    admitted(pod(gpu({}), annotations={"mps": "true", **annotation}), None)
 
 
 @pytest.mark.parametrize("annotation", [{"gpu-fraction": "0.5"}, {"gpu-memory": "2048"}])
 def test_kai_fraction_with_a_whole_gpu_elsewhere_in_the_pod_is_refused(
     annotation: dict[str, str],
 ) -> None:
-    obj = pod(plain("main"), gpu("other", **{"nvidia.com/gpu": 1}), annotations=annotation)
+    obj = pod(plain("main"), gpu({"nvidia.com/gpu": 1}, "other"), annotations=annotation)
     lines = refusal(obj)
     assert any(
         "spec.containers[1].resources.limits[nvidia.com/gpu]: cannot be combined" in line
@@ -290,13 +290,13 @@ RENAMED = TranslatorConfig(
 
 def test_renamed_resources_are_read_and_the_default_names_are_not() -> None:
     limits = {"hami.io/gpu": 2, "hami.io/gpumem": 3000, "hami.io/gpucores": 30}
-    (request,) = requests_of(pod(gpu(**limits, **{"hami.io/priority": 1})), RENAMED)
+    (request,) = requests_of(pod(gpu({**limits, "hami.io/priority": 1})), RENAMED)
     assert (request.count, *shape(request), request.priority) == (2, 3000, None, 30, 1)
-    assert requests_of(pod(gpu(**{"nvidia.com/gpu": 1})), RENAMED) == []
+    assert requests_of(pod(gpu({"nvidia.com/gpu": 1})), RENAMED) == []
 
 
 def test_a_renamed_gpumem_with_a_unit_names_its_own_field() -> None:
-    (line,) = refusal(pod(gpu(**{"hami.io/gpumem": "2Gi"})), RENAMED)
+    (line,) = refusal(pod(gpu({"hami.io/gpumem": "2Gi"})), RENAMED)
     assert "limits[hami.io/gpumem]: " in line
     assert "gpumem is MiB: write 2048" in line
 
@@ -313,17 +313,17 @@ def test_resource_names_must_differ_and_look_like_extended_resources() -> None:
 @pytest.mark.parametrize("policy", ["mutex", "binpack, mutex", " MUTEX "])
 def test_mutex_books_each_card_whole(policy: str) -> None:
     limits = {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 3000, "nvidia.com/gpucores": 30}
-    obj = pod(gpu(**limits), annotations={"hami.io/gpu-scheduler-policy": policy})
+    obj = pod(gpu(limits), annotations={"hami.io/gpu-scheduler-policy": policy})
     context = TranslationContext()
     plan = translate(obj, context=context)
-    whole = translate(pod(gpu(**{"nvidia.com/gpu": 2})), context=context)
+    whole = translate(pod(gpu({"nvidia.com/gpu": 2})), context=context)
     assert [t["spec"] for t in plan.templates] == [t["spec"] for t in whole.templates]
     assert any("each GPU is booked whole" in w for w in plan.warnings)
 
 
 def test_other_policies_stay_hints() -> None:
     obj = pod(
-        gpu(**{"nvidia.com/gpumem": 3000}), annotations={"hami.io/gpu-scheduler-policy": "spread"}
+        gpu({"nvidia.com/gpumem": 3000}), annotations={"hami.io/gpu-scheduler-policy": "spread"}
     )
     (warning,) = admitted(obj)
     assert "is not acted on" in warning
