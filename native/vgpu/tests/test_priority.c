@@ -25,6 +25,7 @@ extern char **environ;
 #define UUID1 "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae01"
 #define BOARD_SIZE 128   /* board layout version 1 (src/priority.c) */
 #define BOARD_HIGH_NS 64 /* offset of the last priority-0 launch time */
+#define BOARD_HIGH_PID 72 /* offset of the host pid that wrote it */
 #define HELD_NS 50000000ULL /* a launch that took longer than this was held */
 
 /* What a worker publishes (times are CLOCK_BOOTTIME, the board's clock). */
@@ -98,6 +99,32 @@ static int worker(const char *path, int ordinal, const char *kind)
 	}
 	cuCtxSynchronize();
 	return 0;
+}
+
+/* A priority-0 process that stamps the board, then forks a child that stamps it too: the board
+ * must then name the child (priority.c's fork handler forgets the parent's pid). Exit 0 if so. */
+static int forker(const char *board)
+{
+	int32_t high_pid = 0;
+	pid_t pid;
+	int st, fd;
+
+	if (ctx_on(0) != 0 || launch_kind("kernel", NULL) != CUDA_SUCCESS)
+		return 2;
+	if ((pid = fork()) == 0) {
+		sleep_ms(2); /* past the parent's stamp: a board is stamped at most once per ms */
+		_exit(launch_kind("kernel", NULL) == CUDA_SUCCESS ? 0 : 1);
+	}
+	if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		return 3;
+	if ((fd = open(board, O_RDONLY)) < 0)
+		return 4;
+	if (pread(fd, &high_pid, sizeof(high_pid), BOARD_HIGH_PID) != sizeof(high_pid))
+		high_pid = 0;
+	close(fd);
+	fprintf(stderr, "    board names pid %d; the child is %d, its parent %d\n", (int)high_pid,
+		(int)pid, (int)getpid());
+	return high_pid == pid ? 0 : 5;
 }
 
 /* ---- the cases: containers as processes ---- */
@@ -536,6 +563,31 @@ static void a_foreign_board_file_warns_and_runs_unblocked(void)
 	}
 }
 
+static void a_forked_child_stamps_the_board_with_its_own_pid(void)
+{
+	char self[4096], boards[600], board[700];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	pid_t pid;
+	int st;
+
+	CHECK(n > 0);
+	self[n > 0 ? n : 0] = '\0';
+	new_case_dir("fork");
+	snprintf(boards, sizeof(boards), "%s/boards", casedir);
+	snprintf(board, sizeof(board), "%s/%s.board", boards, UUID0);
+	CHECK(mkdir(boards, 01777) == 0);
+	fflush(NULL);
+	if ((pid = fork()) == 0) {
+		setenv("CUDA_TASK_PRIORITY", "0", 1);
+		setenv("CUDA_TASK_PRIORITY_DIR", boards, 1);
+		setenv("CUDA_DEVICE_MEMORY_SHARED_CACHE", in_case("fork.region"), 1);
+		execl(self, self, "forker", board, (char *)NULL);
+		_exit(6);
+	}
+	CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st));
+	CHECK_EQ(WEXITSTATUS(st), 0);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct check_case cases[] = {
@@ -547,8 +599,11 @@ int main(int argc, char **argv)
 		CASE(without_a_board_dir_nothing_is_created_and_nothing_waits),
 		CASE(an_unusable_board_dir_warns_once_and_runs_unblocked),
 		CASE(a_foreign_board_file_warns_and_runs_unblocked),
+		CASE(a_forked_child_stamps_the_board_with_its_own_pid),
 	};
 
+	if (argc == 3 && strcmp(argv[1], "forker") == 0)
+		return forker(argv[2]);
 	if (argc == 5 && strcmp(argv[1], "worker") == 0)
 		return worker(argv[2], atoi(argv[3]), argv[4]);
 	signal(SIGPIPE, SIG_IGN);
