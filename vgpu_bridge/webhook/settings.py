@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -15,10 +15,10 @@ from vgpu_bridge.webhook.fastpath import GPU_KEY_PREFIXES
 _HAMI_NAMES = TranslatorConfig.model_fields
 
 
-def _hami_name(field: str) -> ResourceName:
-    default = _HAMI_NAMES[field].default
-    return Field(  # type: ignore[no-any-return]
-        default=default,
+def _hami_name(field: str) -> Any:  # Any: what pydantic's Field() returns
+    """The setting for one of HAMi's resource names, with TranslatorConfig's default."""
+    return Field(
+        default=_HAMI_NAMES[field].default,
         description=f"HAMi's {_HAMI_NAMES[field].alias} as this cluster names it; must start with "
         f"one of {', '.join(GPU_KEY_PREFIXES[:3])} (the fast path and the chart's "
         "matchConditions look only there)",
