@@ -116,6 +116,10 @@ def _where(obj: Mapping[str, Any]) -> tuple[str, str]:
     return str(meta.get("namespace")), str(meta.get("name"))
 
 
+class Uncountable(Exception):
+    """A pod names a claim or template that does not exist: what it claims cannot be counted."""
+
+
 @dataclass
 class QuotaGate:
     """Why a pod would take its namespace past a GPU quota (empty: it would not)."""
@@ -132,19 +136,23 @@ class QuotaGate:
     ) -> list[str]:
         """`pod` as it will be created; `templates` the claim specs this admission makes, by
         template name (others are read from the API server)."""
-        names = _template_names(pod)
-        if not names:  # claims nothing new: the fast path of pods without GPUs stays free
+        made_from, named = _claim_sources(pod)
+        if not made_from and not named:  # the fast path of pods without GPUs stays free
             return []
         quotas = self._quotas(namespace)
         if not quotas:
             return []
         largest = max(self._card_sizes(), default=None)
-        booked = self._booking(namespace, names, templates, largest)
-        if isinstance(booked, str):
-            return [booked]
+        try:
+            booked = total(self._template_booking(namespace, n, templates, largest)
+                           for n in made_from)  # fmt: skip
+            firsts = {n: b for n in named if (b := self._first_use(namespace, n, largest))}
+        except Uncountable as exc:
+            return [str(exc)]
+        booked += total(firsts.values())
         if booked.devices == 0:
             return []
-        used = self._used(namespace, largest)
+        used = self._used(namespace, largest, leaving_out=set(firsts))
         return [r for q in quotas if (r := self._exceeded(q, booked, used))]
 
     def _quotas(self, namespace: str) -> list[GpuQuota]:
@@ -157,36 +165,38 @@ class QuotaGate:
     def _card_sizes(self) -> tuple[int, ...]:
         return self.inventory().sizes(self.profile.driver)
 
-    def _booking(
-        self, namespace: str, names: list[str], made: Mapping[str, Json], largest: int | None
-    ) -> Booking | str:
-        bookings = []
-        for name in names:
-            spec = made.get(name)
-            if spec is None:
-                spec = self._template_spec(namespace, name)
-            if spec is None:
-                return (
-                    f"spec.resourceClaims: template {name} does not exist, so what the pod "
-                    "claims cannot be counted against the namespace's GPU quota"
-                )
-            bookings.append(spec_booking(spec, profile=self.profile, largest_card=largest))
-        return total(bookings)
+    def _template_booking(
+        self, namespace: str, name: str, made: Mapping[str, Json], largest: int | None
+    ) -> Booking:
+        spec = made.get(name)
+        if spec is None:
+            found = self._get(namespace, "resourceclaimtemplates", name)
+            spec = (found.get("spec") or {}).get("spec") or {}
+        return spec_booking(spec, profile=self.profile, largest_card=largest)
 
-    def _template_spec(self, namespace: str, name: str) -> Json | None:
-        path = api_path(RESOURCE_API, "namespaces", namespace, "resourceclaimtemplates", name)
+    def _first_use(self, namespace: str, name: str, largest: int | None) -> Booking | None:
+        """What a claim written by hand (named by the pod) books, when this pod is its first
+        user: it was made without our admission, so its first pod pays for it. A claim some pod
+        already uses is in `used` and books nothing new."""
+        claim = self._get(namespace, "resourceclaims", name)
+        if (claim.get("status") or {}).get("reservedFor"):
+            return None
+        return claim_booking(claim, profile=self.profile, largest_card=largest)
+
+    def _get(self, namespace: str, resource: str, name: str) -> Json:
         try:
-            found = self.api.get(path)
+            return self.api.get(api_path(RESOURCE_API, "namespaces", namespace, resource, name))
         except KubeError as exc:
             if exc.status == 404:
-                return None
+                raise Uncountable(
+                    f"spec.resourceClaims: {resource[:-1]} {name} does not exist, so what the "
+                    "pod claims cannot be counted against the namespace's GPU quota"
+                ) from None
             raise
-        spec = (found.get("spec") or {}).get("spec")
-        return spec if isinstance(spec, dict) else {}
 
-    def _used(self, namespace: str, largest: int | None) -> Booking:
+    def _used(self, namespace: str, largest: int | None, *, leaving_out: set[str]) -> Booking:
         listed = self.api.list(api_path(RESOURCE_API, "namespaces", namespace, "resourceclaims"))
-        claims = listed.get("items") or ()
+        claims = [c for c in listed.get("items") or () if _where(c)[1] not in leaving_out]
         return total(claim_booking(c, profile=self.profile, largest_card=largest) for c in claims)
 
     def _exceeded(self, quota: GpuQuota, booked: Booking, used: Booking) -> str | None:
@@ -211,10 +221,15 @@ def _measure(booking: Booking, measure: str) -> int:
     ]
 
 
-def _template_names(pod: Mapping[str, Any]) -> list[str]:
-    """The claim templates the pod names (one claim is made per entry); names that are no DNS
-    subdomain are left to the API server, which refuses the pod."""
+def _claim_sources(pod: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """The claim templates the pod names (one claim is made per entry) and the claims it names.
+    Names that are no DNS subdomain are left to the API server, which refuses the pod."""
     spec = pod.get("spec")
     entries = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
-    names = [e.get("resourceClaimTemplateName") for e in entries or () if isinstance(e, Mapping)]
+    entries = [e for e in entries or () if isinstance(e, Mapping)]
+    return _names(entries, "resourceClaimTemplateName"), _names(entries, "resourceClaimName")
+
+
+def _names(entries: list[Mapping[str, Any]], key: str) -> list[str]:
+    names = (e.get(key) for e in entries)
     return [n for n in names if isinstance(n, str) and not dns_subdomain_problem(n)]

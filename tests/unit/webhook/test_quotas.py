@@ -207,3 +207,27 @@ def test_the_cache_follows_added_changed_and_deleted_quotas(recorded: RecordingA
     assert cache.in_namespace("team-a") == []
     cache.synced.clear()  # the watch stopped: unknown until it has listed again
     assert cache.in_namespace("team-a") is None
+
+
+def test_a_claim_written_by_hand_is_paid_for_by_its_first_pod(recorded: RecordingApi) -> None:
+    """Claims are made without our admission; the first pod that names one books it."""
+    big = {"metadata": {"name": "big"}, **held(1, "8Gi", 0)}
+    namespace_holds(recorded, [quota("team-gpu", **{"limits.nvidia.com/gpumem": "10240"})],
+                    [held(1, "4Gi", 0), big])  # fmt: skip
+    recorded.objects[f"{CLAIMS}/big"] = big
+    claims = [{"name": "gpu", "resourceClaimName": "big"}]
+    response = answer(admitter_for(recorded), pod({"cpu": "1"}, resourceClaims=claims))
+    assert message(response) == (
+        "exceeded quota team-gpu: limits.nvidia.com/gpumem: requested 8192, used 4096, "
+        "limited 10240"
+    )
+
+
+def test_a_pod_sharing_a_claim_in_use_books_nothing_new(recorded: RecordingApi) -> None:
+    shared = {"metadata": {"name": "shared"}, **held(1, "8Gi", 0)}
+    shared["status"]["reservedFor"] = [{"resource": "pods", "name": "first", "uid": "u"}]
+    namespace_holds(recorded, [quota("team-gpu", **{"limits.nvidia.com/gpumem": "8192"})],
+                    [shared])  # fmt: skip
+    recorded.objects[f"{CLAIMS}/shared"] = shared
+    claims = [{"name": "gpu", "resourceClaimName": "shared"}]
+    assert answer(admitter_for(recorded), pod({}, resourceClaims=claims))["allowed"] is True
