@@ -155,6 +155,14 @@ def test_gpumem_with_a_unit_or_in_bytes_is_refused_with_a_hint(
     assert hint in line
 
 
+@pytest.mark.parametrize(("value", "hint"), [("1Gi", "write 1024"), ("17179869184", "write 16384")])
+def test_kai_gpu_memory_with_a_unit_or_in_bytes_is_refused(value: str, hint: str) -> None:
+    # KAI gpu_request_validator.go validateMemoryAnnotation: an integer of MiB, no suffix
+    (line,) = refusal(pod(gpu({}), annotations={"gpu-memory": value}))
+    assert "metadata.annotations[gpu-memory]: " in line
+    assert f"gpu-memory is MiB: {hint}" in line
+
+
 def test_gpumem_beyond_an_int32_after_the_factor_is_refused() -> None:
     config = TranslatorConfig(memory_factor=2)
     (line,) = refusal(pod(gpu({"nvidia.com/gpumem": 2**30})), config)

@@ -19,6 +19,7 @@ from vgpu_bridge.core.dialects.resources import (
     MAX_DEVICES,
     MAX_MEMORY_MIB,
     Resources,
+    plain_mib,
     whole_number,
 )
 from vgpu_bridge.core.errors import shown
@@ -113,7 +114,7 @@ def read_request(
             fraction, path=_path(meta_path, FRACTION), problems=problems
         )
         raw.sources["memory_percent"] = _path(meta_path, FRACTION)
-    else:
+    elif plain_mib(memory, name=MEMORY, factor=1, path=_path(meta_path, MEMORY), problems=problems):
         raw.memory_mib = whole_number(
             memory, path=_path(meta_path, MEMORY), low=1, high=MAX_MEMORY_MIB, unit=" of MiB",
             problems=problems,

@@ -127,7 +127,7 @@ def read_family(
             continue
         section, source = ("limits", limits) if name in limits else ("requests", requests)
         field_path = f"{path}.{section}[{name}]"
-        if field == "memory_mib" and not _plain_mib(
+        if field == "memory_mib" and not plain_mib(
             source[name], name=name, factor=memory_factor, path=field_path, problems=problems
         ):
             continue
@@ -151,7 +151,7 @@ def read_family(
 _ZERO_IS_UNSET = ("memory_mib", "memory_percent")
 
 
-def _plain_mib(value: object, *, name: str, factor: int, path: str, problems: Problems) -> bool:
+def plain_mib(value: object, *, name: str, factor: int, path: str, problems: Problems) -> bool:
     """gpumem is a plain number of MiB (times the memory factor): a unit (`16Gi`) or a byte count
     (`17179869184`) is refused with the number to write; HAMi drops such a request as no GPU."""
     try:
