@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,9 @@ from e2e.kind.build import KindTools, ensure_tools, tools_dir
 from e2e.kind.chartimages import DOCKERFILES, build_chart_images, tag_examples_image
 from e2e.kind.cudaimage import write_cuda_image
 from e2e.kind.nodeimage import IMAGE_REPOSITORY, NodeInputs, ensure_node_image, kind_module_dir
-from e2e.kind.steps import StepError, run, timed
+from e2e.kind.steps import run, timed
 from e2e.realnode.build import ensure_runtime
+from e2e.waiting import wait_for
 from vgpu_bridge.kube import KubeApi
 
 KIND_DIR = Path(__file__).resolve().parent
@@ -168,9 +170,11 @@ def create_cluster(kind: Kind, node_image: str) -> None:
     _kind(kind, "create", "cluster", "--config", str(path), "--kubeconfig", str(kind.kubeconfig))
     api = KubeApi.connect(str(kind.kubeconfig), timeout_s=30)
     if local:
-        _wait(lambda: _all_nodes_have_pod_cidrs(api, len(config["nodes"])), "podCIDRs", 120)
+        cidrs = partial(_all_nodes_have_pod_cidrs, api, len(config["nodes"]))
+        wait_for(cidrs, timeout_s=120, what="every node's podCIDR", interval_s=1)
         network.wire(api)
-    _wait(lambda: _all_nodes_ready(api, len(config["nodes"])), "nodes Ready", 300)
+    ready = partial(_all_nodes_ready, api, len(config["nodes"]))
+    wait_for(ready, timeout_s=300, what="all nodes Ready", interval_s=1)
 
 
 def _all_nodes_have_pod_cidrs(api: KubeApi, count: int) -> bool:
@@ -187,15 +191,6 @@ def _all_nodes_ready(api: KubeApi, count: int) -> bool:
         if c["type"] == "Ready" and c["status"] == "True"
     ]
     return len(ready) == count
-
-
-def _wait(check: Any, what: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(1)
-    raise StepError(f"kind: {what} not reached within {timeout_s:.0f}s")
 
 
 def load_images(kind: Kind) -> None:
