@@ -39,22 +39,21 @@ class AgentProcess:
     root: Path  # short: AF_UNIX paths must stay under 108 bytes
     kubeconfig: Path
     gpus: list[dict[str, str]]
+    driver: str = DEFAULT.driver  # another name goes to the agent as VGPU_BRIDGE_DRIVER_NAME
     metrics_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
     @property
     def dra_socket(self) -> Path:
-        return self.root / "plugins" / DEFAULT.driver / "dra.sock"
+        return self.root / "plugins" / self.driver / "dra.sock"
 
     @property
     def registration_socket(self) -> Path:
-        return self.root / "registry" / f"{DEFAULT.driver}-reg.sock"
+        return self.root / "registry" / f"{self.driver}-reg.sock"
 
     @property
     def layout(self) -> CdiLayout:
-        return CdiLayout(
-            cdi_dir=self.root / "cdi", vgpu_dir=self.root / "vgpu", driver=DEFAULT.driver
-        )
+        return CdiLayout(cdi_dir=self.root / "cdi", vgpu_dir=self.root / "vgpu", driver=self.driver)
 
     @property
     def log_file(self) -> Path:
@@ -71,6 +70,8 @@ class AgentProcess:
             "VGPU_BRIDGE_VGPU_DIR": str(self.root / "vgpu"),
             "VGPU_BRIDGE_RESYNC_SECONDS": "1",
         }
+        if self.driver != DEFAULT.driver:  # the default goes unsaid, as most installs leave it
+            environ["VGPU_BRIDGE_DRIVER_NAME"] = self.driver
         command = [
             sys.executable, "-m", "vgpu_bridge.cli", "node",
             "--node-name", self.node,
@@ -119,10 +120,11 @@ def _base_env() -> dict[str, str]:
 
 @contextmanager
 def running_agent(
-    node: str, kubeconfig: Path, gpus: list[dict[str, str]]
+    node: str, kubeconfig: Path, gpus: list[dict[str, str]], *, driver: str = DEFAULT.driver
 ) -> Iterator[AgentProcess]:
+    """`vgpu-bridge node` for `node` with mock `gpus`, as DRA driver `driver`."""
     root = Path(tempfile.mkdtemp(prefix="vb-agent-", dir="/tmp"))
-    agent = AgentProcess(node, root, kubeconfig, gpus)
+    agent = AgentProcess(node, root, kubeconfig, gpus, driver)
     try:
         agent.start()
         yield agent

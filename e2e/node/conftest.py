@@ -1,11 +1,13 @@
 """Fixtures of the node-agent e2e tests: a fake node of their own (so the webhook tests' hand-made
 slices on the session's fake nodes are never touched), the agent's API client, and our
-DeviceClass while these tests run."""
+DeviceClass while these tests run. A test module that overrides `agent_driver` gets the agent and
+the DeviceClass under that driver name."""
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -40,19 +42,34 @@ def agent_api(e2e_cluster: LocalCluster) -> KubeApi:
 
 
 @pytest.fixture(scope="module")
-def our_device_class(kube: KubeClient) -> Iterator[str]:
-    """Our DeviceClass, created for these tests unless someone else already made it."""
-    body = device_class(DEFAULT.device_class, driver=DEFAULT.driver)
+def agent_driver() -> str:
+    """The DRA driver name the module's agent runs under (its DeviceClass has the same name)."""
+    return DEFAULT.driver
+
+
+@contextmanager
+def device_class_present(kube: KubeClient, driver: str) -> Iterator[str]:
+    """The DeviceClass named `driver` for that driver (the chart's selector), created unless
+    someone else already made it, and then removed again."""
     try:
-        kube.create(f"{RESOURCE}/deviceclasses", body)
+        kube.create(f"{RESOURCE}/deviceclasses", device_class(driver, driver=driver))
         created = True
     except ApiError as error:
         if error.status != 409:
             raise
         created = False
-    yield DEFAULT.device_class
-    if created:
-        kube.delete(f"{RESOURCE}/deviceclasses/{DEFAULT.device_class}")
+    try:
+        yield driver
+    finally:
+        if created:
+            kube.delete(f"{RESOURCE}/deviceclasses/{driver}")
+
+
+@pytest.fixture(scope="module")
+def our_device_class(kube: KubeClient, agent_driver: str) -> Iterator[str]:
+    """Our DeviceClass while these tests run."""
+    with device_class_present(kube, agent_driver) as name:
+        yield name
 
 
 AGENT_GPUS = [
@@ -71,20 +88,20 @@ class AgentOnNode:
 
 @pytest.fixture(scope="module")
 def agent_on_node(
-    kube: KubeClient, e2e_cluster: LocalCluster, our_device_class: str
+    kube: KubeClient, e2e_cluster: LocalCluster, our_device_class: str, agent_driver: str
 ) -> Iterator[AgentOnNode]:
     """A node of its own with `vgpu-bridge node` (mock GPUs) and a kubelet stand-in that
     prepares its pods through the agent's socket."""
     node = f"e2e-agent-{secrets.token_hex(3)}"
     create_fake_node(kube, node, labels={AGENT_NODE_LABEL: "true"})
     try:
-        with running_agent(node, e2e_cluster.kubeconfig, AGENT_GPUS) as agent:
+        with running_agent(node, e2e_cluster.kubeconfig, AGENT_GPUS, driver=agent_driver) as agent:
             preparer = GrpcPreparer(agent.dra_socket)
             with KubeletStandIn(kube, [node], preparer=preparer) as standin:
                 yield AgentOnNode(node, agent, preparer, standin)
             preparer.close()
     finally:
         kube.delete(f"/api/v1/nodes/{node}")
-        selector = f"spec.nodeName={node},spec.driver={DEFAULT.driver}"
+        selector = f"spec.nodeName={node},spec.driver={agent_driver}"
         for item in kube.items(f"{RESOURCE}/resourceslices", fieldSelector=selector):
             kube.delete(f"{RESOURCE}/resourceslices/{item['metadata']['name']}")
