@@ -120,7 +120,7 @@ class Admitter:
         if self._skipped(request, namespace):
             return _Outcome("unchanged", review.allow(request.uid))
         if not may_ask_for_gpus(request.kind, request.object):  # the fast path: no GPU key
-            reasons = self._quota_reasons(request.kind, namespace, request.object)
+            reasons = self._quota_reasons(request, namespace, request.object)
             if reasons:  # a pod made from a translated template still books its share
                 return _Outcome("denied", review.deny(request.uid, reasons))
             return _Outcome("unchanged", review.allow(request.uid))
@@ -135,7 +135,7 @@ class Admitter:
             return _Outcome("denied", review.deny(request.uid, exc.lines()), adapter.name)
         names = [t["metadata"]["name"] for t in plan.templates]
         reasons = self._placement_reasons(plan, namespace) if plan.changes_object else []
-        reasons = reasons or self._quota_reasons(request.kind, namespace, obj, plan)
+        reasons = reasons or self._quota_reasons(request, namespace, obj, plan)
         if not plan.changes_object and not reasons:
             return _Outcome(
                 "unchanged", review.allow(request.uid, warnings=plan.warnings), adapter.name
@@ -152,12 +152,18 @@ class Admitter:
         return _Outcome("translated", body, adapter.name, names)
 
     def _quota_reasons(
-        self, kind: str, namespace: object, pod: dict[str, Any], plan: Plan | None = None
+        self,
+        request: review.AdmissionRequest,
+        namespace: object,
+        pod: dict[str, Any],
+        plan: Plan | None = None,
     ) -> list[str]:
         """Why creating this pod (as `plan` leaves it) would exceed a GPU quota of its
         namespace. Pods only: a workload's pods are counted as each is created, as Kubernetes
-        counts them."""
-        if self.quotas is None or kind != "Pod" or not isinstance(namespace, str):
+        counts them. A dry run books nothing and is not counted (it needs no API call)."""
+        if self.quotas is None or request.kind != "Pod" or request.dry_run:
+            return []
+        if not isinstance(namespace, str):
             return []
         if dns_label_problem(namespace):
             return []  # never put into an API path; the API server refuses the pod

@@ -67,6 +67,13 @@ def held(devices: int, memory: str, cores: int) -> dict[str, Any]:
 def namespace_holds(api: RecordingApi, quotas: list[dict[str, Any]], claims: list[Any]) -> None:
     api.answer("GET", QUOTAS, 200, {"items": quotas})
     api.answer("GET", CLAIMS, 200, {"items": claims})
+    api.answer("GET", TEMPLATES, 200, {"items": []})  # an admitted pod's template is made
+    api.answer("POST", TEMPLATES, 201)
+
+
+def asked_for(api: RecordingApi) -> list[str]:
+    """The quota and claim look-ups made so far (template look-ups and creates left out)."""
+    return [c.path for c in api.calls if c.path in (QUOTAS, CLAIMS)]
 
 
 def pod(limits: dict[str, Any], **spec: Any) -> dict[str, Any]:
@@ -75,10 +82,10 @@ def pod(limits: dict[str, Any], **spec: Any) -> dict[str, Any]:
             "spec": {"containers": [container], **spec}}  # fmt: skip
 
 
-def answer(admitter: Admitter, obj: dict[str, Any]) -> dict[str, Any]:
+def answer(admitter: Admitter, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
     kind = {"group": "", "version": "v1", "kind": "Pod"}
     request = {"uid": "u-1", "kind": kind, "operation": "CREATE", "namespace": "team-a",
-               "object": obj, "dryRun": True}  # fmt: skip
+               "object": obj, "dryRun": dry_run}  # fmt: skip
     body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
     status, data = admitter.review_body(json.dumps(body).encode())
     assert status == 200, data
@@ -174,14 +181,23 @@ def test_a_namespace_without_gpu_quotas_lists_no_claims(recorded: RecordingApi) 
     namespace_holds(recorded, [quota("cpu-only", **{"limits.cpu": "4"})], [held(9, "80Gi", 100)])
     response = answer(admitter_for(recorded), pod({"nvidia.com/gpumem": 3000}))
     assert response["allowed"] is True
-    assert [c.path for c in recorded.calls] == [QUOTAS]
+    assert asked_for(recorded) == [QUOTAS]
 
 
 def test_a_synced_cache_answers_without_listing_quotas(recorded: RecordingApi) -> None:
+    namespace_holds(recorded, [quota("team-gpu", **{"limits.nvidia.com/gpu": "0"})], [])
     admitter = admitter_for(recorded)
     assert admitter.quotas is not None
     admitter.quotas.cache.replace([quota("cpu-only", **{"limits.cpu": "4"})])
     assert answer(admitter, pod({"nvidia.com/gpumem": 3000}))["allowed"] is True
+    assert asked_for(recorded) == []
+
+
+def test_a_dry_run_books_nothing_and_is_not_counted(recorded: RecordingApi) -> None:
+    """`--dry-run=server` needs no API call; the real create is counted."""
+    namespace_holds(recorded, [quota("team-gpu", **{"limits.nvidia.com/gpu": "0"})], [])
+    response = answer(admitter_for(recorded), pod({"nvidia.com/gpumem": 3000}), dry_run=True)
+    assert response["allowed"] is True
     assert recorded.calls == []
 
 
