@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from e2e.cluster.settings import REPO_ROOT, Settings
 from e2e.kind import cudaimage, dockerd
@@ -119,7 +120,12 @@ def log_with(
     """The container's log once it contains ``text`` (the container prints, then sleeps)."""
 
     def read() -> str | None:
-        log: str = core.read_namespaced_pod_log(name, namespace, container=container or None)
+        try:
+            log: str = core.read_namespaced_pod_log(name, namespace, container=container or None)
+        except ApiException as error:  # not started yet: 400 "waiting to start"
+            if error.status != 400:
+                raise
+            return None
         return log if text in log else None
 
     return wait_for(read, timeout_s=60, what=f"{text!r} in {name}'s log", interval_s=1)
@@ -152,6 +158,23 @@ def agent_pods(api: KubeApi) -> list[Json]:
         "items"
     ]
     return items
+
+
+# --- the cluster ------------------------------------------------------------------------------
+
+
+def test_pods_resolve_service_names_through_the_clusters_coredns(
+    api: KubeApi, core: client.CoreV1Api, namespace: str
+) -> None:
+    manifest = example("plain/pod-share.yaml")
+    container = manifest["spec"]["containers"][0]
+    del container["resources"]
+    container["command"] = ["sh", "-c", "getent hosts kubernetes.default.svc.cluster.local"]
+    manifest["metadata"]["name"] = "dns"
+    create(api, namespace, manifest)
+    service = api.get("/api/v1/namespaces/default/services/kubernetes")
+    log = log_with(core, namespace, "dns", "kubernetes.default.svc.cluster.local")
+    assert log.split()[0] == service["spec"]["clusterIP"], log
 
 
 # --- the chart's own pods --------------------------------------------------------------------
