@@ -73,18 +73,15 @@ def spec_booking(
 def claim_booking(
     claim: Mapping[str, Any], *, profile: DriverProfile, largest_card: int | None
 ) -> Booking:
-    """What a ResourceClaim holds of `profile`'s DeviceClass: its allocation once it has one,
-    else what its spec asks for."""
+    """What a ResourceClaim holds of `profile`'s driver once allocated (whatever DeviceClass
+    it named: the chart may add classes of our driver), else what it asks of our DeviceClass."""
     spec = _map(claim.get("spec"))
     allocation = _map(_map(claim.get("status")).get("allocation"))
     if not allocation:
         return spec_booking(spec, profile=profile, largest_card=largest_card)
-    ours = {_name(r) for r in _requests(spec) if _names_class(r, profile.device_class)}
     results = [_map(r) for r in _list(_map(allocation.get("devices")).get("results"))]
     return total(
-        _consumed(r, profile, largest_card)
-        for r in results
-        if r.get("driver") == profile.driver and _name(r, key="request") in ours
+        _consumed(r, profile, largest_card) for r in results if r.get("driver") == profile.driver
     )
 
 
@@ -127,19 +124,6 @@ def _amount(value: object) -> int | None:
 
 def _requests(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [_map(r) for r in _list(_map(spec.get("devices")).get("requests"))]
-
-
-def _names_class(request: Mapping[str, Any], device_class: str) -> bool:
-    if _map(request.get("exactly")).get("deviceClassName") == device_class:
-        return True
-    return any(
-        _map(s).get("deviceClassName") == device_class for s in _list(request.get("firstAvailable"))
-    )
-
-
-def _name(obj: Mapping[str, Any], *, key: str = "name") -> str:
-    """A request's name; for a result, the request it answers (`gpu/card-80gi` answers `gpu`)."""
-    return str(obj.get(key) or "").split("/", 1)[0]
 
 
 def _map(value: object) -> Mapping[str, Any]:

@@ -74,7 +74,7 @@ def result(request: str, driver: str = DEFAULT.driver, **consumed: str) -> dict[
     return {"request": request, "driver": driver, "device": "gpu-0", "consumedCapacity": consumed}
 
 
-def test_an_allocated_claim_books_what_the_scheduler_recorded_for_our_requests_only() -> None:
+def test_an_allocated_claim_books_what_the_scheduler_recorded_on_our_driver_only() -> None:
     claim = {
         "spec": spec(
             {"name": "gpu", "firstAvailable": [
@@ -107,3 +107,15 @@ def test_a_claim_of_garbage_books_nothing_and_raises_nothing() -> None:
     ]  # fmt: skip
     for claim in claims:
         assert claim_booking(claim, profile=DEFAULT, largest_card=None) == Booking()
+
+
+def test_an_allocated_claim_of_another_class_of_our_driver_is_counted() -> None:
+    """The chart's `deviceClasses` adds classes of our driver; what they hold is GPU memory too."""
+    claim = {
+        "spec": spec({"name": "big", "exactly": {"deviceClassName": "big-cards.example.com"}}),
+        "status": {"allocation": {"devices": {"results": [
+            result("big", memory="80Gi", cores="100"),
+        ]}}},
+    }  # fmt: skip
+    booked = claim_booking(claim, profile=DEFAULT, largest_card=80 * GiB)
+    assert booked == Booking(devices=1, memory_bytes=80 * GiB, cores=100)
