@@ -176,6 +176,23 @@ def test_a_plain_gpumem_up_to_the_int32_limit_is_mib() -> None:
     assert request.memory_mib == 16384
 
 
+@pytest.mark.parametrize(
+    ("value", "mib"),
+    [("3k", 3000), ("1k", 1000), ("3e3", 3000), ("1.5k", 1500), ("2M", 2_000_000)],
+    ids=["3k", "1k", "3e3", "1.5k", "2M"],
+)
+def test_the_api_servers_short_form_of_a_plain_gpumem_is_mib(value: str, mib: int) -> None:
+    # the API server stores `gpumem: 3000` as "3k" before the webhook sees it
+    (request,) = requests_of(pod(gpu({"nvidia.com/gpumem": value})), TranslatorConfig())
+    assert request.memory_mib == mib
+
+
+@pytest.mark.parametrize("value", ["1500m", "3Ki", "2Mi"])
+def test_gpumem_in_fractions_or_binary_units_is_refused(value: str) -> None:
+    (line,) = refusal(pod(gpu({"nvidia.com/gpumem": value})))
+    assert f"got '{value}' (with a unit)" in line
+
+
 # --- item 5: spec.nodeName ------------------------------------------------------------------
 def test_gpu_pod_with_node_name_is_refused() -> None:
     # webhook.go Handle: "pod has node assigned"; webhook_test.go TestPodHasNodeName

@@ -151,17 +151,23 @@ def read_family(
 _ZERO_IS_UNSET = ("memory_mib", "memory_percent")
 
 
+# Suffixes that make a quantity bytes or a fraction, never a count of MiB: `16Gi`, `1500m`.
+UNIT_SUFFIXES = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "m", "u", "n")
+
+
 def plain_mib(value: object, *, name: str, factor: int, path: str, problems: Problems) -> bool:
     """gpumem is a plain number of MiB (times the memory factor): a unit (`16Gi`) or a byte count
-    (`17179869184`) is refused with the number to write; HAMi drops such a request as no GPU."""
+    (`17179869184`) is refused with the number to write; HAMi drops such a request as no GPU.
+    Decimal suffixes and exponents are numbers, not units: the API server stores `3000` as `3k`
+    before the webhook sees it."""
     try:
         number = parse_quantity(value)
     except QuantityError:
         return True  # whole_number says what is wrong with it
-    has_unit = isinstance(value, str) and any(c.isalpha() for c in value)
+    has_unit = isinstance(value, str) and value.strip().endswith(UNIT_SUFFIXES)
     if not has_unit and number <= MAX_GPUMEM_MIB:
         return True
-    what = "with a unit or an exponent" if has_unit else f"more than {MAX_GPUMEM_MIB} MiB; bytes?"
+    what = "with a unit" if has_unit else f"more than {MAX_GPUMEM_MIB} MiB; bytes?"
     short = name.rsplit("/", 1)[-1]
     unit = "MiB" if factor == 1 else f"in units of {factor} MiB"
     units = number / (MiB * factor)
