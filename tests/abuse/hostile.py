@@ -201,10 +201,11 @@ def bad_device_choice(rng: random.Random) -> Case:
         annotations = {"nvidia.com/use-gputype": "A100", "nvidia.com/nouse-gputype": "A100"}
     elif choice == 2:
         key = "nvidia.com/use-gputype"
-        annotations = {key: rng.choice(('A100") || true', ",,,", "x" * 5000, "\x00", "a\nb"))}
+        # blank or separator-only choices mean "no constraint" (issue 16): not hostile
+        annotations = {key: rng.choice(('A100") || true', ",,'", "x" * 5000, "\x00", "a\nb"))}
     else:
         key = "nvidia.com/nouse-gpuuuid"
-        annotations = {key: rng.choice(('GPU-1"]', "", ",", "GPU-1\\", "x" * 5000))}
+        annotations = {key: rng.choice(('GPU-1"]', ", ')", 'GPU-1,"', "GPU-1\\", "x" * 5000))}
     prefix = f"metadata.annotations[{key}" if choice != 1 else "metadata.annotations[nvidia.com/"
     return object_case("device-choice", gpu_pod(annotations=annotations), prefix, note=annotations)
 
