@@ -1,7 +1,8 @@
 """Our driver's DeviceClass and ResourceSlices: shareable GPUs with `memory` (min 1Mi, step 1Mi,
-default the whole card) and `cores` (0..100, default 100). `serve_cards` runs the real node agent
-(`vgpu-bridge node` with mock GPUs) for each node; `publish` writes the same shape by hand, for
-tests that need slices no agent would make."""
+default the whole card), `cores` (0..100, default 100) and the core booking `milliCores`
+(node.slices). `serve_cards` runs the real node agent (`vgpu-bridge node` with mock GPUs) for
+each node; `publish` writes the same shape by hand, for tests that need slices no agent would
+make."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from e2e.dra_objects import device_class, resource_slice
 from e2e.node.agent import AgentProcess, running_agent
 from e2e.waiting import wait_for
 from vgpu_bridge.core import DEFAULT
+from vgpu_bridge.node.slices import core_booking
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 
@@ -48,6 +50,7 @@ def shareable_card(card: Card) -> Json:
                     "validRange": {"min": "0", "step": "1", "max": cores},
                 },
             },
+            "milliCores": core_booking(),
         },
     }
 

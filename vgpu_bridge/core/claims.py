@@ -80,12 +80,14 @@ def claim_spec(
 def _device_request(
     request: GpuRequest, profile: DriverProfile, selectors: list[str], memory_bytes: int | None
 ) -> dict[str, Any]:
-    """An ExactCount request. A share asks for both capacities: an unrequested one would consume
-    the driver's default, the whole card. A whole-card request leaves memory to that default."""
+    """An ExactCount request. A share asks for memory and cores: an unrequested one would consume
+    the driver's default, the whole card. A whole-card request leaves memory to that default.
+    The core booking (`profiles`) keeps `gpucores: 100` alone on its card."""
     capacity: dict[str, str] = {}
     if memory_bytes is not None:
         capacity[profile.memory_capacity] = format_bytes(memory_bytes)
     capacity[profile.cores_capacity] = str(request.cores)
+    capacity.update(profile.core_booking(request.cores))
     body: dict[str, Any] = {
         "deviceClassName": profile.device_class,
         "allocationMode": "ExactCount",

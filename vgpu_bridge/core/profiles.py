@@ -2,6 +2,13 @@
 
 Names contain `gpu` on purpose: KAI counts a claim as GPU quota only when its DeviceClass (and the
 slice's driver) name contains `gpu`; over-counting a share beats escaping the quota.
+
+The core booking (`core_booking_capacity`) is how HAMi's two exclusivity rules become capacity
+arithmetic the DRA allocator does: the card has `100k` of it, a share with an SM limit of C%
+books `C*1000` and a share without an SM limit books 1. So `gpucores: 100` (`100k`) fits only
+on a card no one uses and leaves room for nothing, and a share without an SM limit does not fit
+on a card whose cores are fully booked (HAMi's ExclusiveDeviceAllocateConflict and
+CardComputeUnitsExhausted). `cores` stays the SM limit in percent that the node agent reads.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ class DriverProfile(BaseModel):
     product_attribute: str = "productName"
     memory_capacity: str = "memory"
     cores_capacity: str = "cores"
+    # the core booking (module doc); None when the driver publishes none (HAMi's driver)
+    core_booking_capacity: str | None = None
     # whether the driver reads our opaque claim config (`opaque_config.GpuShareConfig`)
     share_config: bool = False
 
@@ -30,6 +39,12 @@ class DriverProfile(BaseModel):
     def config_api_version(self) -> str | None:
         """apiVersion of the opaque config this driver reads; None when it reads none."""
         return API_VERSION if self.share_config else None
+
+    def core_booking(self, cores: int) -> dict[str, str]:
+        """The core booking a share of `cores` percent asks for (none where the driver has none)."""
+        if self.core_booking_capacity is None:
+            return {}
+        return {self.core_booking_capacity: core_booking_quantity(cores)}
 
     def attribute(self, name: str) -> str:
         """A CEL reference to one of this driver's device attributes."""
@@ -44,10 +59,19 @@ class DriverProfile(BaseModel):
         return f"{self.driver}/{name}"
 
 
+def core_booking_quantity(cores: int) -> str:
+    """The core booking of `cores` percent, a canonical quantity (as the API server prints it):
+    1000 per percent (100 → "100k"), and 1 for no SM limit (0 → "1"), less than any percent."""
+    if not 0 <= cores <= 100:
+        raise ValueError(f"cores {cores} is not a percent 0..100")
+    return f"{cores}k" if cores else "1"
+
+
 DEFAULT = DriverProfile(
     name="default",
     driver="gpu.vgpu-bridge.io",
     device_class="gpu.vgpu-bridge.io",
+    core_booking_capacity="milliCores",
     share_config=True,
 )
 HAMI = DriverProfile(

@@ -2,8 +2,9 @@
 
 One pool per node, named after the node; each GPU one device that many claims may share
 (`allowMultipleAllocations`), with capacities `memory` (bytes; a share asks 1Mi steps, the default
-is the whole card) and `cores` (SM percent 0..100, default 100). At most 128 devices per slice;
-every slice of the pool carries the same generation and the pool's slice count.
+is the whole card), `cores` (SM percent 0..100, default 100) and, where the profile has one, the
+core booking (`milliCores`: 100k, 1 per step, default 1; see `core.profiles`). At most 128
+devices per slice; every slice of the pool carries the same generation and the pool's slice count.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from vgpu_bridge.core.profiles import DriverProfile
+from vgpu_bridge.core.profiles import DriverProfile, core_booking_quantity
 from vgpu_bridge.core.quantity import MiB, format_bytes
 from vgpu_bridge.node.gpus import Gpu
 
@@ -27,18 +28,28 @@ _SEMVER = re.compile(r"^(0|[1-9][0-9]*)(?:\.(0|[1-9][0-9]*))?(?:\.(0|[1-9][0-9]*
 
 
 def device(gpu: Gpu, profile: DriverProfile) -> Json:
-    """One shareable GPU: its attributes and its two consumable capacities."""
+    """One shareable GPU: its attributes and its consumable capacities."""
     memory = format_bytes(gpu.memory // MiB * MiB)  # a whole number of steps: default = the card
     cores = str(CORES)
+    capacity = {
+        profile.memory_capacity: _shareable(memory, minimum="1Mi", step="1Mi"),
+        profile.cores_capacity: _shareable(cores, minimum="0", step="1"),
+    }
+    if profile.core_booking_capacity is not None:
+        capacity[profile.core_booking_capacity] = core_booking()
     return {
         "name": gpu.device_name,
         "allowMultipleAllocations": True,
         "attributes": attributes(gpu, profile),
-        "capacity": {
-            profile.memory_capacity: _shareable(memory, minimum="1Mi", step="1Mi"),
-            profile.cores_capacity: _shareable(cores, minimum="0", step="1"),
-        },
+        "capacity": capacity,
     }
+
+
+def core_booking() -> Json:
+    """The whole card's core booking; a claim that does not ask for it books 1 (no SM limit), so
+    claims written by hand or by an older webhook still share as before."""
+    whole = core_booking_quantity(CORES)
+    return _shareable(whole, minimum="1", step="1", default="1")
 
 
 def attributes(gpu: Gpu, profile: DriverProfile) -> Json:
@@ -71,11 +82,11 @@ def semver(value: str | None) -> str | None:
     return candidate if _SEMVER.match(candidate) else None
 
 
-def _shareable(value: str, *, minimum: str, step: str) -> Json:
+def _shareable(value: str, *, minimum: str, step: str, default: str | None = None) -> Json:
     return {
         "value": value,
         "requestPolicy": {
-            "default": value,
+            "default": value if default is None else default,
             "validRange": {"min": minimum, "step": step, "max": value},
         },
     }

@@ -45,7 +45,11 @@ def test_gpu_memory_becomes_a_share_and_kai_annotations_go() -> None:
     assert translated["spec"]["schedulerName"] == "kai-scheduler"
     [template] = plan.templates
     request = template["spec"]["spec"]["devices"]["requests"][0]
-    assert request["exactly"]["capacity"]["requests"] == {"memory": "2Gi", "cores": "0"}
+    assert request["exactly"]["capacity"]["requests"] == {
+        "memory": "2Gi",
+        "cores": "0",
+        "milliCores": "1",
+    }
 
 
 def test_fraction_with_one_card_size_is_an_exact_request_never_first_available() -> None:

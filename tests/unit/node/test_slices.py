@@ -13,9 +13,7 @@ def _gpus(count: int) -> list[Gpu]:
     return [Gpu(index=i, uuid=f"GPU-{i}", product_name="X", memory=2**30) for i in range(count)]
 
 
-def test_a_share_asks_memory_in_mebibytes_and_cores_in_percent_defaulting_to_the_whole_card() -> (
-    None
-):
+def test_a_share_asks_memory_in_mebibytes_cores_in_percent_and_books_cores_in_thousandths() -> None:
     published = device(Gpu(0, "GPU-a", "NVIDIA H100", 80 * 2**30), DEFAULT)
     assert published["allowMultipleAllocations"] is True
     assert published["capacity"] == {
@@ -33,7 +31,20 @@ def test_a_share_asks_memory_in_mebibytes_and_cores_in_percent_defaulting_to_the
                 "validRange": {"min": "0", "step": "1", "max": "100"},
             },
         },
+        "milliCores": {
+            "value": "100k",
+            "requestPolicy": {
+                "default": "1",
+                "validRange": {"min": "1", "step": "1", "max": "100k"},
+            },
+        },
     }
+
+
+def test_hamis_driver_publishes_no_core_booking_so_neither_do_we_under_its_profile() -> None:
+    published = device(Gpu(0, "GPU-a", "NVIDIA H100", 80 * 2**30), HAMI)
+    assert HAMI.core_booking_capacity is None
+    assert set(published["capacity"]) == {"memory", "cores"}
 
 
 def test_memory_is_published_as_whole_mebibytes_so_the_default_is_on_a_step() -> None:
