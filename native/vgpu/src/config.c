@@ -202,6 +202,37 @@ static int parse_limits(struct vgpu_config *cfg, char *const *envp, const char *
 	return rc;
 }
 
+/* The lower of two limits where 0 means none (an SM limit of 100 is none too). */
+static uint64_t lower_of(uint64_t a, uint64_t b)
+{
+	return a == 0 ? b : b == 0 || a < b ? a : b;
+}
+
+/* VGPU_CONTAINER_MEMORY_LIMIT[_<i>] and VGPU_CONTAINER_SM_LIMIT[_<i>]: the container's own share
+ * where it shares its claim with other containers of the pod (an init container and the app that
+ * follows it). The webhook puts them in the pod's env, where CDI's CUDA_* edits cannot replace
+ * them; they only ever lower the claim's limits. A bad value fails closed like the claim's own. */
+static int lower_to_container_share(struct vgpu_config *cfg, char *const *envp)
+{
+	struct vgpu_config own;
+	int rc;
+
+	memset(&own, 0, sizeof(own));
+	rc = parse_limits(&own, envp, "VGPU_CONTAINER_MEMORY_LIMIT", true);
+	rc |= parse_limits(&own, envp, "VGPU_CONTAINER_SM_LIMIT", false);
+	if (rc && !cfg->failed) {
+		memcpy(cfg->error, own.error, sizeof(cfg->error));
+		cfg->failed = true;
+	}
+	for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
+		cfg->mem_limit[i] = lower_of(cfg->mem_limit[i], own.mem_limit[i]);
+		if (own.sm_limit[i] < 100)
+			cfg->sm_limit[i] = (unsigned int)lower_of(cfg->sm_limit[i] >= 100 ? 0 : cfg->sm_limit[i],
+								 own.sm_limit[i]);
+	}
+	return rc ? -1 : 0;
+}
+
 static int parse_log_level(const char *v)
 {
 	static const char *const names[] = {"error", "warn", "info", "debug"};
@@ -307,6 +338,7 @@ int vgpu_config_parse(struct vgpu_config *cfg, char *const *envp)
 	}
 	rc |= parse_limits(cfg, envp, "CUDA_DEVICE_MEMORY_LIMIT", true);
 	rc |= parse_limits(cfg, envp, "CUDA_DEVICE_SM_LIMIT", false);
+	rc |= lower_to_container_share(cfg, envp);
 	rc |= parse_shared_cache(cfg, envp);
 	if (parse_priority(cfg, envp) < 0) /* priority is not a limit: warn, keep the default */
 		fprintf(stderr, "libvgpu: CUDA_TASK_PRIORITY=\"%s\" ignored (integer 0..1000)\n",

@@ -57,6 +57,25 @@ static void the_environment_may_lower_a_limit_of_the_file(void)
 	in_a_container(FILE_1GI, lowering_wins);
 }
 
+/* An app container sharing its init container's claim (sized for the init's 1 GiB): its own
+ * 256 MiB holds, and its own variable cannot lift it past the claim's. */
+static void the_containers_own_share_holds(void)
+{
+	static const char *const app[] = {"CUDA_DEVICE_MEMORY_LIMIT_0=1Gi",
+					  "VGPU_CONTAINER_MEMORY_LIMIT_0=256m", NULL};
+	static const char *const greedy[] = {"VGPU_CONTAINER_MEMORY_LIMIT_0=8Gi", NULL};
+
+	CHECK_EQ(run_alloc_worker(512 * MiB, app, NULL), ALLOC_OUT_OF_MEMORY);
+	CHECK_EQ(run_alloc_worker(128 * MiB, app, NULL), ALLOC_OK);
+	CHECK_EQ(run_alloc_worker(2 * GiB, greedy, NULL), ALLOC_OUT_OF_MEMORY);
+	CHECK_EQ(run_alloc_worker(768 * MiB, greedy, NULL), ALLOC_OK);
+}
+
+static void a_container_sharing_a_claim_keeps_its_own_lower_share(void)
+{
+	in_a_container(FILE_1GI, the_containers_own_share_holds);
+}
+
 static void refused_naming_the_file(void)
 {
 	const char *err = err_file("malformed");
@@ -101,6 +120,7 @@ int main(int argc, char **argv)
 	static const struct check_case cases[] = {
 		CASE(the_environment_cannot_raise_a_limit_of_the_file),
 		CASE(the_environment_may_lower_a_limit_of_the_file),
+		CASE(a_container_sharing_a_claim_keeps_its_own_lower_share),
 		CASE(a_malformed_file_fails_closed),
 		CASE(a_link_or_fifo_in_place_of_the_file_fails_closed_without_hanging),
 	};

@@ -282,6 +282,46 @@ static void the_limits_file_is_a_ceiling_the_environment_may_only_lower(void)
 	CHECK_EQ(c.sm_limit[0], 50);
 }
 
+/* An init container and the app after it share one claim sized for the larger: each lowers the
+ * claim's limits to its own share through VGPU_CONTAINER_*, which can never raise them. */
+static void a_containers_own_share_only_lowers_the_claims_limits(void)
+{
+	const char *path = write_limits("limits.conf", LIMITS_1GI_50, strlen(LIMITS_1GI_50));
+	char *lower[] = {"VGPU_CONTAINER_MEMORY_LIMIT_0=100m", "VGPU_CONTAINER_SM_LIMIT_0=20",
+			 "CUDA_DEVICE_MEMORY_LIMIT_0=1Gi", NULL};
+	char *raise[] = {"VGPU_CONTAINER_MEMORY_LIMIT_0=8Gi", "VGPU_CONTAINER_SM_LIMIT=100",
+			 "VGPU_CONTAINER_MEMORY_LIMIT_1=0", NULL};
+	char *plain[] = {"CUDA_DEVICE_MEMORY_LIMIT_0=500m", "CUDA_DEVICE_SM_LIMIT_0=100",
+			 "VGPU_CONTAINER_MEMORY_LIMIT=100m", "VGPU_CONTAINER_SM_LIMIT_0=30", NULL};
+	struct vgpu_config c;
+
+	CHECK(vgpu_config_load(&c, lower, path) == 0 && !c.failed && c.limits_file);
+	CHECK_EQ(c.mem_limit[0], 100 * MiB);
+	CHECK_EQ(c.mem_limit[1], 2 * GiB);
+	CHECK_EQ(c.sm_limit[0], 20);
+	CHECK(vgpu_config_load(&c, raise, path) == 0 && !c.failed);
+	CHECK_EQ(c.mem_limit[0], GiB);          /* 8Gi is more than the claim's: ignored */
+	CHECK_EQ(c.mem_limit[1], 2 * GiB);      /* 0 is no limit, not a lower one */
+	CHECK_EQ(c.sm_limit[0], 50);            /* 100 is the whole card, not a lower limit */
+	CHECK(vgpu_config_parse(&c, plain) == 0); /* no limits file: the same rule */
+	CHECK_EQ(c.mem_limit[0], 100 * MiB);
+	CHECK_EQ(c.mem_limit[5], 100 * MiB);
+	CHECK_EQ(c.sm_limit[0], 30);            /* the claim's 100 is no limit: 30 is lower */
+}
+
+static void a_bad_container_share_fails_closed_and_names_it(void)
+{
+	char *bad_memory[] = {"CUDA_DEVICE_MEMORY_LIMIT=1Gi", "VGPU_CONTAINER_MEMORY_LIMIT_0=4GX", NULL};
+	char *bad_sm[] = {"VGPU_CONTAINER_SM_LIMIT_0=150", NULL};
+	char *bad_index[] = {"VGPU_CONTAINER_MEMORY_LIMIT_16=1Gi", NULL};
+	struct vgpu_config c;
+
+	CHECK(vgpu_config_parse(&c, bad_memory) == -1 && c.failed);
+	CHECK(strstr(c.error, "VGPU_CONTAINER_MEMORY_LIMIT_0=\"4GX\"") != NULL);
+	CHECK(vgpu_config_parse(&c, bad_sm) == -1 && strstr(c.error, "VGPU_CONTAINER_SM_LIMIT_0"));
+	CHECK(vgpu_config_parse(&c, bad_index) == -1 && strstr(c.error, "0..15"));
+}
+
 static void without_a_limits_file_the_environment_decides(void)
 {
 	char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT=8Gi", "CUDA_TASK_PRIORITY=0", NULL};
@@ -394,6 +434,8 @@ int main(int argc, char **argv)
 		CASE(a_bad_hold_or_board_dir_only_warns),
 		CASE(a_device_index_out_of_range_fails_closed),
 		CASE(the_limits_file_is_a_ceiling_the_environment_may_only_lower),
+		CASE(a_containers_own_share_only_lowers_the_claims_limits),
+		CASE(a_bad_container_share_fails_closed_and_names_it),
 		CASE(without_a_limits_file_the_environment_decides),
 		CASE(the_limits_file_names_the_claims_region),
 		CASE(a_malformed_limits_file_fails_closed_and_names_it),
