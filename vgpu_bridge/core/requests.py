@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vgpu_bridge.core.claim_groups import ContainerKind
 from vgpu_bridge.core.dialects import DIALECTS, Dialect, PodRequest
 from vgpu_bridge.core.dialects.resources import resources_of
 from vgpu_bridge.core.errors import shown
@@ -17,11 +18,14 @@ CONTAINER_LISTS = ("initContainers", "containers")
 
 @dataclass(frozen=True, slots=True)
 class Container:
-    """One container of a pod template, with its JSON pointer and its dotted path."""
+    """One container of a pod template, with its JSON pointer, its dotted path, and whether it
+    runs alone before the apps (`init`), beside them (`sidecar`: an init container with
+    `restartPolicy: Always`) or is one of them (`app`)."""
 
     body: Mapping[str, Any]
     pointer: str
     path: str
+    kind: ContainerKind = "app"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +43,15 @@ def containers(template: PodTemplate) -> list[Container]:
         for index, body in enumerate(template.spec.get(list_name) or ()):
             if isinstance(body, Mapping):
                 pointer = f"{template.spec_pointer}/{list_name}/{index}"
-                found.append(Container(body, pointer, f"{template.spec_path}.{list_name}[{index}]"))
+                path = f"{template.spec_path}.{list_name}[{index}]"
+                found.append(Container(body, pointer, path, _kind(list_name, body)))
     return found
+
+
+def _kind(list_name: str, body: Mapping[str, Any]) -> ContainerKind:
+    if list_name == "containers":
+        return "app"
+    return "sidecar" if body.get("restartPolicy") == "Always" else "init"
 
 
 def shares(

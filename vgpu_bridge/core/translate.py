@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpu_bridge.core import annotations as notes
+from vgpu_bridge.core.claim_groups import ClaimGroup, OwnShare, group_claims
 from vgpu_bridge.core.claims import TEMPLATE_PREFIX, claim_spec, claim_template, template_name
 from vgpu_bridge.core.context import TranslationContext
 from vgpu_bridge.core.dialects import TRANSLATED_ANNOTATIONS, dialects_for
@@ -27,6 +28,8 @@ from vgpu_bridge.core.shapes import MAX_DEPTH, check_shape, deeper_than
 from vgpu_bridge.core.workloads import PodTemplate, namespace_of, object_ref, pod_templates
 
 CLAIM_PREFIX = "gpu-"
+OWN_MEMORY_ENV = "VGPU_CONTAINER_MEMORY_LIMIT"  # libvgpu: lowers CUDA_DEVICE_MEMORY_LIMIT_<i>
+OWN_CORES_ENV = "VGPU_CONTAINER_SM_LIMIT"  # libvgpu: lowers CUDA_DEVICE_SM_LIMIT_<i>
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,28 +100,56 @@ def _translate_template(template: PodTemplate, *, target: _Target, draft: _Draft
     check_pod(template, config=config, problems=problems)
     device_filter = _device_filter(template, target=target, draft=draft)
     mutex = notes.wants_mutex(template.annotations)
+    requested = _normalised(found, mutex=mutex, target=target, draft=draft)
     taken = {
         c.get("name") for c in template.spec.get("resourceClaims") or () if isinstance(c, Mapping)
     }
     translated: list[TranslatedContainer] = []
-    for share in found:
-        container = _translate_share(share, device_filter, mutex=mutex, target=target, draft=draft)
-        if container is None:
+    claims: dict[str, str] = {}
+    for group in group_claims([(r, s.container.kind) for s, r in requested]):
+        members = [requested[i][0] for i in group.members]
+        made = _group_claim(members, group.request, device_filter, target=target, draft=draft)
+        if made is None:
             continue
-        if container.claim in taken:
+        claim, name = made
+        if claim in taken:
             problems.add(
-                f"{template.spec_path}.resourceClaims",
-                f"already has a claim named {container.claim}",
+                f"{template.spec_path}.resourceClaims", f"already has a claim named {claim}"
             )
             continue
-        translated.append(container)
-        draft.ops.append(_container_op(share, container.claim))
+        claims[claim] = name
+        pairs = [requested[i] for i in group.members]
+        draft.warnings.extend(_shared_claim_warnings(pairs, group, claim=claim))
+        for share, own in zip(members, group.own, strict=True):
+            translated.append(TranslatedContainer(share.container.path, claim, name))
+            draft.ops.append(_container_op(share, claim))
+            draft.ops.extend(_own_share_ops(share, own, count=group.request.count))
     if not problems:
-        claims = [
-            {"name": c.claim, "resourceClaimTemplateName": c.template_name} for c in translated
-        ]
-        draft.ops.extend(_pod_ops(template, claims))
+        listed = [{"name": c, "resourceClaimTemplateName": n} for c, n in claims.items()]
+        draft.ops.extend(_pod_ops(template, listed))
         draft.translated.append(TranslatedPod(template, tuple(translated)))
+
+
+def _normalised(
+    found: list[Share], *, mutex: bool, target: _Target, draft: _Draft
+) -> list[tuple[Share, GpuRequest]]:
+    """Each share with its request after defaults; under the `mutex` policy each card whole."""
+    context, requested = target.context, []
+    for share in found:
+        request = normalise(
+            share.raw, config=context.config, problems=draft.problems, warnings=draft.warnings
+        )
+        if request is None:
+            continue
+        if mutex:
+            request = _whole_cards(request)
+        if request.priority is not None and context.profile.config_api_version is None:
+            draft.warnings.append(
+                f"{share.raw.sources['priority']} is dropped: the {context.profile.name} "
+                "profile's driver takes no priority"
+            )
+        requested.append((share, request))
+    return requested
 
 
 def _device_filter(template: PodTemplate, *, target: _Target, draft: _Draft) -> DeviceFilter:
@@ -135,39 +166,32 @@ def _device_filter(template: PodTemplate, *, target: _Target, draft: _Draft) -> 
     return device_filter
 
 
-def _translate_share(
-    share: Share, device_filter: DeviceFilter, *, mutex: bool, target: _Target, draft: _Draft
-) -> TranslatedContainer | None:
-    """The share's claim template (added to the draft) and the container's claim; None after
-    recording why there is none. Under the `mutex` policy each card is booked whole."""
-    context, problems = target.context, draft.problems
-    request = normalise(
-        share.raw, config=context.config, problems=problems, warnings=draft.warnings
-    )
-    if request is None:
-        return None
-    if mutex:
-        request = _whole_cards(request)
-    if request.priority is not None and context.profile.config_api_version is None:
-        draft.warnings.append(
-            f"{share.raw.sources['priority']} is dropped: the {context.profile.name} "
-            "profile's driver takes no priority"
-        )
+def _group_claim(
+    members: list[Share],
+    request: GpuRequest,
+    device_filter: DeviceFilter,
+    *,
+    target: _Target,
+    draft: _Draft,
+) -> tuple[str, str] | None:
+    """The claim's name in the pod and its template (added to the draft); None after recording
+    why there is none. A shared claim is named after its first app container, else its first."""
+    context, first = target.context, members[0]
     spec = claim_spec(
         request,
         device_filter,
         profile=context.profile,
         inventory=context.inventory,
-        percent_path=share.raw.sources.get("memory_percent", share.container.path),
-        problems=problems,
+        percent_path=first.raw.sources.get("memory_percent", first.container.path),
+        problems=draft.problems,
         first_available=target.first_available,
     )
     if spec is None:
         return None
     name = template_name(spec, prefix=target.template_prefix)
     draft.templates.setdefault(name, claim_template(spec, name=name, namespace=target.namespace))
-    claim = pod_claim_name(str(share.container.body.get("name", "")))
-    return TranslatedContainer(share.container.path, claim, name)
+    named = next((s for s in members if s.container.kind == "app"), first)
+    return pod_claim_name(str(named.container.body.get("name", ""))), name
 
 
 def _whole_cards(request: GpuRequest) -> GpuRequest:
@@ -195,6 +219,43 @@ def _container_op(share: Share, claim: str) -> PatchOp:
                 del resources[section]
     resources["claims"] = [*(resources.get("claims") or ()), {"name": claim}]
     return {"op": "add", "path": f"{share.container.pointer}/resources", "value": resources}
+
+
+def _shared_claim_warnings(
+    members: list[tuple[Share, GpuRequest]], group: ClaimGroup, *, claim: str
+) -> list[str]:
+    """What a shared claim cannot keep of each container's own limit."""
+    apps = [s.container.path for s, _ in members if s.container.kind == "app"]
+    warnings = []
+    if len(apps) > 1:
+        warnings.append(
+            f"{', '.join(apps)} share claim {claim} with the init containers and run together: "
+            "each may use up to their sum, held together, not its own share"
+        )
+    warnings += [
+        f"{share.container.path} asks for no SM limit and shares claim {claim}: it gets the "
+        f"claim's {group.request.cores}% (a container's own share can only lower the claim's)"
+        for share, request in members
+        if len(members) > 1 and request.cores == 0 and 0 < group.request.cores < 100
+    ]
+    return warnings
+
+
+def _own_share_ops(share: Share, own: OwnShare | None, *, count: int) -> list[PatchOp]:
+    """The container's own share on each of its cards, where it is below its shared claim's:
+    env the claim's CDI edits leave alone, which libvgpu reads as a lower limit only."""
+    if own is None:
+        return []
+    env = []
+    for index in range(count):
+        if own.memory_mib is not None:
+            env.append({"name": f"{OWN_MEMORY_ENV}_{index}", "value": f"{own.memory_mib}m"})
+        if own.cores is not None:
+            env.append({"name": f"{OWN_CORES_ENV}_{index}", "value": str(own.cores)})
+    pointer = f"{share.container.pointer}/env"
+    if isinstance(share.container.body.get("env"), list):
+        return [{"op": "add", "path": f"{pointer}/-", "value": e} for e in env]
+    return [{"op": "add", "path": pointer, "value": env}]
 
 
 def _pod_ops(template: PodTemplate, claims: list[dict[str, str]]) -> list[PatchOp]:

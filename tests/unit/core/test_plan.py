@@ -30,14 +30,12 @@ def test_a_deployment_plan_names_its_template_and_each_translated_container() ->
     assert pod.template.spec_path == "spec.template.spec"
     (template,) = plan.templates
     name = template["metadata"]["name"]
-    assert pod.containers == (
-        TranslatedContainer("spec.template.spec.initContainers[0]", "gpu-warm", name),
+    assert pod.containers == (  # the init container shares the app's claim (never beside it)
+        TranslatedContainer("spec.template.spec.initContainers[0]", "gpu-main", name),
         TranslatedContainer("spec.template.spec.containers[1]", "gpu-main", name),
     )
     patched = plan.apply_to(obj)["spec"]["template"]["spec"]
-    assert patched["resourceClaims"] == [
-        {"name": c.claim, "resourceClaimTemplateName": c.template_name} for c in pod.containers
-    ]
+    assert patched["resourceClaims"] == [{"name": "gpu-main", "resourceClaimTemplateName": name}]
 
 
 def test_a_volcano_job_plan_names_only_the_tasks_it_translated() -> None:
