@@ -9,9 +9,11 @@ claim for the init containers and enough app containers books exactly that peak:
 - every init container (not a sidecar: `restartPolicy: Always` runs beside the apps) with the
   same card count and priority joins one claim;
 - app containers of that count and priority join it, largest first, until their sum reaches the
-  init containers' peak in memory and in cores (or all of them have joined); the others keep a
-  claim of their own. The claim books per card the larger of the init peak and the joined apps'
-  sum, which with the others' claims is HAMi's booking;
+  init containers' peak in memory and in cores, or the next would not fit one card with those
+  already joined (more than 100% of its SMs, or a whole card beside another share: the card's
+  size is unknown here, so an init container with a whole card takes one app only); the others
+  keep a claim of their own. The claim books per card the larger of the init peak and the
+  joined apps' sum, which with the others' claims is HAMi's booking;
 - a container whose own share is below the claim's gets it back through `own`: the webhook puts
   it in the container's env (`VGPU_CONTAINER_*`), and libvgpu only ever lowers to it. Joined app
   containers run together on one claim, so their own is their sum, held together.
@@ -96,13 +98,21 @@ def _pool(
     )
     peak = [requests[i][0] for i in inits]
     joined: list[int] = []
-    for index in apps:
-        if _covers([requests[i][0] for i in joined], peak):
+    for index in apps[: 1 if _memory(peak) is None else len(apps)]:
+        together = [requests[i][0] for i in [*joined, index]]
+        if _covers(together[:-1], peak) or not _fit_one_card(together):
             break
         joined.append(index)
     if not joined and len(inits) < 2:
         return None
     return _group(requests, inits, joined)
+
+
+def _fit_one_card(apps: Sequence[GpuRequest]) -> bool:
+    """Apps held together on one claim must fit one card: at most 100% of its SMs, and a whole
+    card's memory only for one of them (the card's size is unknown here). An init container with
+    a whole card takes one app only, for the same reason."""
+    return sum(r.cores for r in apps) <= 100 and (len(apps) == 1 or _memory(apps) is not None)
 
 
 def _covers(apps: Sequence[GpuRequest], inits: Sequence[GpuRequest]) -> bool:
