@@ -1,16 +1,28 @@
-"""Scheduling throughput of GPU shares: pods/s until 1,000 pods are bound on 50 nodes x 8 GPUs.
+"""Scheduling throughput of GPU shares: pods/s until 1,000 pods are bound on 50 nodes.
 
-Each scheduler gets the same workload on a fresh private control plane (e2e/cluster): 50 fake
-nodes, our driver's DeviceClass and one ResourceSlice per node (8 shareable 80Gi cards, published
-through the API), one ResourceClaimTemplate asking for a share of 8Gi and 10% of the cores (ten
-fit on a card), and 1,000 pods using it, created by 8 client threads. Timed from the first create
-to the last pod bound (``nodeName`` set): the resourceclaim controller makes the claims, the
-scheduler allocates them (consumable capacity) and binds. No kubelet: binding is measured.
+Each row gets its workload on a fresh private control plane (e2e/cluster), 50 fake nodes and
+1,000 pods created by 8 client threads; the resourceclaim controller makes their claims. Then
+the scheduler starts, and a watch notes when each pod is bound (``nodeName`` set): pods/s is
+the rate from the first pod bound to the last, the scheduler's work alone (creating the pods
+and claims took longer than scheduling them once the client limit was lifted, so timing both
+measured the creation). No kubelet: binding is measured. ``algo ms/pod`` is kube-scheduler's
+own mean scheduling-algorithm time per pod (filter and score, where the DRA allocator runs),
+read from its /metrics: the allocator's cost apart from the API server's, which on a busy
+machine moves pods/s far more. Two workloads (``WORKLOADS``):
+
+- ``shares``: each node publishes what our node agent publishes for 8 mock 80Gi cards
+  (``node.slices.build_slices``), and one ResourceClaimTemplate is what the translator writes for
+  8Gi and 10% of the cores (``core.claims.claim_spec``; ten fit on a card);
+- ``whole``: the baseline without consumable capacity: each node publishes 20 plain devices
+  (no ``allowMultipleAllocations``, no capacity; 1,000 pods need 1,000 devices) and each claim
+  asks for one whole device.
 
 Schedulers are rows of ``RUNNERS``: a name, the pods' ``schedulerName`` and what starts it on the
-cluster. kube-scheduler is part of every cluster; Volcano (vc-scheduler + vc-controller-manager,
-built by ``python -m e2e.volcano build``) is started beside it. A KAI row is one more runner.
-Run with ``make bench``; a few minutes on 2 cores.
+cluster. kube-scheduler runs as a second instance with its own name and no client rate limit
+(the harness's instance is capped at 200 requests/s, which capped every row at ~54 pods/s, a
+measure of the limit rather than of the allocator); Volcano (vc-scheduler +
+vc-controller-manager, built by ``python -m e2e.volcano build``) is started beside it. A KAI row
+is one more runner. ``python bench/schedule.py [scheduler[/workload]...]``; ``make bench``.
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
@@ -31,21 +44,41 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from e2e.cluster import KubeClient, LocalCluster, Settings, create_fake_nodes, running_cluster
+from e2e.cluster import (
+    KubeClient,
+    LocalCluster,
+    Settings,
+    create_fake_nodes,
+    processes,
+    running_cluster,
+)
 from e2e.cluster.client import Json
-from e2e.dra_objects import pod_with_claim_template, share_template
+from e2e.cluster.controlplane import FEATURE_GATES
+from e2e.dra_objects import RESOURCE_V1, pod_with_claim_template, resource_slice
 from e2e.kai.bench_runner import SCHEDULER_NAME as KAI_SCHEDULER_NAME
 from e2e.kai.bench_runner import kai_starter
 from e2e.volcano.build import VolcanoBuild, ensure_binary
 from e2e.volcano.components import install_crds, running_volcano
-from e2e.webhook.our_driver import RESOURCE, Card, publish
-from vgpu_bridge.core import DEFAULT
+from e2e.webhook.our_driver import RESOURCE
+from vgpu_bridge.core import DEFAULT, DeviceFilter, GpuRequest, Inventory
+from vgpu_bridge.core.claims import claim_spec
+from vgpu_bridge.core.models import Problems
+from vgpu_bridge.node.gpus import Gpu
+from vgpu_bridge.node.slices import build_slices
 
-NODES, GPUS_PER_NODE, PODS, CLIENT_THREADS = 50, 8, 1000, 8
-CARD_MEMORY, SHARE_MEMORY, SHARE_CORES = "80Gi", "8Gi", "10"
+NODES, GPUS_PER_NODE, WHOLE_DEVICES_PER_NODE, PODS, CLIENT_THREADS = 50, 8, 20, 1000, 8
+CARD_MEMORY, SHARE_MEMORY_MIB, SHARE_CORES = 80 * 2**30, 8192, 10
 TIMEOUT_S, STALL_S = 240.0, 30.0  # give up when nothing more got bound for STALL_S
+BENCH_SCHEDULER = "bench-scheduler"
+UNLIMITED_QPS, UNLIMITED_BURST = 100_000, 100_000
+WHOLE_DRIVER = "whole-gpu.bench.vgpu-bridge.io"
+ALGORITHM_SUM_AND_COUNT = (
+    "scheduler_scheduling_algorithm_duration_seconds_sum",
+    "scheduler_scheduling_algorithm_duration_seconds_count",
+)
+NAMESPACE = "bench"
 
-#: Starts a scheduler on a running cluster (nothing to start for kube-scheduler).
+#: Starts a scheduler on a running cluster.
 Starter = Callable[[LocalCluster, KubeClient, Path], AbstractContextManager[object]]
 
 
@@ -57,22 +90,96 @@ class Runner:
 
 
 @dataclass(frozen=True)
+class Workload:
+    """What the nodes publish and the one claim spec every pod's template holds."""
+
+    name: str
+    publish: Callable[[KubeClient, list[str]], None]
+    claim: Callable[[], Json]
+
+
+@dataclass(frozen=True)
 class Result:
     runner: str
-    seconds: float
-    first_bound_s: float
-    created_s: float
+    workload: str
+    seconds: float  # first pod bound to last pod bound
+    first_bound_s: float  # scheduler started to first pod bound
+    created_s: float  # pods and their claims made, before the scheduler starts
     bound: int
+    algorithm_ms: float  # the scheduler's mean scheduling-algorithm time per pod (0: unknown)
 
     @property
     def pods_per_s(self) -> float:
-        return self.bound / self.seconds
+        return (self.bound - 1) / self.seconds if self.seconds > 0 else 0.0
 
 
-def _nothing(
-    cluster: LocalCluster, kube: KubeClient, workdir: Path
-) -> AbstractContextManager[object]:
-    return contextlib.nullcontext()
+def _loopback_get(port: int, path: str) -> str | None:
+    """GET on loopback, self-signed certificate (not verified); None unless 200."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with contextlib.suppress(OSError):
+        url = f"https://127.0.0.1:{port}{path}"
+        with urllib.request.urlopen(url, timeout=5, context=context) as response:
+            return response.read().decode() if response.status == 200 else None
+    return None
+
+
+@dataclass(frozen=True)
+class SchedulerMetrics:
+    """The bench kube-scheduler's own account of its time, apart from the API server's."""
+
+    port: int
+
+    def algorithm_ms_per_pod(self) -> float:
+        """Mean ``scheduler_scheduling_algorithm_duration_seconds`` (filter and score, where the
+        DRA allocator runs) in ms; 0 when the scheduler does not say."""
+        text = _loopback_get(self.port, "/metrics") or ""
+        values = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if name in ALGORITHM_SUM_AND_COUNT:
+                values[name] = float(value)
+        total, count = (values.get(name, 0.0) for name in ALGORITHM_SUM_AND_COUNT)
+        return 1000 * total / count if count else 0.0
+
+
+@contextlib.contextmanager
+def _kube_scheduler(cluster: LocalCluster, kube: KubeClient, workdir: Path) -> Iterator[object]:
+    """A second kube-scheduler, named ``BENCH_SCHEDULER``, whose client is not rate limited."""
+    config = workdir / "kube-scheduler.json"
+    config.write_text(
+        json.dumps(
+            {
+                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                "kind": "KubeSchedulerConfiguration",
+                "clientConnection": {
+                    "kubeconfig": str(cluster.kubeconfig),
+                    "qps": UNLIMITED_QPS,
+                    "burst": UNLIMITED_BURST,
+                },
+                "leaderElection": {"leaderElect": False},
+                "profiles": [{"schedulerName": BENCH_SCHEDULER}],
+            }
+        )
+    )
+    port = processes.free_port()
+    argv = [str(cluster.binary), "kube-scheduler", f"--config={config}"]
+    argv += ["--bind-address=127.0.0.1", f"--secure-port={port}"]
+    argv += ["--authorization-always-allow-paths=/healthz,/metrics"]
+    argv += [f"--feature-gates={FEATURE_GATES}"]
+    log = workdir / "kube-scheduler.log"
+    scheduler = processes.start("bench kube-scheduler", argv, log=log, die_with_parent=True)
+    try:
+        processes.wait_until(
+            lambda: _loopback_get(port, "/healthz") is not None,
+            timeout_s=120,
+            what="bench kube-scheduler",
+            watch=(scheduler,),
+        )
+        yield SchedulerMetrics(port)
+    finally:
+        processes.stop(scheduler)
 
 
 @contextlib.contextmanager
@@ -85,7 +192,7 @@ def _volcano(cluster: LocalCluster, kube: KubeClient, workdir: Path) -> Iterator
 
 
 RUNNERS: list[Runner] = [
-    Runner("kube-scheduler", "default-scheduler", _nothing),
+    Runner("kube-scheduler", BENCH_SCHEDULER, _kube_scheduler),
     Runner("volcano", "volcano", _volcano),
 ]
 
@@ -96,35 +203,83 @@ if _kai is not None:
     RUNNERS.append(Runner("kai", KAI_SCHEDULER_NAME, _kai))
 
 
-def _prepare(kube: KubeClient) -> None:
-    nodes = create_fake_nodes(kube, NODES, prefix="bench-node-")
-    cards = {
-        node: [
-            Card(f"gpu-{i}", f"GPU-{node}-{i}", "NVIDIA H100 80GB HBM3", CARD_MEMORY)
+def _device_class(name: str, expression: str) -> Json:
+    return {
+        "apiVersion": RESOURCE_V1,
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
+def _publish_shares(kube: KubeClient, nodes: list[str]) -> None:
+    """Our DeviceClass and, per node, the slices our agent publishes for 8 mock cards."""
+    expression = f'device.driver == "{DEFAULT.driver}"'
+    kube.create(f"{RESOURCE}/deviceclasses", _device_class(DEFAULT.device_class, expression))
+    for node in nodes:
+        gpus = [
+            Gpu(i, f"GPU-{node}-{i}", "NVIDIA H100 80GB HBM3", CARD_MEMORY)
             for i in range(GPUS_PER_NODE)
         ]
-        for node in nodes
-    }
-    publish(kube, cards)
+        for body in build_slices(gpus, node=node, profile=DEFAULT, generation=1):
+            kube.create(f"{RESOURCE}/resourceslices", body)
 
 
-def _bound(kube: KubeClient, ns: str) -> int:
-    return len(kube.items(f"/api/v1/namespaces/{ns}/pods", fieldSelector="spec.nodeName!="))
+def _share_claim() -> Json:
+    """What the translator writes for ``gpumem: 8192, gpucores: 10``."""
+    request = GpuRequest(count=1, memory_mib=SHARE_MEMORY_MIB, cores=SHARE_CORES)
+    problems = Problems()
+    spec = claim_spec(
+        request,
+        DeviceFilter(),
+        profile=DEFAULT,
+        inventory=Inventory(),
+        percent_path="-",
+        problems=problems,
+    )
+    assert spec is not None, problems.errors
+    return spec
+
+
+def _publish_whole(kube: KubeClient, nodes: list[str]) -> None:
+    """Plain devices (one claim each, no capacity) and a class for them."""
+    expression = f'device.driver == "{WHOLE_DRIVER}"'
+    kube.create(f"{RESOURCE}/deviceclasses", _device_class(WHOLE_DRIVER, expression))
+    for node in nodes:
+        devices: list[Json] = [
+            {"name": f"gpu-{i}", "attributes": {"uuid": {"string": f"GPU-{node}-{i}"}}}
+            for i in range(WHOLE_DEVICES_PER_NODE)
+        ]
+        body = resource_slice(f"{node}-whole", driver=WHOLE_DRIVER, node=node, devices=devices)
+        kube.create(f"{RESOURCE}/resourceslices", body)
+
+
+def _whole_claim() -> Json:
+    request = {"name": "gpu", "exactly": {"deviceClassName": WHOLE_DRIVER}}
+    return {"devices": {"requests": [request]}}
+
+
+WORKLOADS = [
+    Workload("shares", _publish_shares, _share_claim),
+    Workload("whole", _publish_whole, _whole_claim),
+]
+
+
+def _tls_connection(kube: KubeClient, *, timeout: float) -> http.client.HTTPSConnection:
+    context = ssl.create_default_context(cafile=str(kube.ca_file))
+    context.load_cert_chain(str(kube.client.cert), str(kube.client.key))
+    return http.client.HTTPSConnection(kube.host, kube.port, context=context, timeout=timeout)
 
 
 def _create_all(kube: KubeClient, path: str, bodies: list[Json]) -> None:
     """POST every body from CLIENT_THREADS threads, each on one kept-alive TLS connection (the
     e2e client opens a connection per call, which would make the client the bottleneck)."""
-    context = ssl.create_default_context(cafile=str(kube.ca_file))
-    context.load_cert_chain(str(kube.client.cert), str(kube.client.key))
     local = threading.local()
     headers = {"Accept": "application/json", "Content-Type": "application/json"}
 
     def post(body: Json) -> None:
         if not hasattr(local, "connection"):
-            local.connection = http.client.HTTPSConnection(
-                kube.host, kube.port, context=context, timeout=30
-            )
+            local.connection = _tls_connection(kube, timeout=30)
         local.connection.request("POST", path, body=json.dumps(body).encode(), headers=headers)
         response = local.connection.getresponse()
         text = response.read()
@@ -135,75 +290,175 @@ def _create_all(kube: KubeClient, path: str, bodies: list[Json]) -> None:
         list(pool.map(post, bodies))
 
 
-def _measure(kube: KubeClient, runner: Runner) -> Result:
-    ns = "bench"
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+class _BindWatch:
+    """Watches the namespace's bound pods and notes when each one was first seen bound; a watch
+    the server ends is resumed from the last event's resourceVersion."""
+
+    def __init__(self, kube: KubeClient, namespace: str) -> None:
+        self._kube, self._namespace = kube, namespace
+        self.bound_at: dict[str, float] = {}
+        self._changed = threading.Condition()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._response: http.client.HTTPResponse | None = None
+
+    def __enter__(self) -> _BindWatch:
+        """Opens the watch before returning, so no binding is missed."""
+        self._response = self._open(None)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopped.set()
+
+    def _open(self, resource_version: str | None) -> http.client.HTTPResponse:
+        path = (
+            f"/api/v1/namespaces/{self._namespace}/pods?watch=1&fieldSelector=spec.nodeName!%3D"
+            f"&timeoutSeconds={int(TIMEOUT_S)}"
+        )
+        if resource_version:
+            path += f"&resourceVersion={resource_version}"
+        connection = _tls_connection(self._kube, timeout=TIMEOUT_S)
+        connection.request("GET", path, headers={"Accept": "application/json"})
+        return connection.getresponse()
+
+    def _watch(self) -> None:
+        resource_version = None
+        while not self._stopped.is_set():
+            response = self._response or self._open(resource_version)
+            self._response = None
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                for line in iter(response.readline, b""):
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":  # e.g. 410 Gone: list again
+                        resource_version = None
+                        break
+                    metadata = event["object"]["metadata"]
+                    resource_version = metadata["resourceVersion"]
+                    with self._changed:
+                        self.bound_at.setdefault(metadata["name"], time.monotonic())
+                        self._changed.notify_all()
+            response.close()
+
+    def wait(self, count: int) -> None:
+        """Until `count` pods are bound, or nothing more got bound for STALL_S."""
+        with self._changed:
+            while len(self.bound_at) < count:
+                before = len(self.bound_at)
+                self._changed.wait(STALL_S)
+                if len(self.bound_at) == before:
+                    return
+
+
+def _create_pods(kube: KubeClient, runner: Runner, workload: Workload) -> float:
+    """The namespace, the template and every pod; returns once every claim exists (seconds)."""
+    started = time.monotonic()
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     kube.create("/api/v1/namespaces", namespace)
-    capacity = {"memory": SHARE_MEMORY, "cores": SHARE_CORES}
-    template = share_template("share", device_class_name=DEFAULT.device_class, capacity=capacity)
-    kube.create(f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates", template)
+    template = {
+        "apiVersion": RESOURCE_V1,
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "gpu"},
+        "spec": {"spec": workload.claim()},
+    }
+    kube.create(f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaimtemplates", template)
     bodies = []
     for index in range(PODS):
-        body = pod_with_claim_template(f"p-{index:04d}", template="share")
+        body = pod_with_claim_template(f"p-{index:04d}", template="gpu")
         body["spec"]["schedulerName"] = runner.scheduler_name
         body["spec"]["terminationGracePeriodSeconds"] = 0
         bodies.append(body)
-
-    started = time.monotonic()
-    creator = threading.Thread(
-        target=_create_all, args=(kube, f"/api/v1/namespaces/{ns}/pods", bodies), daemon=True
-    )
-    creator.start()
-    created_s = first_bound_s = 0.0
-    bound, last_change = 0, time.monotonic()
-    while time.monotonic() - started < TIMEOUT_S and time.monotonic() - last_change < STALL_S:
-        if not created_s and not creator.is_alive():
-            created_s = time.monotonic() - started
-        now_bound = _bound(kube, ns)
-        if now_bound != bound:
-            bound, last_change = now_bound, time.monotonic()
-        if bound and not first_bound_s:
-            first_bound_s = time.monotonic() - started
-        if bound == PODS:
-            break
-        time.sleep(0.25)
-    seconds = (time.monotonic() if bound == PODS else last_change) - started
-    creator.join()
-    created_s = created_s or time.monotonic() - started
-    return Result(runner.name, seconds, first_bound_s, created_s, bound)
+    _create_all(kube, f"/api/v1/namespaces/{NAMESPACE}/pods", bodies)
+    claims = f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaims"
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(kube.items(claims)) < PODS:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the claims of {PODS} pods were not all made in {TIMEOUT_S}s")
+        time.sleep(0.5)
+    return time.monotonic() - started
 
 
-def run(runner: Runner, settings: Settings) -> Result:
-    """One runner on a fresh cluster, so no scheduler sees another's pods or claims."""
+def _explain_stall(kube: KubeClient, workdir: Path) -> None:
+    """Why pods are left: one unbound pod's scheduling condition and the scheduler's log tail."""
+    pods = kube.items(f"/api/v1/namespaces/{NAMESPACE}/pods", fieldSelector="spec.nodeName=")
+    conditions = pods[0]["status"].get("conditions") if pods else None
+    print(f"{len(pods)} pods unbound; one of them: {conditions}", file=sys.stderr)
+    for log in workdir.glob("*.log"):
+        print(f"--- {log.name}", *log.read_text().splitlines()[-30:], sep="\n", file=sys.stderr)
+
+
+def run(runner: Runner, workload: Workload, settings: Settings) -> Result:
+    """One row on a fresh cluster, so no scheduler sees another's pods or claims. The pods and
+    their claims exist before the scheduler starts: what is timed is the scheduler's work."""
     with running_cluster(settings) as cluster, tempfile.TemporaryDirectory() as tmp:
         kube = cluster.client()
-        _prepare(kube)
-        with runner.start(cluster, kube, Path(tmp)):
-            return _measure(kube, runner)
+        workload.publish(kube, create_fake_nodes(kube, NODES, prefix="bench-node-"))
+        created_s = _create_pods(kube, runner, workload)
+        with _BindWatch(kube, NAMESPACE) as watch:
+            started = time.monotonic()
+            with runner.start(cluster, kube, Path(tmp)) as scheduler:
+                watch.wait(PODS)
+                if len(watch.bound_at) < PODS:
+                    _explain_stall(kube, Path(tmp))
+                algorithm_ms = (
+                    scheduler.algorithm_ms_per_pod()
+                    if isinstance(scheduler, SchedulerMetrics)
+                    else 0.0
+                )
+            times = sorted(watch.bound_at.values()) or [started]
+    first, last = times[0] - started, times[-1] - started
+    tenths = [round(t - times[0], 2) for t in times[:: max(1, len(times) // 10)]]
+    print(f"{runner.name}/{workload.name}: every tenth bound at {tenths}", file=sys.stderr)
+    bound = len(watch.bound_at)
+    return Result(runner.name, workload.name, last - first, first, created_s, bound, algorithm_ms)
 
 
 def table(results: list[Result]) -> str:
     lines = [
-        f"schedule {PODS} pods with {SHARE_MEMORY} shares on {NODES} nodes x {GPUS_PER_NODE} GPUs",
-        f"{'scheduler':<16}{'bound':>8}{'seconds':>10}{'pods/s':>10}{'first bound s':>15}"
-        f"{'create s':>10}",
+        f"schedule {PODS} pods on {NODES} nodes: shares = 8 shareable cards per node, "
+        f"{SHARE_MEMORY_MIB}Mi + {SHARE_CORES}% each; whole = {WHOLE_DEVICES_PER_NODE} plain "
+        "devices per node, one each",
+        f"{'scheduler':<16}{'workload':<10}{'bound':>8}{'pods/s':>10}{'first..last s':>15}"
+        f"{'start..first s':>16}{'create s':>10}{'algo ms/pod':>13}",
     ]
     for r in results:
         lines.append(
-            f"{r.runner:<16}{r.bound:>8}{r.seconds:>10.1f}{r.pods_per_s:>10.1f}"
-            f"{r.first_bound_s:>15.1f}{r.created_s:>10.1f}"
+            f"{r.runner:<16}{r.workload:<10}{r.bound:>8}{r.pods_per_s:>10.1f}{r.seconds:>15.2f}"
+            f"{r.first_bound_s:>16.2f}{r.created_s:>10.1f}"
+            f"{r.algorithm_ms:>13.2f}"
         )
+    lines.extend(_ratios(results))
     return "\n".join(lines)
 
 
+def _ratios(results: list[Result]) -> list[str]:
+    """shares / whole throughput per scheduler that ran both."""
+    rates = {(r.runner, r.workload): r.pods_per_s for r in results}
+    algorithm = {(r.runner, r.workload): r.algorithm_ms for r in results}
+    return [
+        f"{runner}: shares / whole = {rates[runner, 'shares'] / rates[runner, 'whole']:.2f}x "
+        f"pods/s, {algorithm[runner, 'shares'] / max(algorithm[runner, 'whole'], 1e-9):.2f}x "
+        "algorithm time per pod"
+        for runner in dict.fromkeys(r.runner for r in results)
+        if (runner, "shares") in rates and (runner, "whole") in rates
+    ]
+
+
+def rows(wanted: list[str]) -> list[tuple[Runner, Workload]]:
+    """``kube-scheduler`` (every workload), ``kube-scheduler/whole``; none wanted: every row but
+    the whole-device baseline of the other schedulers."""
+    every = [(r, w) for r in RUNNERS for w in WORKLOADS]
+    if not wanted:
+        return [(r, w) for r, w in every if w.name == "shares" or r.name == "kube-scheduler"]
+    return [(r, w) for r, w in every if r.name in wanted or f"{r.name}/{w.name}" in wanted]
+
+
 def main(argv: list[str]) -> int:
-    wanted = set(argv)
-    runners = [r for r in RUNNERS if not wanted or r.name in wanted]
     settings = Settings.from_env()
     results = []
-    for runner in runners:
-        results.append(run(runner, settings))
-        print(table(results[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
+    for runner, workload in rows(argv):
+        results.append(run(runner, workload, settings))
+        print(table(results[-1:]).splitlines()[2], file=sys.stderr, flush=True)
     print(table(results))
     return 0 if all(r.bound == PODS for r in results) else 1
 
