@@ -101,33 +101,45 @@ def _translate_template(template: PodTemplate, *, target: _Target, draft: _Draft
     device_filter = _device_filter(template, target=target, draft=draft)
     mutex = notes.wants_mutex(template.annotations)
     requested = _normalised(found, mutex=mutex, target=target, draft=draft)
-    taken = {
-        c.get("name") for c in template.spec.get("resourceClaims") or () if isinstance(c, Mapping)
-    }
     translated: list[TranslatedContainer] = []
-    claims: dict[str, str] = {}
     for group in group_claims([(r, s.container.kind) for s, r in requested]):
-        members = [requested[i][0] for i in group.members]
-        made = _group_claim(members, group.request, device_filter, target=target, draft=draft)
-        if made is None:
-            continue
-        claim, name = made
-        if claim in taken:
-            problems.add(
-                f"{template.spec_path}.resourceClaims", f"already has a claim named {claim}"
-            )
-            continue
-        claims[claim] = name
-        pairs = [requested[i] for i in group.members]
-        draft.warnings.extend(_shared_claim_warnings(pairs, group, claim=claim))
-        for share, own in zip(members, group.own, strict=True):
-            translated.append(TranslatedContainer(share.container.path, claim, name))
-            draft.ops.append(_container_op(share, claim))
-            draft.ops.extend(_own_share_ops(share, own, count=group.request.count))
+        members = [requested[i] for i in group.members]
+        translated += _claim_group(template, members, group, device_filter, target, draft)
+    claims = {c.claim: c.template_name for c in translated}
     if not problems:
         listed = [{"name": c, "resourceClaimTemplateName": n} for c, n in claims.items()]
         draft.ops.extend(_pod_ops(template, listed))
         draft.translated.append(TranslatedPod(template, tuple(translated)))
+
+
+def _claim_group(
+    template: PodTemplate,
+    members: list[tuple[Share, GpuRequest]],
+    group: ClaimGroup,
+    device_filter: DeviceFilter,
+    target: _Target,
+    draft: _Draft,
+) -> list[TranslatedContainer]:
+    """The group's claim, and for each member the patch that gives it the claim (and its own
+    share, where below the claim's)."""
+    group_shares = [share for share, _ in members]
+    made = _group_claim(group_shares, group.request, device_filter, target=target, draft=draft)
+    if made is None:
+        return []
+    claim, name = made
+    taken = {
+        c.get("name") for c in template.spec.get("resourceClaims") or () if isinstance(c, Mapping)
+    }
+    if claim in taken:
+        draft.problems.add(
+            f"{template.spec_path}.resourceClaims", f"already has a claim named {claim}"
+        )
+        return []
+    draft.warnings.extend(_shared_claim_warnings(members, group, claim=claim))
+    for share, own in zip(group_shares, group.own, strict=True):
+        draft.ops.append(_container_op(share, claim))
+        draft.ops.extend(_own_share_ops(share, own, count=group.request.count))
+    return [TranslatedContainer(s.container.path, claim, name) for s in group_shares]
 
 
 def _normalised(
