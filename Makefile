@@ -110,10 +110,11 @@ e2e-kind: venv cluster-bin helm-bin
 # The real-node tier (issue 10, e2e/realnode): a real kubelet + containerd 2.3 + runc 1.4 built
 # from their Go modules (into ~/.cache/vgpu-bridge/realnode-*), joined to a private control plane;
 # pods run as real containers. Needs root; changes three kernel tunables while it runs and puts
-# them back. The last tier of `make test`. `python -m e2e.realnode down` cleans up after a crash.
+# them back; never beside the kind tier (both take /tmp/vgpu-node-tier.lock). `python -m e2e.realnode
+# down` cleans up after a crash.
 e2e-realnode: venv cluster-bin
 	$(PY) -m e2e.realnode build
-	VGPU_REALNODE=1 $(PY) -m pytest e2e/realnode -q
+	VGPU_REALNODE=1 flock /tmp/vgpu-node-tier.lock $(PY) -m pytest e2e/realnode -q
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
