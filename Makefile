@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 .PHONY: help venv fmt lint unit integration abuse e2e e2e-kai test bench demo cluster-bin scheduler-bin native native-test clean
 
 help:
-	@echo "make test    lint + unit + integration + native + e2e + real node (installs what it needs; root)"
+	@echo "make test    lint + unit + integration + native + e2e + real node + kind (installs what it needs; root)"
 	@echo "make fmt     format the code"
 	@echo "make lint    ruff + mypy strict"
 	@echo "make bench   benchmarks, printed as tables"
@@ -77,6 +77,7 @@ test: lint
 	$(MAKE) native-test
 	$(MAKE) e2e
 	$(MAKE) e2e-realnode
+	$(MAKE) e2e-kind
 
 bench: venv cluster-bin helm-bin
 	$(PY) bench/translate.py
