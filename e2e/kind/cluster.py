@@ -9,6 +9,7 @@ uses that one with kind's own networking (kindnetd): the path for machines with 
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -222,7 +223,10 @@ def install(kind: Kind, *extra: str) -> None:
 
 def down(kind: Kind) -> host.Restored:
     """Delete the cluster and the tier's containers and networks, stop dockerd, put the host
-    back as recorded (also after a crash: everything is found from fixed names and the record)."""
+    back as recorded (also after a crash: everything is found from fixed names and the record;
+    a killed dockerd is started again first, which ends the containers it left running)."""
+    if dockerd.running_pid() is None and kind.data_root.is_dir() and shutil.which("dockerd"):
+        dockerd.start(kind.data_root)
     if dockerd.running_pid() is not None:
         env = dockerd.docker_env()
         if kind.kind_binary.is_file():
