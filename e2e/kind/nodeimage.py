@@ -88,7 +88,16 @@ def ensure_node_image(settings: Settings, inputs: NodeInputs) -> str:
     run(["docker", "build", "--network=none", "-t", staged, str(context)], env=docker_env())
     _import_and_commit(staged, images, tag)
     shutil.rmtree(context, ignore_errors=True)
+    _remove_older_node_images(tag)
     return tag
+
+
+def _remove_older_node_images(keep: str) -> None:
+    """Node images of earlier inputs (~1 GB each) would pile up in the cached data root."""
+    listing = ["docker", "images", NODE_REPOSITORY, "--format", "{{.Repository}}:{{.Tag}}"]
+    older = [name for name in run(listing, env=docker_env(), quiet=True).split() if name != keep]
+    if older:
+        run(["docker", "rmi", *older], env=docker_env())
 
 
 def _inputs_digest(inputs: NodeInputs, rootfs: str) -> str:
