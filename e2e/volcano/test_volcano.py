@@ -197,13 +197,15 @@ def test_plain_pod_with_volcano_scheduler_name(kube: KubeClient, vns: str) -> No
 def quota_queue(kube: KubeClient) -> Iterator[str]:
     """A queue that may hold 40Gi of our shares' memory, 2 shares and 200 percent of cores.
 
-    Every dimension our claims request (memory and cores) must be named: Volcano's capacity
-    plugin refuses a request for a dimension missing from the queue's capability of the class.
+    Every dimension our claims request (memory, cores and the milliCores booking) must be named:
+    Volcano's capacity plugin refuses a request for a dimension missing from the queue's
+    capability of the class.
     """
     name = f"q-{secrets.token_hex(3)}"
     capability = {
         f"memory.deviceclass/{CLASS}": "40Gi",
         f"cores.deviceclass/{CLASS}": "200",
+        f"milliCores.deviceclass/{CLASS}": "200k",
         f"deviceclass/{CLASS}": "2",
     }
     kube.create(QUEUES, queue(name, capability))
