@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import _ctypes
 import os
-import resource
 import struct
 import subprocess
 import sys
@@ -141,16 +140,20 @@ def test_a_write_cut_short_by_a_full_disk_leaves_the_old_install_whole(tmp_path:
     before = {name: (vgpu / name).read_bytes() for name in ("libvgpu.so", "ld.so.preload")}
     assert REAL_LIBRARY.stat().st_size > 64 * 1024
 
-    def small_files() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
-
-    command = [sys.executable, "-m", "vgpu_bridge.cli", "node", "install-libvgpu"]
+    # The limit is set by the child itself: a preexec_fn runs in a fork of this test process,
+    # whose gRPC threads (other tests loaded it) can abort that fork before it execs.
+    limited = (
+        "import resource, runpy, sys; "
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024)); "
+        "sys.argv = ['vgpu-bridge', *sys.argv[1:]]; "
+        "runpy.run_module('vgpu_bridge.cli', run_name='__main__')"
+    )
+    command = [sys.executable, "-c", limited, "node", "install-libvgpu"]
     args = ["--vgpu-dir", str(vgpu), "--libvgpu-source", str(REAL_LIBRARY)]
     environ = {k: v for k, v in os.environ.items() if not k.startswith("VGPU_BRIDGE_")}
     done = subprocess.run(
-        [*command, *args], capture_output=True, text=True, env=environ,
-        preexec_fn=small_files, check=False,
-    )  # fmt: skip
+        [*command, *args], capture_output=True, text=True, env=environ, check=False
+    )
     assert done.returncode == 1, done.stderr
     assert f"{DIR_FLAG}: cannot write {vgpu}/libvgpu.so: File too large" in done.stderr
     assert "Traceback" not in done.stderr
