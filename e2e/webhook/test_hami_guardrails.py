@@ -134,7 +134,7 @@ def test_gpu_pod_with_privileged_container_is_refused_naming_its_field(
 ) -> None:
     body = refusal(kube, ns, privileged(gpu_pod("root", SHARE), init=init))
     assert f"{field}: is true in a pod that asks for a GPU share" in body
-    assert "--allow-privileged" in body
+    assert "VGPU_BRIDGE_ALLOW_PRIVILEGED=true" in body
     assert templates(kube, ns) == []
 
 

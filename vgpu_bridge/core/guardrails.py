@@ -29,5 +29,6 @@ def check_pod(template: PodTemplate, *, config: TranslatorConfig, problems: Prob
                 f"{container.path}.securityContext.privileged",
                 "is true in a pod that asks for a GPU share: a privileged container sees every "
                 "GPU and escapes its share (HAMi refuses it too); an administrator may allow it "
-                "with --allow-privileged",
+                "with the allow-privileged setting (webhook: VGPU_BRIDGE_ALLOW_PRIVILEGED=true, "
+                "translate: --allow-privileged)",
             )
