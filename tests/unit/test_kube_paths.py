@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from urllib.parse import unquote
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unit.recording_api import RecordingApi, recording_api
+from tests.unit.recording_api import RecordingApi
 from vgpu_bridge.kube import KubeError, KubePathError, api_path, check_path
 
 CLAIMS = "/apis/resource.k8s.io/v1"
@@ -40,12 +39,6 @@ def test_api_path_keeps_a_hostile_name_inside_one_segment(name: str) -> None:
 def test_api_path_refuses_segments_that_are_no_name(segment: str) -> None:
     with pytest.raises(KubePathError, match="segment"):
         api_path(CLAIMS, "namespaces", segment, "resourceclaims", "x")
-
-
-@pytest.fixture
-def recorded() -> Iterator[RecordingApi]:
-    with recording_api() as api:
-        yield api
 
 
 @pytest.mark.parametrize(

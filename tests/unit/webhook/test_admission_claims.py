@@ -5,41 +5,21 @@ requests may claim our devices directly."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.unit.recording_api import RecordingApi, recording_api
-from vgpu_bridge.adapters import default_registry
-from vgpu_bridge.core import DEFAULT, Inventory, TranslatorConfig
+from tests.unit.recording_api import RecordingApi
+from tests.unit.webhook.admitters import admitter_over
+from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.webhook.admission import Admitter
-from vgpu_bridge.webhook.metrics import WebhookMetrics
-from vgpu_bridge.webhook.settings import Settings
-from vgpu_bridge.webhook.templates import TemplateStore
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/team-a"
 
 
 @pytest.fixture
-def recorded() -> Iterator[RecordingApi]:
-    with recording_api() as api:
-        yield api
-
-
-@pytest.fixture
 def admitter(recorded: RecordingApi) -> Admitter:
-    settings = Settings(listen="127.0.0.1:0", tls_cert_file="unused", tls_key_file="unused")
-    return Admitter(
-        settings=settings,
-        registry=default_registry(),
-        profile=DEFAULT,
-        config=TranslatorConfig(),
-        inventory=Inventory,
-        store=TemplateStore(recorded.api, grace_s=600),
-        api=recorded.api,
-        metrics=WebhookMetrics(),
-    )
+    return admitter_over(recorded)
 
 
 OUR_CLAIM = {

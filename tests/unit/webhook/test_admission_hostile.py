@@ -4,42 +4,22 @@ oversized selectors. Each is a denial naming the field (HTTP 200), never HTTP 50
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.unit.recording_api import RecordingApi, recording_api
-from vgpu_bridge.adapters import default_registry
-from vgpu_bridge.core import DEFAULT, Inventory, TranslatorConfig
+from tests.unit.recording_api import RecordingApi
+from tests.unit.webhook.admitters import admitter_over
+from vgpu_bridge.core import Inventory
 from vgpu_bridge.webhook.admission import Admitter
-from vgpu_bridge.webhook.metrics import WebhookMetrics
-from vgpu_bridge.webhook.settings import Settings
-from vgpu_bridge.webhook.templates import TemplateStore
 
 INVENTORY = Inventory({"gpu.vgpu-bridge.io": frozenset({40 * 2**30, 80 * 2**30})})
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/team-a"
 
 
 @pytest.fixture
-def recorded() -> Iterator[RecordingApi]:
-    with recording_api() as api:
-        yield api
-
-
-@pytest.fixture
 def admitter(recorded: RecordingApi) -> Admitter:
-    settings = Settings(listen="127.0.0.1:0", tls_cert_file="unused", tls_key_file="unused")
-    return Admitter(
-        settings=settings,
-        registry=default_registry(),
-        profile=DEFAULT,
-        config=TranslatorConfig(),
-        inventory=lambda: INVENTORY,
-        store=TemplateStore(recorded.api, grace_s=600),
-        api=recorded.api,
-        metrics=WebhookMetrics(),
-    )
+    return admitter_over(recorded, inventory=lambda: INVENTORY)
 
 
 def gpu_pod(**spec: Any) -> dict[str, Any]:

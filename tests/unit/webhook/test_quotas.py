@@ -5,20 +5,14 @@ card count; the denial names the quota and the numbers. Against a real KubeApi a
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from tests.unit.recording_api import RecordingApi, recording_api
-from vgpu_bridge.adapters import default_registry
+from tests.unit.recording_api import RecordingApi
+from tests.unit.webhook.admitters import admitter_over
 from vgpu_bridge.core import DEFAULT, Inventory, TranslatorConfig
 from vgpu_bridge.core.dialects import hami
 from vgpu_bridge.webhook.admission import Admitter
-from vgpu_bridge.webhook.metrics import WebhookMetrics
 from vgpu_bridge.webhook.quotas import GpuQuota, QuotaCache, QuotaGate, gpu_quotas
-from vgpu_bridge.webhook.settings import Settings
-from vgpu_bridge.webhook.templates import TemplateStore
 
 QUOTAS = "/api/v1/namespaces/team-a/resourcequotas"
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims"
@@ -26,27 +20,11 @@ TEMPLATES = "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaimtemplates"
 
 
 def admitter_for(api: RecordingApi, *, memory_factor: int = 1) -> Admitter:
-    settings = Settings(listen="127.0.0.1:0", tls_cert_file="unused", tls_key_file="unused")
     cache = QuotaCache(api.api, names=hami.RESOURCES)
     gate = QuotaGate(api=api.api, cache=cache, profile=DEFAULT, names=hami.RESOURCES,
                      inventory=Inventory, memory_factor=memory_factor)  # fmt: skip
-    return Admitter(
-        settings=settings,
-        registry=default_registry(),
-        profile=DEFAULT,
-        config=TranslatorConfig(memory_factor=memory_factor),
-        inventory=Inventory,
-        store=TemplateStore(api.api, grace_s=600),
-        api=api.api,
-        metrics=WebhookMetrics(),
-        quotas=gate,
-    )
-
-
-@pytest.fixture
-def recorded() -> Iterator[RecordingApi]:
-    with recording_api() as api:
-        yield api
+    config = TranslatorConfig(memory_factor=memory_factor)
+    return admitter_over(api, config=config, quotas=gate)
 
 
 def quota(name: str, **hard: Any) -> dict[str, Any]:

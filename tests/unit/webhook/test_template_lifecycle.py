@@ -6,21 +6,16 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from tests.unit.recording_api import RecordingApi, recording_api
-from vgpu_bridge.adapters import default_registry
-from vgpu_bridge.core import DEFAULT, Inventory, TranslatorConfig
+from tests.unit.recording_api import RecordingApi
+from tests.unit.webhook.admitters import admitter_over
 from vgpu_bridge.core.claims import claim_template, template_name
 from vgpu_bridge.core.workloads import WORKLOAD_KINDS, WorkloadKind
 from vgpu_bridge.kube import KubeError, api_path
-from vgpu_bridge.webhook.admission import Admitter
-from vgpu_bridge.webhook.metrics import WebhookMetrics
-from vgpu_bridge.webhook.settings import Settings
 from vgpu_bridge.webhook.templates import (
     ALL_TEMPLATES,
     LAST_ADMITTED,
@@ -66,12 +61,6 @@ def stored(
 def name_of(template: dict[str, Any]) -> str:
     name: str = template["metadata"]["name"]
     return name
-
-
-@pytest.fixture
-def recorded() -> Iterator[RecordingApi]:
-    with recording_api() as api:
-        yield api
 
 
 def store(recorded: RecordingApi, **options: Any) -> TemplateStore:
@@ -253,12 +242,7 @@ GPU_POD = {
 
 
 def admit(recorded: RecordingApi, *, dry_run: bool) -> dict[str, Any]:
-    settings = Settings(listen="127.0.0.1:0", tls_cert_file="unused", tls_key_file="unused")
-    admitter = Admitter(
-        settings=settings, registry=default_registry(), profile=DEFAULT,
-        config=TranslatorConfig(), inventory=Inventory, store=store(recorded),
-        api=recorded.api, metrics=WebhookMetrics(),
-    )  # fmt: skip
+    admitter = admitter_over(recorded, store=store(recorded))
     request = {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
                "operation": "CREATE", "namespace": NAMESPACE, "object": GPU_POD,
                "dryRun": dry_run}  # fmt: skip
