@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.integration.webhook_harness import (
+    REVIEW,
     RunningWebhook,
     answers_health,
     running_webhook,
@@ -31,27 +32,6 @@ from tests.integration.webhook_harness import (
 )
 from tests.tls import write_self_signed
 
-POD = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"name": "p"},
-    "spec": {"containers": [{"name": "main", "image": "cuda", "resources": {"limits": {
-        "nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000}}}]},
-}  # fmt: skip
-REVIEW = json.dumps(
-    {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "u-1",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "operation": "CREATE",
-            "namespace": "team-a",
-            "object": POD,
-            "dryRun": True,
-        },
-    }
-).encode()
 SLOW = 300  # slow connections held at once: loopback only, closed by the test
 
 

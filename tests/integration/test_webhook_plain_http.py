@@ -3,37 +3,14 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.webhook_harness import RunningWebhook, running_webhook
+from tests.integration.webhook_harness import REVIEW, RunningWebhook, running_webhook
 from vgpu_bridge.webhook.settings import Settings
-
-POD = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"name": "p"},
-    "spec": {"containers": [{"name": "main", "image": "cuda", "resources": {"limits": {
-        "nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000}}}]},
-}  # fmt: skip
-REVIEW = json.dumps(
-    {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "u-1",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "operation": "CREATE",
-            "namespace": "team-a",
-            "object": POD,
-            "dryRun": True,
-        },
-    }
-).encode()
 
 
 @pytest.fixture

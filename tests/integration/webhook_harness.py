@@ -25,6 +25,29 @@ from vgpu_bridge.webhook.app import build, listen, tls_files
 from vgpu_bridge.webhook.server import ProbeServer, WebhookServer
 from vgpu_bridge.webhook.settings import Settings
 
+POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "p"},
+    "spec": {"containers": [{"name": "main", "image": "cuda", "resources": {"limits": {
+        "nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000}}}]},
+}  # fmt: skip
+# A dry-run review of one GPU pod: translated, and nothing is written.
+REVIEW = json.dumps(
+    {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "operation": "CREATE",
+            "namespace": "team-a",
+            "object": POD,
+            "dryRun": True,
+        },
+    }
+).encode()
+
 INVENTORY = Inventory({"gpu.vgpu-bridge.io": frozenset({40 * 2**30, 80 * 2**30})})
 
 
