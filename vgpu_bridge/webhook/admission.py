@@ -119,7 +119,8 @@ class Admitter:
         namespace = request.namespace or meta.get("namespace")
         if self._skipped(request, namespace):
             return _Outcome("unchanged", review.allow(request.uid))
-        if not may_ask_for_gpus(request.kind, request.object):  # the fast path: no GPU key
+        renamed = self.config.resource_names()
+        if not may_ask_for_gpus(request.kind, request.object, resource_names=renamed):
             reasons = self._quota_reasons(request, namespace, request.object)
             if reasons:  # a pod made from a translated template still books its share
                 return _Outcome("denied", review.deny(request.uid, reasons))

@@ -1,25 +1,31 @@
 """The fast path for the many pods that ask for no GPU: a look at their annotation and resource
 keys instead of a translation. It only ever says "cannot ask" for a Pod none of whose keys starts
-like a name the translator reads (the chart's CEL matchConditions test the same prefixes); any
-other object, or anything unusual, takes the full path."""
+like a name the translator reads, or is one of the resource names the cluster renamed HAMi's to
+(the chart's CEL matchConditions test the same prefixes and the same settings); any other object,
+or anything unusual, takes the full path."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 #: every resource and annotation name the translator reads starts with one of these
 GPU_KEY_PREFIXES = ("nvidia.com/", "volcano.sh/vgpu", "hami.io/", "gpu-fraction", "gpu-memory")
 
 
-def may_ask_for_gpus(kind: str, obj: Mapping[str, Any]) -> bool:
-    """False only for a Pod that certainly asks for nothing we translate, refuse or warn about."""
+def may_ask_for_gpus(
+    kind: str, obj: Mapping[str, Any], *, resource_names: Collection[str] = ()
+) -> bool:
+    """False only for a Pod that certainly asks for nothing we translate, refuse or warn about.
+    `resource_names`: HAMi's resource names as configured, which may lie outside the prefixes
+    (`resourceCountName: example.com/vgpu`)."""
+    names = frozenset(resource_names)
     if kind != "Pod":
         return True
     metadata, spec = obj.get("metadata"), obj.get("spec")
     if not isinstance(metadata, Mapping) or not isinstance(spec, Mapping):
         return True
-    if _any_gpu_key(metadata.get("annotations")):
+    if _any_gpu_key(metadata.get("annotations"), names):
         return True
     for field in ("containers", "initContainers"):
         containers = spec.get(field)
@@ -32,14 +38,17 @@ def may_ask_for_gpus(kind: str, obj: Mapping[str, Any]) -> bool:
             if resources is not None and not isinstance(resources, Mapping):
                 return True
             resources = resources or {}
-            if _any_gpu_key(resources.get("limits")) or _any_gpu_key(resources.get("requests")):
+            limits, requests = resources.get("limits"), resources.get("requests")
+            if _any_gpu_key(limits, names) or _any_gpu_key(requests, names):
                 return True
     return False
 
 
-def _any_gpu_key(section: object) -> bool:
+def _any_gpu_key(section: object, names: frozenset[str]) -> bool:
     if section is None:
         return False
     if not isinstance(section, Mapping):
         return True  # not a map: the full path says what is wrong with it
-    return any(not isinstance(k, str) or k.startswith(GPU_KEY_PREFIXES) for k in section)
+    return any(
+        not isinstance(k, str) or k.startswith(GPU_KEY_PREFIXES) or k in names for k in section
+    )

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from vgpu_bridge.core.config import ResourceName, TranslatorConfig
 from vgpu_bridge.core.profiles import DEFAULT, DRIVER_NAME_MAX_LENGTH, DRIVER_NAME_PATTERN
 from vgpu_bridge.flag_settings import FlagSettings, HostPort, comma_list, split_host_port
 from vgpu_bridge.webhook.connections import Limits
-from vgpu_bridge.webhook.fastpath import GPU_KEY_PREFIXES
 
 _HAMI_NAMES = TranslatorConfig.model_fields
 
@@ -19,9 +18,8 @@ def _hami_name(field: str) -> Any:  # Any: what pydantic's Field() returns
     """The setting for one of HAMi's resource names, with TranslatorConfig's default."""
     return Field(
         default=_HAMI_NAMES[field].default,
-        description=f"HAMi's {_HAMI_NAMES[field].alias} as this cluster names it; must start with "
-        f"one of {', '.join(GPU_KEY_PREFIXES[:3])} (the fast path and the chart's "
-        "matchConditions look only there)",
+        description=f"HAMi's {_HAMI_NAMES[field].alias} as this cluster names it (any resource "
+        "name; the fast path and the chart's matchConditions look for it)",
     )
 
 
@@ -98,23 +96,6 @@ class Settings(FlagSettings):
     kai_without_capacity: Literal["warn", "refuse"] = Field(
         default="warn", description="what to do when the KAI build has no consumable capacity"
     )
-
-    @field_validator(
-        "resource_count_name",
-        "resource_memory_name",
-        "resource_memory_percentage_name",
-        "resource_core_name",
-        "resource_priority_name",
-    )
-    @classmethod
-    def _seen_by_the_fast_path(cls, name: str) -> str:
-        """A name the fast path would not look at would let GPU pods through untranslated."""
-        if not name.startswith(GPU_KEY_PREFIXES):
-            raise ValueError(
-                f"{name!r} must start with one of {', '.join(GPU_KEY_PREFIXES[:3])}: "
-                "the webhook's fast path and the chart's matchConditions look only there"
-            )
-        return name
 
     def translator_config(self) -> TranslatorConfig:
         return TranslatorConfig(

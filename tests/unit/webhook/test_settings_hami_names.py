@@ -1,5 +1,5 @@
 """The webhook's HAMi resource names and privileged-container setting reach the translator, and a
-name the fast path would not look at is refused at start (issue 16, item 8)."""
+name outside HAMi's prefixes (example.com/vgpu) is seen by the fast path (issue 16, item 8)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,16 @@ def test_a_renamed_resource_is_seen_by_the_fast_path() -> None:
     assert may_ask_for_gpus("Pod", pod)
 
 
-@pytest.mark.parametrize("name", ["example.com/gpu", "gpu", "hami.io/"])
-def test_a_name_the_fast_path_would_miss_is_refused(name: str) -> None:
+def test_a_resource_renamed_outside_the_known_prefixes_is_seen_by_the_fast_path() -> None:
+    env = {**TLS, "VGPU_BRIDGE_RESOURCE_COUNT_NAME": "example.com/vgpu"}
+    names = Settings.from_env(env).translator_config().resource_names()
+    limits = {"example.com/vgpu": 1, "cpu": "1"}
+    pod = {"metadata": {}, "spec": {"initContainers": [{"resources": {"limits": limits}}]}}
+    assert may_ask_for_gpus("Pod", pod, resource_names=names)
+    assert not may_ask_for_gpus("Pod", pod)  # under the default names it asks for nothing of ours
+
+
+@pytest.mark.parametrize("name", ["gpu", "hami.io/", "example.com/bad name"])
+def test_a_name_that_is_no_resource_name_is_refused(name: str) -> None:
     with pytest.raises(ValidationError, match="resource_count_name"):
         Settings.from_env({**TLS, "VGPU_BRIDGE_RESOURCE_COUNT_NAME": name})
