@@ -25,3 +25,10 @@ class WebhookMetrics:
             "ResourceSlices of our driver skipped because their card memory cannot be read",
             registry=self.registry,
         )
+        self.events_dropped = Counter(
+            "vgpu_bridge_events_dropped",
+            "Events about admissions not posted, by reason (queue-full, rate-limited, not-found, "
+            "api-error)",
+            ["reason"],
+            registry=self.registry,
+        )
