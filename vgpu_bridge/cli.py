@@ -17,6 +17,7 @@ COMMANDS = {
     "translate": "translate manifests' GPU requests into DRA claim templates",
     "webhook": "serve the mutating admission webhook (HTTPS)",
     "node": "serve the node agent (DRA kubelet plugin)",
+    "status": "which pods share which GPU, what each booked and uses (also `kubectl vgpu status`)",
 }
 
 
@@ -87,10 +88,24 @@ def _run_install_libvgpu(args: argparse.Namespace) -> int:
     return main(args, os.environ)
 
 
+def _add_status_arguments(parser: argparse.ArgumentParser) -> None:
+    from vgpu_bridge.status.command import add_arguments
+
+    add_arguments(parser)
+    parser.set_defaults(run=_run_status)
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    from vgpu_bridge.status.command import main
+
+    return main(args, os.environ)
+
+
 _ADD_ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "translate": _add_translate_arguments,
     "webhook": _add_webhook_arguments,
     "node": _add_node_arguments,
+    "status": _add_status_arguments,
 }
 
 

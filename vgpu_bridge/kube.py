@@ -121,15 +121,19 @@ def _retrying(call: Callable[_P, _R]) -> Callable[_P, _R]:
     return retried
 
 
-def load_client(kubeconfig: str | None) -> ApiClient:
-    """A client from a kubeconfig file, or the pod's service account when none is given; a
-    `KubeConfigError` says which of the two could not be read, and why."""
+def load_client(kubeconfig: str | None, *, context: str | None = None) -> ApiClient:
+    """A client from a kubeconfig file (its current context, or `context`), or the pod's service
+    account when none is given; a `KubeConfigError` says which could not be read, and why."""
     from kubernetes import client, config
 
     configuration = client.Configuration()
     try:
         if kubeconfig:
-            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+            config.load_kube_config(
+                config_file=kubeconfig, context=context, client_configuration=configuration
+            )
+        elif context:
+            raise config.ConfigException(f"context {context!r} needs a kubeconfig")
         else:
             config.load_incluster_config(client_configuration=configuration)
     except (config.ConfigException, OSError) as error:
@@ -167,9 +171,11 @@ class KubeApi:
         self._timeout_s = timeout_s
 
     @classmethod
-    def connect(cls, kubeconfig: str | None, *, timeout_s: float = 5.0) -> KubeApi:
+    def connect(
+        cls, kubeconfig: str | None, *, timeout_s: float = 5.0, context: str | None = None
+    ) -> KubeApi:
         """Connected now: see `load_client`."""
-        return cls(load_client(kubeconfig), timeout_s=timeout_s)
+        return cls(load_client(kubeconfig, context=context), timeout_s=timeout_s)
 
     @classmethod
     def connect_on_first_use(cls, kubeconfig: str | None, *, timeout_s: float = 5.0) -> KubeApi:
@@ -225,6 +231,20 @@ class KubeApi:
 
     def get(self, path: str) -> Json:
         return self.request("GET", path)
+
+    @_retrying
+    def get_text(self, path: str) -> str:
+        """GET a path that answers text, not JSON (a pod's `/metrics` through the pod proxy)."""
+        check_path(path)
+        method, url, headers, _ = self._serialize("GET", path, None, None, "application/json")
+        headers["Accept"] = "text/plain, */*"
+        response = self._client.rest_client.request(
+            method, url, headers=headers, _request_timeout=self._timeout_s
+        )
+        data: bytes = response.read() or b""
+        if response.status >= 400:
+            raise KubeError("GET", path, response.status, data.decode(errors="replace"))
+        return data.decode(errors="replace")
 
     def list(self, path: str, **query: Any) -> Json:
         return self.request("GET", path, query=query)

@@ -1,0 +1,191 @@
+"""`vgpu-bridge status` and the kubectl plugin `kubectl-vgpu status`: the I/O shell around
+`report.build_report` (reads through `vgpu_bridge.kube`, prints with `render`).
+
+Reads: ResourceSlices (cluster-scoped), ResourceClaims and Pods (in `-n NAMESPACE`, or in all
+namespaces), and, when listing the agents' pods is allowed, each agent's `/metrics` through the
+API server's pod proxy. With `-n` a user needs only namespaced reads: a forbidden slice list or
+agent lookup becomes a note, and the shares are still shown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from vgpu_bridge.core.profiles import DEFAULT, our_profile
+from vgpu_bridge.kube import (
+    KubeApi,
+    KubeConfigError,
+    KubeError,
+    dns_label_problem,
+    dns_subdomain_problem,
+)
+from vgpu_bridge.status.model import Report
+from vgpu_bridge.status.render import FORMATS, render
+from vgpu_bridge.status.report import build_report
+from vgpu_bridge.status.usage import MetricsError, Usage, merged, parse_agent_metrics
+
+Json = dict[str, Any]
+RESOURCE = "/apis/resource.k8s.io/v1"
+AGENT_SELECTOR = "app.kubernetes.io/name=vgpu-bridge,app.kubernetes.io/component=agent"
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig file (default $KUBECONFIG, ~/.kube/config)"
+    )
+    parser.add_argument("--context", help="the kubeconfig context to use (default: its current)")
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", help="only this namespace's claims and pods")
+    scope.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="every namespace (the default)"
+    )
+    parser.add_argument("-o", "--output", default="table", choices=FORMATS)
+    parser.add_argument("-w", "--watch", action="store_true", help="print again every --interval")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between --watch views")
+    parser.add_argument("--driver-name", default=DEFAULT.driver, help="our DRA driver's name")
+    parser.add_argument(
+        "--agent-selector", default=AGENT_SELECTOR, help="label selector of the agents' pods"
+    )
+    parser.add_argument("--request-timeout", type=float, default=10.0, help="seconds per request")
+    parser.set_defaults(run=main)
+
+
+def main(
+    args: argparse.Namespace,
+    environ: Mapping[str, str],
+    out: TextIO = sys.stdout,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Print the status once, or every `--interval` seconds with `--watch` until interrupted."""
+    problem = _usage_problem(args)
+    if problem is not None:
+        print(f"vgpu-bridge status: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        api = KubeApi.connect(
+            kubeconfig_path(args.kubeconfig, environ),
+            context=args.context,
+            timeout_s=args.request_timeout,
+        )
+        while True:
+            report = read_report(api, namespace=args.namespace, driver=args.driver_name,
+                                 agent_selector=args.agent_selector)  # fmt: skip
+            _show(report, args, out)
+            if not args.watch:
+                return 0
+            sleep(args.interval)
+    except (KubeConfigError, KubeError, OSError) as error:
+        print(f"vgpu-bridge status: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 0
+
+
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    if args.namespace is not None and (problem := dns_label_problem(args.namespace)):
+        return f"--namespace: {problem}"
+    if problem := dns_subdomain_problem(args.driver_name):
+        return f"--driver-name: {problem}"
+    if args.interval <= 0:
+        return f"--interval: must be more than 0 seconds, got {args.interval}"
+    if args.request_timeout <= 0:
+        return f"--request-timeout: must be more than 0 seconds, got {args.request_timeout}"
+    return None
+
+
+def _show(report: Report, args: argparse.Namespace, out: TextIO) -> None:
+    if args.watch and args.output in ("table", "wide"):
+        print(f"--- {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC", file=out)
+    print(render(report, args.output), end="", file=out, flush=True)
+
+
+def kubeconfig_path(flag: str | None, environ: Mapping[str, str]) -> str | None:
+    """kubectl's order: `--kubeconfig`, then `$KUBECONFIG` (a list, as the client merges it),
+    then `~/.kube/config` when it exists; None (in-cluster) otherwise."""
+    if flag:
+        return flag
+    if environ.get("KUBECONFIG"):
+        return environ["KUBECONFIG"]
+    home = environ.get("HOME")
+    default = Path(home, ".kube", "config") if home else None
+    return str(default) if default is not None and default.is_file() else None
+
+
+def read_report(api: KubeApi, *, namespace: str | None, driver: str, agent_selector: str) -> Report:
+    """What the caller may read, as a report; what it may not, as notes."""
+    notes: list[str] = []
+    where = f"/namespaces/{namespace}" if namespace else ""
+    claims = _items(api, f"{RESOURCE}{where}/resourceclaims")
+    pods = _items(api, f"/api/v1{where}/pods")
+    slices = _allowed(api, f"{RESOURCE}/resourceslices", "ResourceSlices (cards)", notes)
+    usage = agent_usage(api, agent_selector, notes)
+    return build_report(slices or [], claims, pods, profile=our_profile(driver), usage=usage,
+                        notes=notes)  # fmt: skip
+
+
+def _items(api: KubeApi, path: str, **query: str) -> list[Json]:
+    items: list[Json] = api.list(path, **query).get("items") or []
+    return items
+
+
+def _allowed(
+    api: KubeApi, path: str, what: str, notes: list[str], **query: str
+) -> list[Json] | None:
+    """The list, or None with a note when this user may not read it."""
+    try:
+        return _items(api, path, **query)
+    except KubeError as error:
+        if error.status not in (401, 403):
+            raise
+        notes.append(f"{what}: forbidden for this user, not shown")
+        return None
+
+
+def agent_usage(api: KubeApi, selector: str, notes: list[str]) -> Usage | None:
+    """Live usage from each running agent's `/metrics` (pod proxy); None when the agents cannot
+    be listed. An agent that does not answer is a note; its cards show no usage."""
+    agents = _allowed(api, "/api/v1/pods", "the agents' metrics (live usage)", notes,
+                      labelSelector=selector)  # fmt: skip
+    if agents is None:
+        return None
+    usages = []
+    for pod in agents:
+        node, path = (pod.get("spec") or {}).get("nodeName"), metrics_path(pod)
+        if not node or path is None or (pod.get("status") or {}).get("phase") != "Running":
+            continue
+        try:
+            usages.append(parse_agent_metrics(node, api.get_text(path)))
+        except (KubeError, MetricsError) as error:
+            notes.append(f"the agent on {node}: metrics not read ({str(error)[:160]})")
+    return merged(usages)
+
+
+def metrics_path(pod: Json) -> str | None:
+    """The pod proxy path of the agent's `/metrics` (its container port named `metrics`)."""
+    meta = pod.get("metadata") or {}
+    for container in (pod.get("spec") or {}).get("containers") or ():
+        for port in container.get("ports") or ():
+            if port.get("name") == "metrics" and port.get("containerPort"):
+                target = f"{meta.get('name')}:{port['containerPort']}"
+                return f"/api/v1/namespaces/{meta.get('namespace')}/pods/{target}/proxy/metrics"
+    return None
+
+
+def kubectl_main(argv: Sequence[str] | None = None) -> int:
+    """`kubectl-vgpu`: kubectl runs it for `kubectl vgpu …` (a plugin found on PATH)."""
+    parser = argparse.ArgumentParser(prog="kubectl vgpu", description="GPU shares of vgpu-bridge")
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_arguments(commands.add_parser("status", help="which pods share which card, and how"))
+    args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    code: int = args.run(args, os.environ)
+    return code

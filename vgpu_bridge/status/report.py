@@ -1,0 +1,219 @@
+"""From ResourceSlices, ResourceClaims and Pods (and optionally the agents' metrics) to a
+`Report` (pure: no I/O).
+
+Booked sizes are the allocation's `consumedCapacity` (what the scheduler counted against the
+card), priority our opaque config in the allocation; a card's size is its slice's capacity. Only
+the newest generation of each pool counts, as the scheduler reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from vgpu_bridge.core.opaque_config import ShareConfigError, parse_share_config
+from vgpu_bridge.core.profiles import DriverProfile
+from vgpu_bridge.core.quantity import QuantityError, parse_quantity
+from vgpu_bridge.status.model import Card, PendingPod, Report, Share
+from vgpu_bridge.status.usage import Usage
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The pod that holds a claim, and its containers that use it."""
+
+    pod: str
+    containers: tuple[str, ...]
+
+
+def build_report(
+    slices: Iterable[Json],
+    claims: Iterable[Json],
+    pods: Iterable[Json],
+    *,
+    profile: DriverProfile,
+    usage: Usage | None = None,
+    notes: Iterable[str] = (),
+) -> Report:
+    """Every share of `profile`'s driver on the cards of `slices`; shares on cards not among them
+    are `unplaced`; pods with claims that no scheduler placed are `pending`."""
+    pods = list(pods)
+    holders = claim_holders(pods)
+    shares = [
+        share for claim in claims for share in claim_shares(claim, profile=profile, holders=holders)
+    ]
+    cards = {(card.node, card.device): card for card in slice_cards(slices, profile=profile)}
+    if usage is not None:
+        shares = [usage.of_share(share) for share in shares]
+    on_card: dict[tuple[str, str], list[Share]] = {key: [] for key in cards}
+    unplaced: list[Share] = []
+    for share in sorted(shares, key=_share_order):
+        on_card.get((share.node, share.device), unplaced).append(share)
+    filled = [
+        _with_usage(replace(card, shares=tuple(on_card[key])), usage)
+        for key, card in sorted(cards.items())
+    ]
+    return Report(tuple(filled), tuple(unplaced), pending_pods(pods), tuple(notes))
+
+
+def _share_order(share: Share) -> tuple[str, str, str, str]:
+    return (share.namespace, share.pod, share.claim, share.device)
+
+
+def _with_usage(card: Card, usage: Usage | None) -> Card:
+    if usage is None or card.node not in usage.nodes:
+        return card
+    return replace(card, used_memory=usage.card_used(card.node, card.uuid))
+
+
+def claim_holders(pods: Iterable[Json]) -> dict[tuple[str, str], Holder]:
+    """(namespace, claim name) -> the pod that holds it and the containers that use it."""
+    holders = {}
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        containers = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
+        for status in (pod.get("status") or {}).get("resourceClaimStatuses") or ():
+            claim = status.get("resourceClaimName")
+            if not claim:
+                continue
+            users = tuple(
+                container.get("name", "")
+                for container in containers
+                if any(
+                    ref.get("name") == status.get("name")
+                    for ref in (container.get("resources") or {}).get("claims") or ()
+                )
+            )
+            holders[(meta.get("namespace", ""), claim)] = Holder(meta.get("name", ""), users)
+    return holders
+
+
+def claim_shares(
+    claim: Json, *, profile: DriverProfile, holders: Mapping[tuple[str, str], Holder]
+) -> list[Share]:
+    """The allocated devices of our driver in `claim`, one share each (none if unallocated)."""
+    meta = claim.get("metadata") or {}
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    devices = allocation.get("devices") or {}
+    namespace, name = meta.get("namespace", ""), meta.get("name", "")
+    holder = holders.get((namespace, name)) or Holder("", ())
+    shares = []
+    for result in devices.get("results") or ():
+        if result.get("driver") != profile.driver:
+            continue
+        consumed = result.get("consumedCapacity") or {}
+        shares.append(
+            Share(
+                namespace=namespace,
+                pod=holder.pod,
+                containers=holder.containers,
+                claim=name,
+                claim_uid=meta.get("uid", ""),
+                node=str(result.get("pool", "")),
+                device=str(result.get("device", "")),
+                memory=_consumed(consumed, profile.memory_capacity, profile),
+                cores=_consumed(consumed, profile.cores_capacity, profile),
+                priority=_priority(devices.get("config") or (), result, profile),
+            )
+        )
+    return shares
+
+
+def _consumed(consumed: Json, name: str, profile: DriverProfile) -> int | None:
+    return _quantity(consumed.get(name, consumed.get(profile.qualified(name))))
+
+
+def _quantity(value: object) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(parse_quantity(value))
+    except QuantityError:
+        return None
+
+
+def _priority(configs: Iterable[Json], result: Json, profile: DriverProfile) -> int | None:
+    """The last of our opaque configs that applies to `result`'s request and sets a priority."""
+    request = str(result.get("request", "")).split("/", 1)[0]
+    priority = None
+    for entry in configs:
+        opaque = entry.get("opaque") or {}
+        applies = not entry.get("requests") or request in entry["requests"]
+        if opaque.get("driver") != profile.driver or not applies:
+            continue
+        try:
+            config = parse_share_config(opaque.get("parameters") or {})
+        except ShareConfigError:
+            continue  # the agent refuses such a claim with the reason; the view shows no priority
+        priority = config.priority if config.priority is not None else priority
+    return priority
+
+
+def slice_cards(slices: Iterable[Json], *, profile: DriverProfile) -> list[Card]:
+    """The devices of `profile`'s driver in the newest generation of each pool, as empty cards."""
+    ours = [s for s in slices if (s.get("spec") or {}).get("driver") == profile.driver]
+    newest: dict[str, int] = {}
+    for piece in ours:
+        pool = piece["spec"].get("pool") or {}
+        newest[pool.get("name", "")] = max(newest.get(pool.get("name", ""), 0), _generation(pool))
+    cards = []
+    for piece in ours:
+        spec = piece["spec"]
+        pool = spec.get("pool") or {}
+        if _generation(pool) == newest[pool.get("name", "")]:
+            cards += [_card(pool.get("name", ""), d, profile) for d in spec.get("devices") or ()]
+    return cards
+
+
+def _generation(pool: Json) -> int:
+    generation = pool.get("generation", 0)
+    return generation if isinstance(generation, int) else 0
+
+
+def _card(pool: str, device: Json, profile: DriverProfile) -> Card:
+    attributes, capacity = device.get("attributes") or {}, device.get("capacity") or {}
+
+    def text(name: str) -> str:
+        return str((attributes.get(name) or {}).get("string", ""))
+
+    def size(name: str) -> int:
+        return _quantity((capacity.get(name) or {}).get("value")) or 0
+
+    return Card(
+        node=pool,
+        device=str(device.get("name", "")),
+        uuid=text(profile.uuid_attribute),
+        product=text(profile.product_attribute),
+        memory=size(profile.memory_capacity),
+        cores=size(profile.cores_capacity),
+        shares=(),
+    )
+
+
+def pending_pods(pods: Iterable[Json]) -> tuple[PendingPod, ...]:
+    """Pods with resource claims, not bound to a node, not being deleted: with the scheduler's
+    reason (its PodScheduled condition), or that no scheduler has looked at them yet."""
+    waiting = []
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        phase = (pod.get("status") or {}).get("phase", "Pending")
+        if spec.get("nodeName") or not spec.get("resourceClaims") or meta.get("deletionTimestamp"):
+            continue
+        if phase != "Pending":
+            continue
+        scheduler = spec.get("schedulerName") or "default-scheduler"
+        waiting.append(
+            PendingPod(meta.get("namespace", ""), meta.get("name", ""), scheduler, _reason(pod))
+        )
+    return tuple(sorted(waiting, key=lambda p: (p.namespace, p.pod)))
+
+
+def _reason(pod: Json) -> str:
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "PodScheduled" and condition.get("status") != "True":
+            return str(condition.get("message") or condition.get("reason") or "not scheduled")
+    scheduler = (pod.get("spec") or {}).get("schedulerName") or "default-scheduler"
+    return f"not yet looked at by {scheduler}"

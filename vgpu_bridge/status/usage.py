@@ -1,0 +1,74 @@
+"""Live usage read from the node agents' Prometheus text (`node/metrics.py` names; pure).
+
+The agent reports the memory each claim's containers use per GPU uuid (libvgpu's shared region)
+and each card's node, device and uuid. A claim with no sample on a node whose agent was read
+uses nothing through libvgpu yet (no CUDA process has started), so it counts 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from vgpu_bridge.status.model import Share
+
+CARD_METRIC = "vgpu_bridge_gpu_memory_bytes"  # labels node, device, uuid, product
+CLAIM_USED_METRIC = "vgpu_bridge_claim_memory_used_bytes"  # labels claim_uid, uuid
+
+
+class MetricsError(ValueError):
+    """The text is not Prometheus exposition text."""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """The agents of `nodes`: bytes used per (claim uid, uuid) and uuid per (node, device)."""
+
+    nodes: frozenset[str] = frozenset()
+    used: dict[tuple[str, str], int] = field(default_factory=dict)
+    uuids: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def of_share(self, share: Share) -> Share:
+        """`share` with its live memory, when its node's agent was read."""
+        uuid = self.uuids.get((share.node, share.device))
+        if share.node not in self.nodes or uuid is None:
+            return share
+        return replace(share, used_memory=self.used.get((share.claim_uid, uuid), 0))
+
+    def card_used(self, node: str, uuid: str) -> int | None:
+        """The memory all claims use on the card `uuid` of `node`, when its agent was read."""
+        if node not in self.nodes:
+            return None
+        return sum(value for (_uid, on), value in self.used.items() if on == uuid)
+
+
+def parse_agent_metrics(node: str, text: str) -> Usage:
+    """One agent's `/metrics` text; MetricsError when it cannot be parsed."""
+    used: dict[tuple[str, str], int] = {}
+    uuids: dict[tuple[str, str], str] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = sample.labels
+                if sample.name == CARD_METRIC and labels.get("node", node) == node:
+                    uuids[(node, labels.get("device", ""))] = labels.get("uuid", "")
+                elif sample.name == CLAIM_USED_METRIC:
+                    key = (labels.get("claim_uid", ""), labels.get("uuid", ""))
+                    used[key] = used.get(key, 0) + int(sample.value)
+    except ValueError as error:
+        raise MetricsError(f"agent metrics of node {node}: {error}") from None
+    return Usage(frozenset({node}), used, uuids)
+
+
+def merged(usages: Iterable[Usage]) -> Usage:
+    """The usage of several agents together."""
+    nodes: set[str] = set()
+    used: dict[tuple[str, str], int] = {}
+    uuids: dict[tuple[str, str], str] = {}
+    for usage in usages:
+        nodes |= usage.nodes
+        used.update(usage.used)
+        uuids.update(usage.uuids)
+    return Usage(frozenset(nodes), used, uuids)
