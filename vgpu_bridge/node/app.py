@@ -4,10 +4,11 @@ until SIGTERM; tests build the same agent and start it themselves.
 Start-up order: GPUs (mock file or NVML), the checkpoint (recovered), the DRA socket, then the
 registration socket, the HTTP server (/metrics, /healthz), then the slices (republished on every
 start and checked every resync period), then the periodic cleanup of prepared claims whose
-ResourceClaim is gone, every second the prepared claims' host-pids files (`hostpids.py`: the
-host pids libvgpu cannot see from inside a pod, so that it measures its own container's SM use),
-and every 30 s the sweep of what containers can write (`claimdirs.py`: the trash emptied, the
-priority dir cleaned, each claim dir measured).
+ResourceClaim is gone, every `--device-health-seconds` the cards' health (an unhealthy card's
+taint published at once, see `device_health`), every second the prepared claims' host-pids
+files (`hostpids.py`: the host pids libvgpu cannot see from inside a pod, so that it measures
+its own container's SM use), and every 30 s the sweep of what containers can write
+(`claimdirs.py`: the trash emptied, the priority dir cleaned, each claim dir measured).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import argparse
 import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -27,6 +28,10 @@ from vgpu_bridge.kube import KubeApi, KubeConfigError
 from vgpu_bridge.logs import configure_json_logging
 from vgpu_bridge.node.cdi import CdiLayout
 from vgpu_bridge.node.claimdirs import SWEEP_PERIOD_S, TenantDirs
+from vgpu_bridge.node.device_health import DeviceHealthWatcher, HealthSource
+from vgpu_bridge.node.device_health.metrics import DeviceHealthCollector
+from vgpu_bridge.node.device_health.mock_source import MockHealthFiles
+from vgpu_bridge.node.device_health.nvml_source import NvmlHealthOnFirstUse
 from vgpu_bridge.node.gpus import Gpu, GpuDiscoveryError, mock_gpus, nvml_gpus
 from vgpu_bridge.node.grpc import PluginServer
 from vgpu_bridge.node.health import Health
@@ -35,6 +40,7 @@ from vgpu_bridge.node.hostpids import HostPidFiles
 from vgpu_bridge.node.metrics import CallMetrics, MetricsServer, serve_metrics
 from vgpu_bridge.node.publisher import SlicePublisher
 from vgpu_bridge.node.settings import Settings
+from vgpu_bridge.node.slices import DeviceTaint
 from vgpu_bridge.node.state import DeviceState, StateLocked
 
 log = structlog.get_logger("vgpu_bridge.node")
@@ -74,6 +80,7 @@ class Agent:
     health: Health
     host_pids: HostPidFiles
     tenant_dirs: TenantDirs
+    device_health: DeviceHealthWatcher | None  # None: --device-health false
 
     def start(self) -> MetricsServer | None:
         """Checkpoint recovered, DRA then registration socket, then /metrics and /healthz."""
@@ -89,6 +96,7 @@ class Agent:
             vgpu_dir=self.settings.vgpu_dir,
             host_pids=self.host_pids.found,
             tenant_usage=self.tenant_dirs.usage,
+            publications=lambda: self.publisher.last,
         )
 
     def close(self, *, grace_s: float = 5.0) -> None:
@@ -116,8 +124,34 @@ def build(settings: Settings, api: KubeApi, *, gpus: tuple[Gpu, ...]) -> Agent:
 
     host_pids = HostPidFiles(claims, vgpu_dir=settings.vgpu_dir)
     tenant_dirs = TenantDirs(layout, claims=claims, gpu_uuids={gpu.uuid for gpu in gpus})
+    device_health = health_watcher(settings, publisher, gpus=gpus, driver=profile.driver)
+    if device_health is not None:
+        registry.register(DeviceHealthCollector(lambda: device_health.taints, gpus=gpus,
+                                                node=settings.node_name))  # fmt: skip
     return Agent(settings, profile, gpus, registry, state, server, publisher, health, host_pids,
-                 tenant_dirs)  # fmt: skip
+                 tenant_dirs, device_health)  # fmt: skip
+
+
+def health_source(settings: Settings, gpus: Sequence[Gpu]) -> HealthSource:
+    """Mock GPUs' health files, or NVML's events for real cards."""
+    if settings.mock_gpus:
+        return MockHealthFiles(settings.mock_health_dir, gpus)
+    return NvmlHealthOnFirstUse(gpus)
+
+
+def health_watcher(
+    settings: Settings, publisher: SlicePublisher, *, gpus: Sequence[Gpu], driver: str
+) -> DeviceHealthWatcher | None:
+    """The cards' health, each change of a taint published at once; None when switched off."""
+    if not settings.device_health:
+        return None
+
+    def publish(taints: Mapping[str, DeviceTaint]) -> None:
+        publisher.set_taints(taints)
+        publisher.sync()
+
+    return DeviceHealthWatcher(health_source(settings, gpus), gpus=gpus, driver=driver,
+                               effect=settings.device_taint_effect, on_change=publish)  # fmt: skip
 
 
 def workers(agent: Agent, stop: threading.Event) -> list[threading.Thread]:
@@ -130,6 +164,9 @@ def workers(agent: Agent, stop: threading.Event) -> list[threading.Thread]:
         ("tenant-dirs", SWEEP_PERIOD_S, "sweeping container-writable dirs",
          agent.tenant_dirs.sweep),
     ]  # fmt: skip
+    if agent.device_health is not None:
+        periodic.append(("device-health", settings.device_health_seconds,
+                         "checking the cards' health", agent.device_health.check))  # fmt: skip
     return [
         threading.Thread(target=every, args=(seconds, stop, what, work), name=name, daemon=True)
         for name, seconds, what, work in periodic

@@ -6,14 +6,16 @@ are left alone. Otherwise it bumps the pool's generation and rewrites
 the pool: obsolete slices are deleted first (uid + resourceVersion preconditions), the rest
 updated or created. A conflict (someone else wrote meanwhile) starts the sync over. The agent
 calls `sync()` at start (republish on every start: the kubelet wipes a node's slices when it
-starts) and every resync period after that. The outcome of the last finished `sync()` is kept in
-`last` (read by /healthz).
+starts) and every resync period after that, and the device-health watcher calls it at once
+when a card's taint changes (`set_taints`); one `sync()` runs at a time. The outcome of the last
+finished `sync()` is kept in `last` (read by /healthz).
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +24,7 @@ import structlog
 from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.kube import KubeApi, KubeError, api_path
 from vgpu_bridge.node.gpus import Gpu
-from vgpu_bridge.node.slices import build_slices
+from vgpu_bridge.node.slices import DeviceTaint, build_slices
 
 Json = dict[str, Any]
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
@@ -68,14 +70,24 @@ class SlicePublisher:
         self._profile = profile
         self._gpus = tuple(gpus)
         self._clock = clock
+        self._taints: dict[str, DeviceTaint] = {}
+        self._syncing = threading.Lock()
         self.last: Publication | None = None  # None until the first sync() ends
 
     def set_gpus(self, gpus: Sequence[Gpu]) -> None:
         """A new list of GPUs; published by the next `sync()`."""
         self._gpus = tuple(gpus)
 
+    def set_taints(self, taints: Mapping[str, DeviceTaint]) -> None:
+        """The taints of the unhealthy cards, by uuid; published by the next `sync()`."""
+        self._taints = dict(taints)
+
     def sync(self) -> SyncResult:
         """Publish; `last` records how it ended, whatever the exception."""
+        with self._syncing:
+            return self._sync_and_record()
+
+    def _sync_and_record(self) -> SyncResult:
         try:
             result = self._sync_with_retries()
         except Exception as error:
@@ -139,6 +151,7 @@ class SlicePublisher:
             node=self._node,
             generation=generation + 1,
             devices=len(self._gpus),
+            tainted=sorted(self._taints),
             created=created,
             updated=updated,
             deleted=deleted,
@@ -161,6 +174,7 @@ class SlicePublisher:
             profile=self._profile,
             generation=generation,
             node_uid=node_uid,
+            taints=self._taints,
         )
 
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -52,6 +52,19 @@ class Settings(FlagSettings):
     cleanup_seconds: float = Field(
         default=600, gt=0, description="how often prepared claims that are gone are cleaned"
     )
+    device_health: bool = Field(
+        default=True,
+        description="taint unhealthy cards in the slices (NVML XID events and lost GPUs; "
+        "files under <plugin-dir>/mock-health with mock GPUs)",
+    )
+    device_health_seconds: float = Field(
+        default=5, gt=0, description="how often the cards' health is checked"
+    )
+    device_taint_effect: Literal["NoSchedule", "NoExecute", "None"] = Field(
+        default="NoSchedule",
+        description="an unhealthy card's taint: NoSchedule keeps new shares off it, NoExecute "
+        "also evicts the pods using it, None only marks it",
+    )
 
     @property
     def plugin_path(self) -> Path:
@@ -68,6 +81,11 @@ class Settings(FlagSettings):
     @property
     def checkpoint_file(self) -> Path:
         return self.plugin_path / "checkpoint.json"
+
+    @property
+    def mock_health_dir(self) -> Path:
+        """Mock GPUs' health files, one per card (`device_health.mock_source`)."""
+        return self.plugin_path / "mock-health"
 
     @property
     def max_publication_silence_s(self) -> float:

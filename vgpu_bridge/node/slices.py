@@ -3,16 +3,19 @@
 One pool per node, named after the node; each GPU one device that many claims may share
 (`allowMultipleAllocations`), with capacities `memory` (bytes; a share asks 1Mi steps, the default
 is the whole card), `cores` (SM percent 0..100, default 100) and, where the profile has one, the
-core booking (`milliCores`: 100k, 1 per step, default 1; see `core.profiles`). At most 128
-devices per slice; every slice of the pool carries the same generation and the pool's slice count.
+core booking (`milliCores`: 100k, 1 per step, default 1; see `core.profiles`). An unhealthy card
+carries a device taint (`DeviceTaint`, from `device_health`). At most 128 devices per slice, 64
+while any card of the pool is tainted (the API server's limit for slices with taints); every slice
+of the pool carries the same generation and the pool's slice count.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from vgpu_bridge.core.profiles import DriverProfile, core_booking_quantity
 from vgpu_bridge.core.quantity import MiB, format_bytes
@@ -21,14 +24,33 @@ from vgpu_bridge.node.gpus import Gpu
 Json = dict[str, Any]
 API_VERSION = "resource.k8s.io/v1"
 MAX_DEVICES_PER_SLICE = 128
+MAX_TAINTED_DEVICES_PER_SLICE = 64
 MAX_ATTRIBUTE_LENGTH = 64
 MAX_NAME_LENGTH = 253
 CORES = 100
 _SEMVER = re.compile(r"^(0|[1-9][0-9]*)(?:\.(0|[1-9][0-9]*))?(?:\.(0|[1-9][0-9]*))?$")
 
 
-def device(gpu: Gpu, profile: DriverProfile) -> Json:
-    """One shareable GPU: its attributes and its consumable capacities."""
+TaintEffect = Literal["NoSchedule", "NoExecute", "None"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTaint:
+    """A taint on one device: `key`/`value` label name and value, `time_added` RFC 3339 in whole
+    seconds (sent by us: the API server would otherwise stamp its own on every write)."""
+
+    key: str
+    value: str
+    effect: TaintEffect
+    time_added: str
+
+    def to_json(self) -> Json:
+        return {"key": self.key, "value": self.value, "effect": self.effect,
+                "timeAdded": self.time_added}  # fmt: skip
+
+
+def device(gpu: Gpu, profile: DriverProfile, taints: Sequence[DeviceTaint] = ()) -> Json:
+    """One shareable GPU: its attributes, its consumable capacities and its taints, if any."""
     memory = format_bytes(gpu.memory // MiB * MiB)  # a whole number of steps: default = the card
     cores = str(CORES)
     capacity = {
@@ -42,6 +64,7 @@ def device(gpu: Gpu, profile: DriverProfile) -> Json:
         "allowMultipleAllocations": True,
         "attributes": attributes(gpu, profile),
         "capacity": capacity,
+        **({"taints": [taint.to_json() for taint in taints]} if taints else {}),
     }
 
 
@@ -108,12 +131,19 @@ def build_slices(
     profile: DriverProfile,
     generation: int,
     node_uid: str | None = None,
+    taints: Mapping[str, DeviceTaint] | None = None,
 ) -> list[Json]:
-    """The pool of `node` as ResourceSlices; an empty pool (one slice, no devices) for no GPUs."""
-    devices = [device(gpu, profile) for gpu in sorted(gpus, key=lambda g: g.index)]
+    """The pool of `node` as ResourceSlices; an empty pool (one slice, no devices) for no GPUs.
+    `taints`: the taint of each unhealthy card, by uuid."""
+    taints = taints or {}
+    devices = [
+        device(gpu, profile, [taints[gpu.uuid]] if gpu.uuid in taints else [])
+        for gpu in sorted(gpus, key=lambda g: g.index)
+    ]
+    tainted = any("taints" in entry for entry in devices)
+    per_slice = MAX_TAINTED_DEVICES_PER_SLICE if tainted else MAX_DEVICES_PER_SLICE
     chunks = [
-        devices[start : start + MAX_DEVICES_PER_SLICE]
-        for start in range(0, len(devices), MAX_DEVICES_PER_SLICE)
+        devices[start : start + per_slice] for start in range(0, len(devices), per_slice)
     ] or [[]]
     owner = [] if node_uid is None else [_node_owner(node, node_uid)]
     return [

@@ -10,11 +10,11 @@ import pytest
 from tests.unit.test_import_rules import IO_MODULES, PACKAGE_ROOT, _imports
 
 NODE = PACKAGE_ROOT / "node"
-MODULES = sorted(p for p in NODE.glob("*.py"))
+MODULES = sorted([*NODE.glob("*.py"), *NODE.glob("device_health/*.py")])
 PURE = ("slices.py", "allocation.py")
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[p.name for p in MODULES])
+@pytest.mark.parametrize("path", MODULES, ids=[str(p.relative_to(NODE)) for p in MODULES])
 def test_the_agent_imports_only_core_the_shared_client_and_itself(path: Path) -> None:
     shared = (
         "vgpu_bridge.core",
@@ -28,7 +28,7 @@ def test_the_agent_imports_only_core_the_shared_client_and_itself(path: Path) ->
             assert name.startswith(shared), f"{path.name} imports {name}"
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[p.name for p in MODULES])
+@pytest.mark.parametrize("path", MODULES, ids=[str(p.relative_to(NODE)) for p in MODULES])
 def test_only_the_grpc_module_speaks_protobuf(path: Path) -> None:
     speaks = {n for n in _imports(path) if n == "grpc" or ".kubeletapi" in n}
     assert not speaks or path.name == "grpc.py", f"{path.name} imports {sorted(speaks)}"

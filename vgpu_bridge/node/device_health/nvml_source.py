@@ -1,0 +1,116 @@
+"""Real cards' health from NVML (`pynvml`, ctypes over libnvidia-ml, loaded only here).
+
+- XID critical-error events: one event set, every card registered for them; each `unhealthy()`
+  drains what arrived without waiting. A card XID (`xids.CARD_XIDS`) marks its card until the
+  agent restarts: NVML tells no recovery, a reset or a replacement does (restart the agent
+  after it). A card XID NVML reports without a device marks every card, as it cannot say which.
+- A lost GPU: `nvmlDeviceGetHandleByUUID` failing with GPU_IS_LOST marks the card while it lasts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+
+from vgpu_bridge.node.device_health.xids import LOST, meaning, reason_for_xid
+from vgpu_bridge.node.gpus import Gpu
+
+MAX_EVENTS_PER_CHECK = 1000
+log = structlog.get_logger("vgpu_bridge.node.device_health")
+
+
+class NvmlUnavailable(RuntimeError):
+    """NVML could not be started or watched (the agent then runs without device health)."""
+
+
+class NvmlHealthEvents:
+    def __init__(self, gpus: Sequence[Gpu], *, nvml: Any = None) -> None:
+        """`nvml`: the module to use (`pynvml` unless a test passes an object with its API)."""
+        if nvml is None:
+            import pynvml  # only on nodes that use NVML
+
+            nvml = pynvml
+        self._nvml = nvml
+        self._gpus = tuple(gpus)
+        self._xids: dict[str, str] = {}
+        try:
+            nvml.nvmlInit()
+            self._events = nvml.nvmlEventSetCreate()
+        except Exception as error:  # NVMLError subclasses, or OSError without a driver
+            raise NvmlUnavailable(f"NVML is unavailable for device health: {error}") from None
+        for gpu in self._gpus:
+            self._register(gpu)
+
+    def _register(self, gpu: Gpu) -> None:
+        nvml = self._nvml
+        try:
+            handle = nvml.nvmlDeviceGetHandleByUUID(gpu.uuid)
+            nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, self._events)
+        except nvml.NVMLError as error:
+            log.warning("cannot watch the card's XID events", device=gpu.device_name,
+                        uuid=gpu.uuid, error=str(error))  # fmt: skip
+
+    def unhealthy(self) -> dict[str, str]:
+        self._drain()
+        lost = {gpu.uuid: LOST for gpu in self._gpus if self._is_lost(gpu)}
+        return {**self._xids, **lost}
+
+    def _drain(self) -> None:
+        nvml = self._nvml
+        for _ in range(MAX_EVENTS_PER_CHECK):
+            try:
+                event = nvml.nvmlEventSetWait_v2(self._events, 0)
+            except nvml.NVMLError as error:
+                if error.value != nvml.NVML_ERROR_TIMEOUT:  # timeout: nothing (more) arrived
+                    log.warning("waiting for NVML events failed", error=str(error))
+                return
+            if event.eventType == nvml.nvmlEventTypeXidCriticalError:
+                self._record(int(event.eventData), event.device)
+
+    def _record(self, xid: int, handle: object) -> None:
+        uuids = self._uuids_of(handle)
+        reason = reason_for_xid(xid)
+        log.warning("XID event", xid=xid, meaning=meaning(xid), uuids=uuids,
+                    marks_card=reason is not None)  # fmt: skip
+        if reason is not None:
+            for uuid in uuids:
+                self._xids.setdefault(uuid, reason)  # the first card XID stays the reason
+
+    def _uuids_of(self, handle: object) -> list[str]:
+        """The uuid of the event's card; every card's when NVML names none."""
+        if not handle:
+            return [gpu.uuid for gpu in self._gpus]
+        try:
+            uuid = self._nvml.nvmlDeviceGetUUID(handle)
+        except self._nvml.NVMLError:
+            return [gpu.uuid for gpu in self._gpus]
+        return [uuid.decode() if isinstance(uuid, bytes) else str(uuid)]
+
+    def _is_lost(self, gpu: Gpu) -> bool:
+        try:
+            self._nvml.nvmlDeviceGetHandleByUUID(gpu.uuid)
+        except self._nvml.NVMLError as error:
+            return bool(error.value == self._nvml.NVML_ERROR_GPU_IS_LOST)
+        return False
+
+
+class NvmlHealthOnFirstUse:
+    """`NvmlHealthEvents` started by the first `unhealthy()` (building the agent starts nothing);
+    without NVML, logged once, and every card is reported healthy from then on."""
+
+    def __init__(self, gpus: Sequence[Gpu], *, nvml: Any = None) -> None:
+        self._gpus = tuple(gpus)
+        self._nvml = nvml
+        self._source: NvmlHealthEvents | None = None
+        self._failed = False
+
+    def unhealthy(self) -> dict[str, str]:
+        if self._source is None and not self._failed:
+            try:
+                self._source = NvmlHealthEvents(self._gpus, nvml=self._nvml)
+            except NvmlUnavailable as error:
+                log.error("device health is off: no NVML", error=str(error))
+                self._failed = True
+        return {} if self._source is None else self._source.unhealthy()
