@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.webhook_harness import WebhookProcess, answers_health, free_port
-from tests.tls import write_self_signed
+from tests.integration.webhook_harness import REVIEW, WebhookProcess, webhook_process
 
 NO_CONTEXT = "apiVersion: v1\nkind: Config\nclusters: []\n"
 
@@ -30,41 +26,9 @@ def kubeconfig(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def webhook(tmp_path: Path, kubeconfig: Path) -> Iterator[WebhookProcess]:
-    cert_file, key_file = write_self_signed(tmp_path)
-    port = free_port()
-    command = [
-        sys.executable, "-m", "vgpu_bridge.cli", "webhook", "--listen", f"127.0.0.1:{port}",
-        "--tls-cert-file", str(cert_file), "--tls-key-file", str(key_file),
-        "--kubeconfig", str(kubeconfig),
-    ]  # fmt: skip
-    output = tmp_path / "webhook.log"
-    with output.open("wb") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
-    running = WebhookProcess(port, cert_file, output, process)
-    try:
-        for _ in range(600):
-            if process.poll() is not None or answers_health(running):
-                break
-            time.sleep(0.1)
+    # not required alive: the second test makes it exit, and each test says what it expects
+    with webhook_process(tmp_path, kubeconfig=kubeconfig, require_alive=False) as running:
         yield running
-    finally:
-        process.kill()
-        process.wait()
-
-
-def dry_run_gpu_review() -> bytes:
-    container = {"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": 1}}}
-    pod = {"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [container]}}
-    request = {
-        "uid": "u-1",
-        "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "operation": "CREATE",
-        "namespace": "team-a",
-        "object": {"apiVersion": "v1", **pod},
-        "dryRun": True,
-    }
-    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-    return json.dumps(review).encode()
 
 
 def review(webhook: WebhookProcess, body: bytes) -> dict[str, Any]:
@@ -83,7 +47,7 @@ def test_a_review_is_answered_while_the_kubeconfig_is_unread(
     webhook: WebhookProcess, kubeconfig: Path
 ) -> None:
     assert webhook.process.poll() is None, webhook.output.read_text()
-    answer = review(webhook, dry_run_gpu_review())
+    answer = review(webhook, REVIEW)
     assert answer["allowed"] is True
     assert "patch" in answer  # translated: the pod now claims a share
 

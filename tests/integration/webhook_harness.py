@@ -183,15 +183,23 @@ def answers_health(webhook: WebhookProcess) -> bool:
 
 
 @contextmanager
-def webhook_process(directory: Path, *args: str) -> Iterator[WebhookProcess]:
-    """Start the binary on a free loopback port and wait until /healthz answers."""
+def webhook_process(
+    directory: Path, *args: str, kubeconfig: Path | None = None, require_alive: bool = True
+) -> Iterator[WebhookProcess]:
+    """Start the binary on a free loopback port and wait until /healthz answers (or it exits).
+
+    `kubeconfig`: the file to pass (default: one whose API server does not answer).
+    `require_alive`: fail at once if the process exited before answering; a test that expects
+    it to exit passes False and looks at `process` and `lines()` itself."""
     cert_file, key_file = write_self_signed(directory)
-    (directory / "kubeconfig").write_text(NOWHERE_KUBECONFIG)
+    if kubeconfig is None:
+        kubeconfig = directory / "kubeconfig"
+        kubeconfig.write_text(NOWHERE_KUBECONFIG)
     port = free_port()
     command = [
         sys.executable, "-m", "vgpu_bridge.cli", "webhook", "--listen", f"127.0.0.1:{port}",
         "--tls-cert-file", str(cert_file), "--tls-key-file", str(key_file),
-        "--kubeconfig", str(directory / "kubeconfig"), *args,
+        "--kubeconfig", str(kubeconfig), *args,
     ]  # fmt: skip
     output = directory / "webhook.log"
     with output.open("wb") as sink:
@@ -202,12 +210,17 @@ def webhook_process(directory: Path, *args: str) -> Iterator[WebhookProcess]:
             if process.poll() is not None or answers_health(running):
                 break
             time.sleep(0.1)
-        assert process.poll() is None, running.output.read_text()
+        if require_alive:
+            assert process.poll() is None, running.output.read_text()
         yield running
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        _stop(process)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
