@@ -1,9 +1,12 @@
-"""HAMi's namespace GPU quotas, kept after translation.
+"""HAMi's and Volcano's namespace GPU quotas, kept after translation.
 
 HAMi users cap a namespace with a ResourceQuota on `limits.nvidia.com/gpumem` (MiB per device,
 summed over devices), `limits.nvidia.com/gpucores` (percent per device, summed) and the card count
-(`limits.nvidia.com/gpu`, or Kubernetes' own `requests.nvidia.com/gpu`). A translated pod names
-none of them, so neither HAMi nor Kubernetes counts it any more; this gate does, at admission:
+(`limits.nvidia.com/gpu`, or Kubernetes' own `requests.nvidia.com/gpu`); Volcano's vGPU users on
+`requests.volcano.sh/vgpu-number`, `vgpu-memory` and `vgpu-cores`, which Kubernetes counts as
+extended resources. Both count the same claims, the same way (per device: Kubernetes would count
+a multi-card container's `vgpu-memory` once, a claim books it on every card). A translated pod
+names none of them, so neither HAMi nor Kubernetes counts it any more; this gate does, at admission:
 the claims of our DeviceClass that exist in the namespace (allocated or not) plus what this pod's
 claim templates would make must stay within each hard limit. `requests.` and `limits.` of one name
 are the same limit (an extended resource's request always equals its limit).
@@ -23,6 +26,7 @@ from typing import Any
 import structlog
 
 from vgpu_bridge.core.booking import Booking, claim_booking, spec_booking, total
+from vgpu_bridge.core.dialects import volcano
 from vgpu_bridge.core.dialects.resources import ResourceNames
 from vgpu_bridge.core.inventory import Inventory
 from vgpu_bridge.core.profiles import DriverProfile
@@ -46,10 +50,20 @@ class GpuQuota:
     hard: int
 
 
+def _measures(families: Iterable[ResourceNames]) -> dict[str, str]:
+    """Resource name → what a quota on it counts. A percentage is no quota key in either
+    vocabulary (HAMi does not count it; Volcano's node does not advertise it)."""
+    measures = {}
+    for names in families:
+        measures.update({names.count: "devices", names.memory: "memory", names.cores: "cores"})
+    return measures
+
+
 def gpu_quotas(quota: Mapping[str, Any], names: ResourceNames) -> list[GpuQuota]:
-    """The hard limits of `quota` that name a GPU share resource; unreadable values are skipped
-    (the API server validates quantities, so none are expected)."""
-    measures = {names.count: "devices", names.memory: "memory", names.cores: "cores"}
+    """The hard limits of `quota` that name a GPU share resource, HAMi's as `names` spells them or
+    Volcano's; unreadable values are skipped (the API server validates quantities, so none are
+    expected)."""
+    measures = _measures((volcano.RESOURCES, names))
     hard = ((quota.get("spec") or {}).get("hard")) or {}
     name = str((quota.get("metadata") or {}).get("name"))
     found = []

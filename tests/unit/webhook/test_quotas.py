@@ -225,3 +225,26 @@ def test_a_pod_sharing_a_claim_in_use_books_nothing_new(recorded: RecordingApi) 
     recorded.objects[f"{CLAIMS}/shared"] = shared
     claims = [{"name": "gpu", "resourceClaimName": "shared"}]
     assert answer(admitter_for(recorded), pod({}, resourceClaims=claims))["allowed"] is True
+
+
+def test_gpu_quotas_reads_volcanos_names_beside_hamis_but_no_percentage() -> None:
+    hard = {"requests.volcano.sh/vgpu-number": "4", "requests.volcano.sh/vgpu-memory": "20k",
+            "limits.volcano.sh/vgpu-cores": "200", "nvidia.com/gpumem": "1",
+            "requests.volcano.sh/vgpu-memory-percentage": "50"}  # fmt: skip
+    assert gpu_quotas(quota("q", **hard), hami.RESOURCES) == [
+        GpuQuota("q", "limits.volcano.sh/vgpu-cores", "cores", 200),
+        GpuQuota("q", "requests.volcano.sh/vgpu-memory", "memory", 20000),
+        GpuQuota("q", "requests.volcano.sh/vgpu-number", "devices", 4),
+    ]
+
+
+def test_a_volcano_memory_quota_counts_every_claim_per_device(recorded: RecordingApi) -> None:
+    """Volcano's vgpu-memory is MiB per vGPU: two cards of 2000 book 4000, whichever vocabulary
+    made the claims already held."""
+    hard = {"requests.volcano.sh/vgpu-memory": "10000", "requests.volcano.sh/vgpu-number": "8"}
+    namespace_holds(recorded, [quota("vc", **hard)], [held(1, "5000Mi", 0), held(1, "2000Mi", 0)])
+    limits = {"volcano.sh/vgpu-number": 2, "volcano.sh/vgpu-memory": 2000}
+    assert message(answer(admitter_for(recorded), pod(limits))) == (
+        "exceeded quota vc: requests.volcano.sh/vgpu-memory: requested 4000, used 7000, "
+        "limited 10000"
+    )
