@@ -28,6 +28,8 @@ from vgpu_bridge.kube import (
     dns_subdomain_problem,
 )
 from vgpu_bridge.webhook import review
+from vgpu_bridge.webhook.event_notes import Admitted, occurrences
+from vgpu_bridge.webhook.events import EventRecorder
 from vgpu_bridge.webhook.fastpath import may_ask_for_gpus
 from vgpu_bridge.webhook.metrics import WebhookMetrics
 from vgpu_bridge.webhook.quotas import QuotaGate
@@ -48,6 +50,16 @@ class _Outcome:
     body: bytes
     adapter: str = "-"
     templates: list[str] = field(default_factory=list)
+    plan: Plan | None = None
+    reasons: list[str] = field(default_factory=list)  # of a denial
+    warnings: list[str] = field(default_factory=list)
+
+
+def _denied(
+    uid: str, reasons: list[str], adapter: str = "-", templates: list[str] | None = None
+) -> _Outcome:
+    body = review.deny(uid, reasons)
+    return _Outcome("denied", body, adapter, templates or [], reasons=reasons)
 
 
 @dataclass
@@ -64,6 +76,7 @@ class Admitter:
     metrics: WebhookMetrics
     legacy_warnings: list[str] = field(default_factory=list)
     quotas: QuotaGate | None = None  # HAMi's namespace GPU quotas; None: not enforced
+    events: EventRecorder | None = None  # Events about decisions; None: none posted
 
     def review_body(self, body: bytes) -> tuple[int, bytes]:
         """(HTTP status, body) for one POST /mutate."""
@@ -97,7 +110,23 @@ class Admitter:
             dry_run=request.dry_run,
             duration_ms=round(elapsed * 1000, 3),
         )
+        try:
+            self._tell(request, outcome)
+        except Exception:  # an Event is never worth failing or delaying the admission
+            log.exception("cannot queue events", uid=request.uid, namespace=request.namespace)
         return 200, outcome.body
+
+    def _tell(self, request: review.AdmissionRequest, outcome: _Outcome) -> None:
+        """Queue the Events of this decision (never for a dry run: it must write nothing)."""
+        quiet = outcome.decision == "unchanged" and not outcome.warnings
+        if self.events is None or request.dry_run or quiet:
+            return
+        meta = request.object.get("metadata")
+        namespace = request.namespace or (meta.get("namespace") if isinstance(meta, dict) else None)
+        admitted = Admitted(uid=request.uid, object=request.object, namespace=namespace,
+                            decision=outcome.decision, plan=outcome.plan,
+                            reasons=outcome.reasons, warnings=outcome.warnings)  # fmt: skip
+        self.events.record(occurrences(admitted, profile=self.profile))
 
     def _skipped(self, request: review.AdmissionRequest, namespace: str | None) -> bool:
         labels = (request.object.get("metadata") or {}).get("labels") or {}
@@ -114,7 +143,7 @@ class Admitter:
         try:
             check_shape(request.object)  # every field read below has its type
         except InvalidRequest as exc:
-            return _Outcome("denied", review.deny(request.uid, exc.lines()))
+            return _denied(request.uid, exc.lines())
         meta = request.object.get("metadata") or {}
         namespace = request.namespace or meta.get("namespace")
         if self._skipped(request, namespace):
@@ -123,7 +152,7 @@ class Admitter:
         if not may_ask_for_gpus(request.kind, request.object, resource_names=renamed):
             reasons = self._quota_reasons(request, namespace, request.object)
             if reasons:  # a pod made from a translated template still books its share
-                return _Outcome("denied", review.deny(request.uid, reasons))
+                return _denied(request.uid, reasons)
             return _Outcome("unchanged", review.allow(request.uid))
         obj = {**request.object, "metadata": {**meta, "namespace": namespace}}
         adapter = self.registry.pick(obj, self.settings.scheduler)
@@ -133,24 +162,23 @@ class Admitter:
         try:
             plan = adapter.translate(obj, context=context)
         except InvalidRequest as exc:
-            return _Outcome("denied", review.deny(request.uid, exc.lines()), adapter.name)
+            return _denied(request.uid, exc.lines(), adapter.name)
         names = [t["metadata"]["name"] for t in plan.templates]
         reasons = self._placement_reasons(plan, namespace) if plan.changes_object else []
         reasons = reasons or self._quota_reasons(request, namespace, obj, plan)
         if not plan.changes_object and not reasons:
-            return _Outcome(
-                "unchanged", review.allow(request.uid, warnings=plan.warnings), adapter.name
-            )
+            body = review.allow(request.uid, warnings=plan.warnings)
+            return _Outcome("unchanged", body, adapter.name, warnings=list(plan.warnings))
         if not reasons and not request.dry_run:
             try:
                 self.store.ensure(str(namespace), plan.templates)
             except TemplateConflict as exc:
                 reasons = [str(exc)]
         if reasons:
-            return _Outcome("denied", review.deny(request.uid, reasons), adapter.name, names)
+            return _denied(request.uid, reasons, adapter.name, names)
         warnings = [*plan.warnings, *self.legacy_warnings]
         body = review.allow(request.uid, patch=plan.patch, warnings=warnings)
-        return _Outcome("translated", body, adapter.name, names)
+        return _Outcome("translated", body, adapter.name, names, plan, warnings=warnings)
 
     def _quota_reasons(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -16,6 +17,7 @@ from vgpu_bridge.core.dialects import hami
 from vgpu_bridge.kube import KubeApi, KubeConfigError
 from vgpu_bridge.logs import configure_json_logging
 from vgpu_bridge.webhook.admission import Admitter
+from vgpu_bridge.webhook.events import EventRecorder
 from vgpu_bridge.webhook.inventory import InventoryCache
 from vgpu_bridge.webhook.legacy import legacy_hami_warnings
 from vgpu_bridge.webhook.metrics import WebhookMetrics
@@ -62,7 +64,9 @@ def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, S
             inventory=inventory.current,
             memory_factor=config.memory_factor,
         ),
-    )
+        events=EventRecorder(api, controller=settings.driver_name,
+                             instance=socket.gethostname(), dropped=metrics.events_dropped),
+    )  # fmt: skip
     return admitter, inventory, Sweeper(api, grace_s=settings.sweep_grace_seconds)
 
 
@@ -110,9 +114,12 @@ def api_workers(
     stop: threading.Event,
     every_s: float,
 ) -> list[threading.Thread]:
-    """The threads that follow the API: inventory, template index, quotas, housekeeping."""
+    """The threads that follow the API: inventory, template index, quotas, housekeeping, and the
+    one that posts Events."""
     quotas = [admitter.quotas.cache] if admitter.quotas else []
+    events = [admitter.events] if admitter.events else []
     return [
+        *(threading.Thread(target=e.run, args=(stop,), name="events", daemon=True) for e in events),
         threading.Thread(target=inventory.run, args=(stop,), name="inventory", daemon=True),
         *(threading.Thread(target=q.run, args=(stop,), name="quotas", daemon=True) for q in quotas),
         threading.Thread(
