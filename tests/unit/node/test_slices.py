@@ -6,7 +6,7 @@ import pytest
 
 from vgpu_bridge.core import DEFAULT, HAMI
 from vgpu_bridge.node.gpus import Gpu
-from vgpu_bridge.node.slices import build_slices, device, semver, slice_name
+from vgpu_bridge.node.slices import DeviceTaint, build_slices, device, semver, slice_name
 
 
 def _gpus(count: int) -> list[Gpu]:
@@ -69,6 +69,35 @@ def test_a_pool_is_cut_into_slices_of_at_most_128_devices(count: int, sizes: lis
     names = [d["name"] for s in slices for d in s["spec"].get("devices", [])]
     assert names == [f"gpu-{i}" for i in range(count)]
     assert len({s["metadata"]["name"] for s in slices}) == len(sizes)
+
+
+TAINT = DeviceTaint("gpu.vgpu-bridge.io/unhealthy", "xid-79", "NoSchedule", "2026-12-01T17:00:00Z")
+
+
+@pytest.mark.parametrize(("count", "sizes"), [(64, [64]), (65, [64, 1]), (130, [64, 64, 2])])
+def test_a_pool_with_a_tainted_card_is_cut_into_slices_of_at_most_64_devices(
+    count: int, sizes: list[int]
+) -> None:
+    slices = build_slices(_gpus(count), node="n1", profile=DEFAULT, generation=1,
+                          taints={"GPU-3": TAINT})  # fmt: skip
+    assert [len(s["spec"]["devices"]) for s in slices] == sizes
+
+
+def test_only_the_tainted_card_carries_the_taint_and_a_taint_for_no_card_changes_nothing() -> None:
+    [tainted] = build_slices(_gpus(2), node="n1", profile=DEFAULT, generation=1,
+                             taints={"GPU-1": TAINT})  # fmt: skip
+    first, second = tainted["spec"]["devices"]
+    assert "taints" not in first
+    assert second["taints"] == [TAINT.to_json()]
+    assert TAINT.to_json() == {
+        "key": "gpu.vgpu-bridge.io/unhealthy",
+        "value": "xid-79",
+        "effect": "NoSchedule",
+        "timeAdded": "2026-12-01T17:00:00Z",
+    }
+    untainted = build_slices(_gpus(130), node="n1", profile=DEFAULT, generation=1,
+                             taints={"GPU-gone": TAINT})  # fmt: skip
+    assert [len(s["spec"]["devices"]) for s in untainted] == [128, 2]
 
 
 def test_without_a_node_uid_the_slices_have_no_owner() -> None:

@@ -43,7 +43,7 @@ class DeviceHealthWatcher:
         on_change: Callable[[Mapping[str, DeviceTaint]], object],
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
-        self._source = source
+        self.source = source
         self._names = {gpu.uuid: gpu.device_name for gpu in gpus}
         self._key = taint_key(driver)
         self._effect: TaintEffect = effect
@@ -58,7 +58,7 @@ class DeviceHealthWatcher:
 
     def check(self) -> bool:
         """Ask the source; True (after `on_change`) when a card's taint changed."""
-        reasons = {u: r for u, r in self._source.unhealthy().items() if u in self._names}
+        reasons = {u: r for u, r in self.source.unhealthy().items() if u in self._names}
         if reasons == {uuid: taint.value for uuid, taint in self._taints.items()}:
             return False
         taints = {uuid: self._taint(uuid, reason) for uuid, reason in reasons.items()}
