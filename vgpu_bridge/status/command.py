@@ -128,9 +128,13 @@ def read_report(api: KubeApi, *, namespace: str | None, driver: str, agent_selec
     claims = _items(api, f"{RESOURCE}{where}/resourceclaims")
     pods = _items(api, f"/api/v1{where}/pods")
     slices = _allowed(api, f"{RESOURCE}/resourceslices", "ResourceSlices (cards)", notes)
+    bookings = None
+    if namespace and slices is not None:
+        what = "other namespaces' claims (BOOKED and FREE count this namespace's only)"
+        bookings = _allowed(api, f"{RESOURCE}/resourceclaims", what, notes)
     usage = agent_usage(api, agent_selector, notes)
-    return build_report(slices or [], claims, pods, profile=our_profile(driver), usage=usage,
-                        notes=notes)  # fmt: skip
+    return build_report(slices or [], claims, pods, profile=our_profile(driver),
+                        bookings=bookings, usage=usage, notes=notes)  # fmt: skip
 
 
 def _items(api: KubeApi, path: str, **query: str) -> list[Json]:

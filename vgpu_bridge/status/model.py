@@ -33,15 +33,9 @@ class Card:
     memory: int
     cores: int
     shares: tuple[Share, ...]
+    booked_memory: int = 0  # by every claim on the card, also those of namespaces not shown
+    booked_cores: int = 0
     used_memory: int | None = None  # live sum over its claims; None when no agent was read
-
-    @property
-    def booked_memory(self) -> int:
-        return sum(share.memory or 0 for share in self.shares)
-
-    @property
-    def booked_cores(self) -> int:
-        return sum(share.cores or 0 for share in self.shares)
 
     @property
     def free_memory(self) -> int:

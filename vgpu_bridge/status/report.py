@@ -35,28 +35,41 @@ def build_report(
     pods: Iterable[Json],
     *,
     profile: DriverProfile,
+    bookings: Iterable[Json] | None = None,
     usage: Usage | None = None,
     notes: Iterable[str] = (),
 ) -> Report:
-    """Every share of `profile`'s driver on the cards of `slices`; shares on cards not among them
-    are `unplaced`; pods with claims that no scheduler placed are `pending`."""
+    """Every share of `profile`'s driver in `claims` on the cards of `slices`; shares on cards not
+    among them are `unplaced`; pods with claims that no scheduler placed are `pending`. A card's
+    booking counts the claims of `bookings` (all the cluster's, where readable), else `claims`."""
     pods = list(pods)
     holders = claim_holders(pods)
-    shares = [
-        share for claim in claims for share in claim_shares(claim, profile=profile, holders=holders)
-    ]
-    cards = {(card.node, card.device): card for card in slice_cards(slices, profile=profile)}
+    shares = [s for claim in claims for s in claim_shares(claim, profile=profile, holders=holders)]
     if usage is not None:
         shares = [usage.of_share(share) for share in shares]
+    booked = shares if bookings is None else [
+        s for claim in bookings for s in claim_shares(claim, profile=profile, holders={})
+    ]  # fmt: skip
+    cards = {(card.node, card.device): card for card in slice_cards(slices, profile=profile)}
     on_card: dict[tuple[str, str], list[Share]] = {key: [] for key in cards}
     unplaced: list[Share] = []
     for share in sorted(shares, key=_share_order):
         on_card.get((share.node, share.device), unplaced).append(share)
     filled = [
-        _with_usage(replace(card, shares=tuple(on_card[key])), usage)
+        _with_usage(_booked(card, on_card[key], booked), usage)
         for key, card in sorted(cards.items())
     ]
     return Report(tuple(filled), tuple(unplaced), pending_pods(pods), tuple(notes))
+
+
+def _booked(card: Card, shown: list[Share], booked: list[Share]) -> Card:
+    mine = [s for s in booked if (s.node, s.device) == (card.node, card.device)]
+    return replace(
+        card,
+        shares=tuple(shown),
+        booked_memory=sum(s.memory or 0 for s in mine),
+        booked_cores=sum(s.cores or 0 for s in mine),
+    )
 
 
 def _share_order(share: Share) -> tuple[str, str, str, str]:
