@@ -9,6 +9,11 @@ books `C*1000` and a share without an SM limit books 1. So `gpucores: 100` (`100
 on a card no one uses and leaves room for nothing, and a share without an SM limit does not fit
 on a card whose cores are fully booked (HAMi's ExclusiveDeviceAllocateConflict and
 CardComputeUnitsExhausted). `cores` stays the SM limit in percent that the node agent reads.
+
+HAMi's driver publishes no core booking: its `cores` and `memory` are what it writes into the
+container as the limits. There `gpucores: 100` books the whole card instead (core/translate.py,
+with a warning: the container's memory limit becomes the card's), which keeps the first rule; the
+second cannot be said (a core booked by a share without an SM limit would be its SM limit).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from vgpu_bridge.core.models import DeviceFilter, GpuRequest, Problems
 from vgpu_bridge.core.names import TRANSLATED_LABEL
 from vgpu_bridge.core.normalise import normalise
 from vgpu_bridge.core.plan import Plan, TranslatedContainer, TranslatedPod
+from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.core.requests import Share, shares
 from vgpu_bridge.core.shapes import MAX_DEPTH, check_shape, deeper_than
 from vgpu_bridge.core.workloads import PodTemplate, namespace_of, object_ref, pod_templates
@@ -145,7 +146,8 @@ def _claim_group(
 def _normalised(
     found: list[Share], *, mutex: bool, target: _Target, draft: _Draft
 ) -> list[tuple[Share, GpuRequest]]:
-    """Each share with its request after defaults; under the `mutex` policy each card whole."""
+    """Each share with its request after defaults; under the `mutex` policy each card whole, and
+    so is `gpucores: 100` where the driver has no core booking (`_exclusive_by_memory`)."""
     context, requested = target.context, []
     for share in found:
         request = normalise(
@@ -154,6 +156,9 @@ def _normalised(
         if request is None:
             continue
         if mutex:
+            request = _whole_cards(request)
+        elif _exclusive_by_memory(request, context.profile):
+            draft.warnings.append(_whole_card_warning(share, context.profile))
             request = _whole_cards(request)
         if request.priority is not None and context.profile.config_api_version is None:
             draft.warnings.append(
@@ -208,6 +213,27 @@ def _group_claim(
 
 def _whole_cards(request: GpuRequest) -> GpuRequest:
     return request.model_copy(update={"memory_mib": None, "memory_percent": 100, "cores": 100})
+
+
+def _exclusive_by_memory(request: GpuRequest, profile: DriverProfile) -> bool:
+    """HAMi's `gpucores: 100` is a card of its own. A driver without a core booking (HAMi's) can
+    only say so with the card's memory: booked whole, no share fits beside it (each books some
+    memory) and it fits on no card in use."""
+    return (
+        profile.core_booking_capacity is None
+        and request.cores == 100
+        and not request.whole_card_memory
+    )
+
+
+def _whole_card_warning(share: Share, profile: DriverProfile) -> str:
+    asked = share.raw.sources.get("cores", share.container.path)
+    return (
+        f"{asked}: 100% of the SMs is a card of its own (HAMi's rule); the {profile.name} "
+        "profile's driver has no core booking to keep other shares off it, so the whole card is "
+        "booked, and that driver sets the container's memory limit to the whole card instead of "
+        "the memory asked for"
+    )
 
 
 def pod_claim_name(container_name: str) -> str:

@@ -117,7 +117,10 @@ def test_hand_written_claims_without_a_booking_share_as_before() -> None:
     assert fits(DEFAULT, [old, old, old])
 
 
-def test_under_the_hami_profile_the_rules_are_not_expressible_and_a_0_still_joins() -> None:
-    """HAMi's driver publishes `cores` 0..100 only: documented, not enforced (README)."""
+def test_under_the_hami_profile_a_share_of_100_cores_alone_lets_a_0_join() -> None:
+    """HAMi's driver publishes `cores` 0..100 only: no booking. So translate books the whole card
+    for `gpucores: 100` under that profile instead (the golden case
+    hami-profile-cores-100-books-the-whole-card, e2e/translate/test_hami_profile_exclusive.py);
+    the second rule stays unenforced (README)."""
     assert "milliCores" not in share(0, profile=HAMI)
     assert fits(HAMI, [share(100, profile=HAMI), share(0, profile=HAMI)])
