@@ -22,6 +22,7 @@ from vgpu_bridge.webhook.inventory import InventoryCache
 from vgpu_bridge.webhook.legacy import legacy_hami_warnings
 from vgpu_bridge.webhook.metrics import WebhookMetrics
 from vgpu_bridge.webhook.quotas import QuotaCache, QuotaGate
+from vgpu_bridge.webhook.restore import TemplateRestorer
 from vgpu_bridge.webhook.server import ProbeServer, TLSFiles, WebhookServer, watch_tls
 from vgpu_bridge.webhook.settings import Settings
 from vgpu_bridge.webhook.templates import Sweeper, TemplateStore
@@ -114,9 +115,11 @@ def api_workers(
     stop: threading.Event,
     every_s: float,
 ) -> list[threading.Thread]:
-    """The threads that follow the API: inventory, template index, quotas, housekeeping, and the
-    one that posts Events."""
+    """The threads that follow the API: inventory, template index (and the restorer of deleted
+    templates still in use), quotas, housekeeping, and the one that posts Events."""
     quotas = [admitter.quotas.cache] if admitter.quotas else []
+    restorer = TemplateRestorer(admitter.api, ensure=admitter.store.ensure)
+    admitter.store.index.on_deleted = restorer.deleted
     events = [admitter.events] if admitter.events else []
     return [
         *(threading.Thread(target=e.run, args=(stop,), name="events", daemon=True) for e in events),
@@ -125,6 +128,7 @@ def api_workers(
         threading.Thread(
             target=admitter.store.index.run, args=(stop,), name="templates", daemon=True
         ),
+        threading.Thread(target=restorer.run, args=(stop,), name="restore", daemon=True),
         threading.Thread(
             target=housekeeping,
             args=(admitter, sweeper, stop, every_s),

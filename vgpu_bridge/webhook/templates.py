@@ -8,7 +8,8 @@ that was just admitted.
 
 What exists is learnt from a watch on our templates (`TemplateIndex`), never from memory of what
 was once created: a template deleted behind our back (by hand, or with its namespace) is made
-again by the next admission that needs it.
+again by the next admission that needs it, and at once when a pod or workload still names it
+(`on_deleted`, see restore.py).
 """
 
 from __future__ import annotations
@@ -102,10 +103,18 @@ class TemplateIndex:
     """Our templates that exist (namespace → name → Seen), from a watch on templates labelled as
     ours: a deletion by anyone (or of the whole namespace) is forgotten as soon as its event
     arrives. It answers UNKNOWN until it has listed, whenever its watch has stopped until it has
-    listed again, and for names it has no room to hold (more than `max_entries`)."""
+    listed again, and for names it has no room to hold (more than `max_entries`). Each deleted
+    template, as its event last showed it, is handed to `on_deleted` (which must not block)."""
 
-    def __init__(self, api: KubeApi, *, max_entries: int = 100_000) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        max_entries: int = 100_000,
+        on_deleted: Callable[[Json], None] = lambda _template: None,
+    ) -> None:
         self._api, self._max_entries = api, max_entries
+        self.on_deleted = on_deleted
         self._by_namespace: dict[str, dict[str, Seen]] = {}
         self._entries = 0
         self._full = False
@@ -145,6 +154,7 @@ class TemplateIndex:
         meta = template.get("metadata") or {}
         if kind == "DELETED":
             self.forget(meta.get("namespace", ""), meta.get("name", ""))
+            self.on_deleted(template)
         else:
             self.remember(meta.get("namespace", ""), meta.get("name", ""), Seen.of(template))
 
