@@ -52,7 +52,8 @@ class ObjectRef:
 @dataclass(frozen=True, slots=True)
 class Occurrence:
     """One Event to post. Occurrences with equal `key`s aggregate into one Event's series.
-    `lookup`: the API path of the object, read once it is stored to learn its uid; `once` (its
+    `lookup`: the API path of the object's collection, listed by name once it is stored to learn
+    its uid (the webhook may list these kinds already); `once` (its
     admission's uid) keeps it from aggregating with an earlier object of the same name."""
 
     regarding: ObjectRef
@@ -97,8 +98,8 @@ def occurrences(admitted: Admitted, *, profile: DriverProfile) -> list[Occurrenc
     if target is None:
         return []
     found = []
-    if admitted.decision == "translated" and admitted.plan is not None:
-        note = translated_note(admitted.plan, profile=profile)
+    note = translated_note(admitted.plan, profile=profile) if admitted.plan else ""
+    if admitted.decision == "translated" and note:  # a PodGroup's translation names no container
         found.append(_occurrence(target, admitted, "Normal", TRANSLATED, "Translate", note))
     if admitted.warnings:
         note = "; ".join(admitted.warnings)
@@ -161,11 +162,12 @@ def _fields(ref: ObjectRef) -> dict[str, str]:
 
 
 def _object_path(obj: Mapping[str, Any], ref: ObjectRef) -> str | None:
-    """Where the object will be stored: only kinds of core's table have a known path."""
+    """The collection the object will be stored in: only kinds of core's table have a known
+    path."""
     group = api_group(obj)
     for kind in WORKLOAD_KINDS:
         if (kind.group, kind.kind, kind.api_version) == (group, ref.kind, ref.api_version):
-            return api_path(kind.api_prefix, "namespaces", ref.namespace, kind.resource, ref.name)
+            return api_path(kind.api_prefix, "namespaces", ref.namespace, kind.resource)
     return None
 
 
@@ -220,15 +222,14 @@ def _device_text(body: Mapping[str, Any], profile: DriverProfile) -> str:
     asked = _map(_map(body.get("capacity")).get("requests"))
     memory = _amount(asked.get(profile.memory_capacity))
     cores = _amount(asked.get(profile.cores_capacity))
-    memory_text = "whole memory" if memory is None else f"{_mib(memory)} MiB"
-    cores_text = "100% cores" if cores is None else f"{cores:f}% cores"
+    memory_text = "whole memory" if memory is None else f"{_number(memory / MIB)} MiB"
+    cores_text = "100% cores" if cores is None else f"{_number(cores)}% cores"
     each = " each" if count != 1 else ""
     return f"{cards}, {memory_text}, {cores_text}{each}"
 
 
-def _mib(amount: Decimal) -> str:
-    mib = amount / MIB
-    return f"{mib:f}" if mib == mib.to_integral_value() else f"{mib:.1f}"
+def _number(amount: Decimal) -> str:
+    return str(int(amount)) if amount == amount.to_integral_value() else f"{amount:.1f}"
 
 
 def _amount(value: object) -> Decimal | None:

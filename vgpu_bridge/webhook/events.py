@@ -240,20 +240,19 @@ class EventRecorder:
         self.book.posted(occurrence.key, series)
 
     def _stored(self, path: str, queued: _Queued, stop: threading.Event) -> str | None:
-        """The uid of the object at `path` once it is stored, if it was created by this
-        admission (not an older object of the same name); None when it does not appear."""
+        """The uid of the object named as `queued` names it in the collection at `path` once it
+        is stored, if this admission created it (not an older one of the same name); None when
+        it does not appear."""
         delay = queued.at + self.settle_s - self.clock()
         for _ in range(LOOKUPS):
             if (delay > 0 and stop.wait(delay)) or stop.is_set():
                 return None
             delay = self.retry_s
-            try:
-                meta = self.api.get(path).get("metadata") or {}
-            except KubeError as error:
-                if error.status == 404:
-                    continue
-                raise
-            return _uid_if_created_after(meta, queued.wall - CLOCK_SKEW_S)
+            name = queued.occurrence.regarding.name
+            items = self.api.list(path, fieldSelector=f"metadata.name={name}").get("items") or []
+            if items:
+                meta = items[0].get("metadata") or {}
+                return _uid_if_created_after(meta, queued.wall - CLOCK_SKEW_S)
         return None
 
     def event_body(self, occurrence: Occurrence, regarding: ObjectRef, *, wall: float) -> Any:
@@ -281,7 +280,7 @@ class EventRecorder:
             try:
                 self.api.merge_patch(path, patch)
             except KubeError as error:
-                log.warning("cannot update an event's series", status=error.status, event=path)
+                log.warning("cannot update an event's series", status=error.status, path=path)
             series.written, series.written_at = series.count, now
 
 
