@@ -193,7 +193,9 @@ def _same(existing: dict[str, Json], desired: list[Json]) -> bool:
 def _check_kept(sent: Json, written: Json) -> None:
     """The API server silently drops fields of disabled features: refuse to go on as if not."""
     if written.get("spec") != sent["spec"]:
+        tainted = any("taints" in d for d in sent["spec"].get("devices", []))
+        gates = "DRAConsumableCapacity and DRADeviceTaints" if tainted else "DRAConsumableCapacity"
         raise PublishError(
             f"the API server changed ResourceSlice {sent['metadata']['name']} as it stored it "
-            "(is the DRAConsumableCapacity feature gate on?)"
+            f"(are the {gates} feature gates on?)"
         )

@@ -3,9 +3,11 @@ and go when the card is healthy again; which XIDs count; the mock health files."
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +18,7 @@ from vgpu_bridge.node.device_health import DeviceHealthWatcher, taint_key
 from vgpu_bridge.node.device_health.mock_source import MockHealthFiles
 from vgpu_bridge.node.device_health.xids import reason_for_xid
 from vgpu_bridge.node.gpus import Gpu
-from vgpu_bridge.node.publisher import SlicePublisher
+from vgpu_bridge.node.publisher import PublishError, SlicePublisher
 from vgpu_bridge.node.slices import DeviceTaint
 
 GPUS = (
@@ -157,3 +159,30 @@ def test_the_watcher_publishes_the_taint_at_once_and_removes_it_on_recovery() ->
     watcher.check()
     assert all("taints" not in d for d in _devices(api).values())
     assert next(iter(api.slices.values()))["spec"]["pool"]["generation"] == generation + 1
+
+
+class TaintDroppingApi(FakeApi):
+    """An API server with DRADeviceTaints off: it stores slices without their taints."""
+
+    def create(self, path: str, body: dict[str, Any], **query: Any) -> dict[str, Any]:
+        return super().create(path, _without_taints(body), **query)
+
+    def replace(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return super().replace(path, _without_taints(body))
+
+
+def _without_taints(body: dict[str, Any]) -> dict[str, Any]:
+    stripped = copy.deepcopy(body)
+    for entry in stripped["spec"].get("devices", []):
+        entry.pop("taints", None)
+    return stripped
+
+
+def test_an_api_server_that_drops_the_taint_fails_the_publication_naming_the_gate() -> None:
+    publisher = SlicePublisher(TaintDroppingApi(), node=NODE, profile=DEFAULT, gpus=GPUS)
+    publisher.sync()
+    publisher.set_taints(
+        {"GPU-a": DeviceTaint(KEY, "xid-79", "NoSchedule", "2026-12-01T17:00:00Z")}
+    )
+    with pytest.raises(PublishError, match="DRADeviceTaints"):
+        publisher.sync()
