@@ -4,7 +4,10 @@
 The region is read by `region.py`; a file that is not a region this agent reads is skipped
 (reported by `vgpu_bridge_claim_region_readable`), never guessed at.
 
-The agent's HTTP server serves these at `/metrics` and its health at `/healthz` (`health.py`).
+The agent's HTTP server serves these at `/metrics` and its health at `/healthz` (`health.py`);
+`AgentCollector` turns that health and the last ResourceSlice publication into series too, so an
+alert can say which of the two is wrong. The rules that watch all of these are
+charts/vgpu-bridge/files/alerts.yaml (docs/monitoring.md).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import re
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from socketserver import ThreadingMixIn
@@ -28,6 +32,7 @@ from vgpu_bridge.node.files import skipped
 from vgpu_bridge.node.gpus import Gpu
 from vgpu_bridge.node.health import Health, with_healthz
 from vgpu_bridge.node.hostpids import HostPidTable
+from vgpu_bridge.node.publisher import Publication
 from vgpu_bridge.node.region import RegionError, RegionUsage, read_region_file
 from vgpu_bridge.node.state import DeviceState
 
@@ -138,6 +143,16 @@ class NodeCollector(Collector):
             "process's cgroup; empty if unknown)",
             labels=[*region, "pod_uid", "container_id", "uuid"],
         )
+        refused = CounterMetricFamily(
+            "vgpu_bridge_claim_allocations_refused",
+            "allocations libvgpu refused because the share's memory limit was reached",
+            labels=[*region, "uuid"],
+        )
+        sm_util = GaugeMetricFamily(
+            "vgpu_bridge_claim_sm_utilisation_percent",
+            "SM utilisation its containers' processes last measured (libvgpu, highest of them)",
+            labels=region,
+        )
         readable = GaugeMetricFamily(
             "vgpu_bridge_claim_region_readable",
             "1 when the claim's shared region was read, 0 when absent or not a v1 region",
@@ -156,6 +171,9 @@ class NodeCollector(Collector):
             if usage is not None:
                 for uuid, value in usage.used.items():
                     used.add_metric([*labels, uuid], value)
+                for uuid, value in usage.refused.items():
+                    refused.add_metric([*labels, uuid], value)
+                sm_util.add_metric(labels, usage.sm_util)
                 processes.add_metric(labels, usage.processes)
                 launches.add_metric(labels, usage.launches)
                 by_owner = _by_container(usage, self._proc, self._host_pids(claim.uid))
@@ -164,7 +182,8 @@ class NodeCollector(Collector):
                         by_container.add_metric(
                             [*labels, container.pod_uid, container.container_id, uuid], value
                         )
-        yield from (limit, sm, used, processes, launches, by_container, readable, prepared)
+        yield from (limit, sm, used, refused, sm_util, processes, launches, by_container)
+        yield from (readable, prepared)
 
     def _usage(self, claim_uid: str) -> RegionUsage | None:
         path = claim_dir(self._vgpu_dir, claim_uid) / SHARED_REGION_FILE
@@ -172,6 +191,38 @@ class NodeCollector(Collector):
             return read_region_file(path)
         except (OSError, RegionError):
             return None
+
+
+class AgentCollector(Collector):
+    """The agent's own state: healthy as `/healthz` says, and how long ago its ResourceSlices
+    were last published (counted from the collector's creation until the first publication)."""
+
+    def __init__(
+        self,
+        health: Health,
+        publications: Callable[[], Publication | None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`clock` must be the publisher's (`Publication` times are read on it)."""
+        self._health = health
+        self._publications = publications
+        self._clock = clock
+        self._started_at = clock()
+
+    def collect(self) -> Iterator[Metric]:
+        healthy = GaugeMetricFamily(
+            "vgpu_bridge_agent_healthy", "1 when /healthz answers 200, 0 when it answers 503"
+        )
+        healthy.add_metric([], 0 if self._health.problem() is not None else 1)
+        last = self._publications()
+        since = self._started_at if last is None or last.succeeded_at is None else last.succeeded_at
+        age = GaugeMetricFamily(
+            "vgpu_bridge_slices_seconds_since_publication",
+            "seconds since the node's ResourceSlices were last published successfully",
+        )
+        age.add_metric([], max(self._clock() - since, 0.0))
+        yield from (healthy, age)
 
 
 class TenantFilesCollector(Collector):
@@ -245,11 +296,13 @@ def serve_metrics(
     vgpu_dir: Path,
     host_pids: Callable[[str], HostPidTable],
     tenant_usage: Callable[[], Mapping[str, DirUsage]] = dict,
+    publications: Callable[[], Publication | None] = lambda: None,
 ) -> MetricsServer | None:
     """Serve `/metrics` and `/healthz` on `host_port` from a daemon thread; the server (stop it
-    with `.shutdown()`), or None when disabled."""
+    with `.shutdown()`), or None when disabled. `publications`: the publisher's `last`."""
     if host_port is None:
         return None
+    registry.register(AgentCollector(health, publications))
     registry.register(NodeCollector(state, gpus, node=node, vgpu_dir=vgpu_dir, host_pids=host_pids))
     registry.register(TenantFilesCollector(tenant_usage))
     server = MetricsServer(host_port)

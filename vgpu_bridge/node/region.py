@@ -2,15 +2,16 @@
 
 libvgpu (native/vgpu/src/region.h, version 1) keeps one region per claim, a file a container can
 write (`<vgpu-dir>/claims/<uid>/vgpu.cache`): a header (magic, version, size), up to 16 devices
-(uuid, memory and SM limits) and 1024 process slots (pid in the container, host pid, start time,
-bytes used per device, kernel launches). A file of another magic, version or size is a
+(uuid, memory and SM limits, allocations refused over the limit) and 1024 process slots (pid in
+the container, host pid, start time, last measured SM utilisation, bytes used per device, kernel
+launches). A file of another magic, version or size is a
 `RegionError`, never guessed at. The metrics collector and the host-pid writer both read it here.
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -27,8 +28,9 @@ SLOT_SIZE = 224
 REGION_SIZE = SLOTS_OFFSET + SLOTS * SLOT_SIZE
 _HEADER = struct.Struct("<IIQ")  # magic, version, size
 _COUNTS = struct.Struct("<II")  # ndev, high_water at offset 56
-_DEVICE = struct.Struct("<48sQI")  # uuid, mem_limit, sm_limit
+_DEVICE = struct.Struct("<48sQII")  # uuid, mem_limit, sm_limit, refused
 _SLOT_PIDS = struct.Struct("<iiQ")  # pid in the container, host pid, start time
+_SM_UTIL = struct.Struct("<I")  # at slot offset 20: container SM percent this process measured
 _USED = struct.Struct(f"<{MAX_DEVICES}Q")  # at slot offset 24
 _LAUNCHES = struct.Struct("<Q")  # at slot offset 152
 
@@ -48,13 +50,16 @@ class Process(NamedTuple):
 
 @dataclass(frozen=True)
 class RegionUsage:
-    """A shared region's totals: bytes used per GPU uuid, live processes, kernel launches; and
-    bytes per uuid of each live process."""
+    """A shared region's totals: bytes used per GPU uuid, live processes, kernel launches;
+    bytes per uuid of each live process; allocations refused per uuid (a 32-bit counter that
+    wraps); the highest SM utilisation (percent) a live process last measured for its container."""
 
     used: dict[str, int]
     processes: int
     launches: int
     by_process: dict[Process, dict[str, int]]
+    refused: dict[str, int] = field(default_factory=dict)
+    sm_util: int = 0
 
 
 def read_region_file(path: Path) -> RegionUsage:
@@ -72,13 +77,14 @@ def read_region(data: bytes) -> RegionUsage:
         raise RegionError(f"magic {magic:#x} version {version} size {size}: not a v1 region")
     ndev, high_water = _COUNTS.unpack_from(data, 56)
     ndev, high_water = min(ndev, MAX_DEVICES), min(high_water, SLOTS)
-    uuids = []
+    uuids, refused = [], {}
     for d in range(ndev):
-        raw_uuid, _, _ = _DEVICE.unpack_from(data, DEVICES_OFFSET + d * DEVICE_SIZE)
+        raw_uuid, _, _, refusals = _DEVICE.unpack_from(data, DEVICES_OFFSET + d * DEVICE_SIZE)
         uuids.append(raw_uuid.split(b"\0", 1)[0].decode(errors="replace"))
+        refused[uuids[-1]] = refusals
     used = dict.fromkeys(uuids, 0)
     by_process: dict[Process, dict[str, int]] = {}
-    processes = launches = 0
+    processes = launches = sm_util = 0
     for s in range(high_water):
         base = SLOTS_OFFSET + s * SLOT_SIZE
         pid, host_pid, start_time = _SLOT_PIDS.unpack_from(data, base)
@@ -92,4 +98,5 @@ def read_region(data: bytes) -> RegionUsage:
             used[uuid] += per_device[d]
             mine[uuid] += per_device[d]
         launches += _LAUNCHES.unpack_from(data, base + 152)[0]
-    return RegionUsage(used, processes, launches, by_process)
+        sm_util = max(sm_util, min(_SM_UTIL.unpack_from(data, base + 20)[0], 100))
+    return RegionUsage(used, processes, launches, by_process, refused, sm_util)

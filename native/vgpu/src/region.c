@@ -416,9 +416,10 @@ int vgpu_region_reserve(int d, uint64_t bytes, uint64_t limit)
 		if (sweep_locked(true) > 0)
 			used = sum_used(d);
 	}
-	if (used + bytes > limit || used + bytes < used)
+	if (used + bytes > limit || used + bytes < used) {
+		__atomic_add_fetch(&region->devices[d].refused, 1, __ATOMIC_RELAXED);
 		rc = -1;
-	else
+	} else
 		__atomic_add_fetch(&s->used[d], bytes, __ATOMIC_ACQ_REL);
 	vgpu_region_unlock();
 	return rc;

@@ -27,6 +27,7 @@
  *    on registration, before refusing an allocation, after EOWNERDEAD, and from memory queries.
  *  - A device entry is written (uuid, limits) before ndev is raised.
  * Usage per device = the sum of used[d] over live slots, read with atomic loads.
+ * devices[d].refused counts refusals under the lock; readers load it atomically.
  *
  * Host pids. A slot's host_pid is what its owner could tell from its own /proc (NStgid); in a
  * container with its own pid namespace and /proc that is nothing (0). The node agent, on the
@@ -55,7 +56,8 @@ struct vgpu_region_device {
 	char uuid[48];       /* "GPU-xxxxxxxx-...", NUL-terminated */
 	uint64_t mem_limit;  /* bytes, 0 = none; as configured by the first process to see it */
 	uint32_t sm_limit;   /* percent, 0 = none */
-	uint32_t reserved;
+	uint32_t refused;    /* allocations refused over mem_limit, all processes (wraps); for the
+			      * node agent's metrics. Was a zero reserved field: older files read 0 */
 };
 
 struct vgpu_region_slot {

@@ -262,6 +262,34 @@ static void reservations_never_pass_the_limit_under_contention(void)
 	CHECK_EQ(vgpu_region_used(0), 0);
 }
 
+/* The node agent's refusal counter: every refusal over the limit, by any process of the
+ * container, counts on its device; admitted reservations do not. */
+static void refusals_are_counted_per_device_for_every_process(void)
+{
+	struct vgpu_region *r;
+	int d, other;
+	pid_t pid;
+
+	fresh_region("refused");
+	CHECK(vgpu_region_open(path, 1) == 0);
+	r = vgpu_region_get();
+	CHECK(r != NULL);
+	if (r == NULL)
+		return;
+	d = vgpu_region_device("GPU-refused-0", 1000, 0);
+	other = vgpu_region_device("GPU-refused-1", 1000, 0);
+	CHECK(d >= 0 && other >= 0);
+	CHECK(vgpu_region_reserve(d, 600, 1000) == 0);
+	CHECK(vgpu_region_reserve(d, 600, 1000) < 0);
+	if ((pid = fork()) == 0)
+		_exit(vgpu_region_reserve(d, 500, 1000) < 0 ? 0 : 1);
+	CHECK_EQ(WEXITSTATUS(wait_status(pid)), 0);
+	CHECK(vgpu_region_reserve(d, 400, 1000) == 0);
+	CHECK_EQ(__atomic_load_n(&r->devices[d].refused, __ATOMIC_RELAXED), 2);
+	CHECK_EQ(__atomic_load_n(&r->devices[other].refused, __ATOMIC_RELAXED), 0);
+	vgpu_region_release(d, 1000);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct check_case cases[] = {
@@ -273,6 +301,7 @@ int main(int argc, char **argv)
 		CASE(host_pid_comes_from_nstgid),
 		CASE(slots_without_a_host_pid_are_looked_up_in_the_agents_file),
 		CASE(reservations_never_pass_the_limit_under_contention),
+		CASE(refusals_are_counted_per_device_for_every_process),
 	};
 	return check_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]));
 }

@@ -64,6 +64,22 @@ def test_usage_is_summed_over_live_slots_below_the_high_water_mark() -> None:
     }
 
 
+def test_refusals_per_device_and_the_highest_sm_utilisation_of_live_slots_are_read() -> None:
+    data = bytearray(
+        _region(
+            devices=["GPU-aaaa", "GPU-bbbb"],
+            slots=[(101, [1, 0], 0), (0, [0, 0], 0), (103, [0, 2], 0)],
+            high_water=3,
+        )
+    )
+    struct.pack_into("<I", data, DEVICES_OFFSET + 60, 7)  # GPU-aaaa: 7 refusals
+    for slot, util in ((0, 40), (1, 99), (2, 85)):  # slot 1 is free: its value is stale
+        struct.pack_into("<I", data, SLOTS_OFFSET + slot * SLOT_SIZE + 20, util)
+    usage = read_region(bytes(data))
+    assert usage.refused == {"GPU-aaaa": 7, "GPU-bbbb": 0}
+    assert usage.sm_util == 85
+
+
 def _fake_process(
     proc: Path, host_pid: int, *, ns_pids: str, start: int, cgroup: str, maps: Path | None = None
 ) -> None:
@@ -124,10 +140,11 @@ OFFSETS_PROGRAM = r"""
 #include <stdio.h>
 #include "region.h"
 int main(void) {
-    printf("%zu %zu %zu %zu %zu %zu %zu %d %d %u %u\n", sizeof(struct vgpu_region),
+    printf("%zu %zu %zu %zu %zu %zu %zu %zu %zu %d %d %u %u\n", sizeof(struct vgpu_region),
            offsetof(struct vgpu_region, ndev), offsetof(struct vgpu_region, devices),
            offsetof(struct vgpu_region, slots), offsetof(struct vgpu_region_slot, used),
            offsetof(struct vgpu_region_slot, launches), sizeof(struct vgpu_region_slot),
+           offsetof(struct vgpu_region_device, refused), offsetof(struct vgpu_region_slot, sm_util),
            VGPU_MAX_DEVICES, VGPU_REGION_SLOTS, VGPU_REGION_MAGIC, VGPU_REGION_VERSION);
     return 0;
 }
@@ -145,6 +162,6 @@ def test_the_reader_matches_the_layout_libvgpu_compiles(tmp_path: Path) -> None:
     subprocess.run([compiler, f"-I{header_dir}", str(source), "-o", str(binary)], check=True)
     printed = subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout
     assert [int(v) for v in printed.split()] == [
-        REGION_SIZE, 56, DEVICES_OFFSET, SLOTS_OFFSET, 24, 152, SLOT_SIZE,
+        REGION_SIZE, 56, DEVICES_OFFSET, SLOTS_OFFSET, 24, 152, SLOT_SIZE, 60, 20,
         MAX_DEVICES, SLOTS, REGION_MAGIC, REGION_VERSION,
     ]  # fmt: skip
