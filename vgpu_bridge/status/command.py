@@ -62,11 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(
     args: argparse.Namespace,
     environ: Mapping[str, str],
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
     *,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Print the status once, or every `--interval` seconds with `--watch` until interrupted."""
+    out = out or sys.stdout
     problem = _usage_problem(args)
     if problem is not None:
         print(f"vgpu-bridge status: {problem}", file=sys.stderr)
@@ -89,6 +90,17 @@ def main(
         return EXIT_FAILED
     except KeyboardInterrupt:
         return 0
+    except Exception as error:
+        if not _unreachable(error):
+            raise
+        print(f"vgpu-bridge status: cannot reach the API server: {error}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _unreachable(error: Exception) -> bool:
+    """The client's transport (urllib3, which only `vgpu_bridge.kube` may import) raises its
+    own errors when the server cannot be reached, after `kube`'s retries."""
+    return type(error).__module__.startswith("urllib3.")
 
 
 def _usage_problem(args: argparse.Namespace) -> str | None:

@@ -1,0 +1,93 @@
+"""A loopback API server for the status command's real client: each GET answers what is set for
+its path and query (`serve`), else for its path, else 404; every request's path and query kept.
+Text answers (an agent's /metrics through the pod proxy) as well as JSON."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
+
+Query = frozenset[tuple[str, str]]
+
+
+@dataclass
+class ServedApi:
+    port: int = 0
+    answers: dict[tuple[str, Query | None], tuple[int, bytes, str]] = field(default_factory=dict)
+    asked: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+
+    def serve(self, path: str, body: object, *, status: int = 200, **query: str) -> None:
+        """`body` (JSON; a str is served as text) for GETs of `path`, with exactly `query`
+        when one is given."""
+        self._set(path, body, status, query)
+
+    def _set(self, path: str, body: object, status: int, query: dict[str, str]) -> None:
+        text = isinstance(body, str)
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        key = frozenset(query.items()) if query else None
+        self.answers[(path, key)] = (status, data, "text/plain" if text else "application/json")
+
+    def forbid(self, path: str, **query: str) -> None:
+        self._set(path, {"kind": "Status", "code": 403, "reason": "Forbidden"}, 403, query)
+
+    def list_of(self, path: str, items: Sequence[object], **query: str) -> None:
+        self._set(path, {"kind": "List", "items": list(items)}, 200, query)
+
+    def kubeconfig(self, directory: Path, *, context: str = "served") -> Path:
+        """A kubeconfig whose context `context` points here, and whose current one points at a
+        port nothing listens on."""
+        clusters = [{"name": "served", "cluster": {"server": f"http://127.0.0.1:{self.port}"}},
+                    {"name": "nowhere", "cluster": {"server": "http://127.0.0.1:9"}}]  # fmt: skip
+        config = {
+            "apiVersion": "v1", "kind": "Config", "clusters": clusters,
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": context, "context": {"cluster": "served", "user": "u"}},
+                         {"name": "other", "context": {"cluster": "nowhere", "user": "u"}}],
+            "current-context": "other",
+        }  # fmt: skip
+        path = directory / "kubeconfig"
+        path.write_text(json.dumps(config))
+        return path
+
+
+def _handler(served: ServedApi) -> type[http.server.BaseHTTPRequestHandler]:
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            url = urlsplit(self.path)
+            query = dict(parse_qsl(url.query))
+            served.asked.append((url.path, query))
+            found = served.answers.get((url.path, frozenset(query.items()))) or (
+                served.answers.get((url.path, None))
+            )
+            status, data, kind = found or (404, b'{"kind": "Status", "code": 404}', "json")
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Quiet: tests read `served.asked`."""
+
+    return Answer
+
+
+@contextmanager
+def served_api() -> Iterator[ServedApi]:
+    served = ServedApi()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(served))
+    served.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield served
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

@@ -1,0 +1,228 @@
+"""`vgpu-bridge status` / `kubectl-vgpu status` over the real client against a loopback API
+server holding the recorded objects: what it reads (and what it does not, with `-n`), the
+agents' metrics through the pod proxy, `--context`, `--watch`, and clear failures."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.status.recorded import NAMESPACE, NODE, MiB, agent_metrics, in_namespace, recorded
+from tests.unit.status.served_api import ServedApi, served_api
+from tests.unit.status.test_usage import in_use
+from vgpu_bridge import cli
+from vgpu_bridge.status import command
+
+RESOURCE = "/apis/resource.k8s.io/v1"
+AGENT = {
+    "metadata": {"name": "vgpu-bridge-agent-x1", "namespace": "vgpu-bridge"},
+    "spec": {"nodeName": NODE, "containers": [{"name": "agent", "ports": [
+        {"name": "metrics", "containerPort": 9400}]}]},
+    "status": {"phase": "Running"},
+}  # fmt: skip
+PROXY = "/api/v1/namespaces/vgpu-bridge/pods/vgpu-bridge-agent-x1:9400/proxy/metrics"
+
+
+@pytest.fixture
+def api() -> Iterator[ServedApi]:
+    """The recorded cluster, an agent on its node answering with memory in use."""
+    with served_api() as served:
+        claims, pods = recorded("claims"), recorded("pods")
+        served.list_of(f"{RESOURCE}/resourceslices", recorded("slices"))
+        served.list_of(f"{RESOURCE}/resourceclaims", claims)
+        served.list_of("/api/v1/pods", pods)
+        served.list_of("/api/v1/pods", [AGENT], labelSelector=command.AGENT_SELECTOR)
+        served.serve(PROXY, in_use())
+        ns_claims = in_namespace(claims, NAMESPACE)
+        served.list_of(f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaims", ns_claims)
+        served.list_of(f"/api/v1/namespaces/{NAMESPACE}/pods", in_namespace(pods, NAMESPACE))
+        yield served
+
+
+def run(api: ServedApi, tmp_path: Path, *args: str) -> tuple[int, str]:
+    kubeconfig = api.kubeconfig(tmp_path)
+    out = io.StringIO()
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    parsed = parser.parse_args(["--kubeconfig", str(kubeconfig), "--context", "served", *args])
+    code = command.main(parsed, {}, out)
+    return code, out.getvalue()
+
+
+def document(api: ServedApi, tmp_path: Path, *args: str) -> dict[str, Any]:
+    code, text = run(api, tmp_path, *args, "-o", "json")
+    assert code == 0
+    found: dict[str, Any] = json.loads(text)
+    return found
+
+
+def shares(found: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    every = [*(s for card in found["cards"] for s in card["shares"]), *found["unplacedShares"]]
+    return {share["pod"]: share for share in every}
+
+
+def test_all_namespaces_shows_every_share_with_the_memory_its_agent_reports(
+    api: ServedApi, tmp_path: Path
+) -> None:
+    found = document(api, tmp_path, "-A")
+    assert set(shares(found)) == {"infer-a", "infer-b", "neighbour", "train"}
+    assert shares(found)["infer-a"]["usedMemory"] == 512 * MiB
+    assert [card["usedMemory"] for card in found["cards"]] == [512 * MiB, 3 * MiB + 7]
+    assert (PROXY, {}) in api.asked
+    assert found["notes"] == []
+
+
+def test_a_namespace_user_is_asked_for_namespaced_objects_only_and_told_what_is_hidden(
+    api: ServedApi, tmp_path: Path
+) -> None:
+    api.forbid(f"{RESOURCE}/resourceslices")
+    api.forbid(f"{RESOURCE}/resourceclaims")
+    api.forbid("/api/v1/pods")
+    api.forbid("/api/v1/pods", labelSelector=command.AGENT_SELECTOR)
+    found = document(api, tmp_path, "-n", NAMESPACE)
+    assert set(shares(found)) == {"infer-a", "infer-b", "train"}
+    assert found["cards"] == []
+    assert [p["pod"] for p in found["pending"]] == ["too-big"]
+    assert found["notes"] == [
+        "ResourceSlices (cards): forbidden for this user, not shown",
+        "the agents' metrics (live usage): forbidden for this user, not shown",
+    ]
+    assert [path for path, _ in api.asked] == [
+        f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaims",
+        f"/api/v1/namespaces/{NAMESPACE}/pods",
+        f"{RESOURCE}/resourceslices",
+        "/api/v1/pods",  # the agents, by label
+    ]
+
+
+def test_with_a_namespace_the_cards_still_count_every_namespaces_booking_where_readable(
+    api: ServedApi, tmp_path: Path
+) -> None:
+    found = document(api, tmp_path, "-n", NAMESPACE)
+    h100 = found["cards"][0]
+    assert {s["pod"] for s in h100["shares"]} == {"infer-a", "infer-b"}
+    assert (h100["bookedMemory"], h100["bookedCores"]) == (71000 * MiB, 85)
+    api.forbid(f"{RESOURCE}/resourceclaims")
+    found = document(api, tmp_path, "-n", NAMESPACE)
+    assert found["cards"][0]["bookedMemory"] == 70000 * MiB
+    assert found["notes"] == [
+        "other namespaces' claims (BOOKED and FREE count this namespace's only): forbidden for "
+        "this user, not shown"
+    ]
+
+
+def test_an_agent_whose_metrics_cannot_be_read_is_a_note_and_its_cards_show_no_usage(
+    api: ServedApi, tmp_path: Path
+) -> None:
+    api.serve(PROXY, {"kind": "Status", "code": 404}, status=404)
+    found = document(api, tmp_path)
+    assert [card["usedMemory"] for card in found["cards"]] == [None, None]
+    (note,) = found["notes"]
+    assert note.startswith(f"the agent on {NODE}: metrics not read (GET {PROXY}: HTTP 404")
+
+
+def test_an_agent_without_cuda_processes_reports_nothing_used(
+    api: ServedApi, tmp_path: Path
+) -> None:
+    api.serve(PROXY, agent_metrics())
+    assert [card["usedMemory"] for card in document(api, tmp_path)["cards"]] == [0, 0]
+
+
+def test_the_current_context_is_used_without_context(api: ServedApi, tmp_path: Path) -> None:
+    kubeconfig = api.kubeconfig(tmp_path)
+    code, _ = run(api, tmp_path, "--context", "other")  # the last --context wins: nowhere
+    assert code == command.EXIT_FAILED
+    assert api.asked == []
+    args = ["status", "--kubeconfig", str(kubeconfig), "--context", "served", "-o", "yaml"]
+    assert cli.main(args) == 0
+    assert api.asked
+
+
+def test_an_unreachable_server_is_one_clear_line(
+    api: ServedApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = run(api, tmp_path, "--context", "other")
+    assert (code, out) == (command.EXIT_FAILED, "")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("vgpu-bridge status: cannot reach the API server: ")
+
+
+def test_a_forbidden_claim_list_fails_naming_the_request(
+    api: ServedApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.forbid(f"{RESOURCE}/resourceclaims")
+    assert run(api, tmp_path, "-A") == (command.EXIT_FAILED, "")
+    err = capsys.readouterr().err
+    assert err.startswith(f"vgpu-bridge status: GET {RESOURCE}/resourceclaims: HTTP 403")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-n", "Not_A_Namespace"], "--namespace: must be a DNS label"),
+        (["--interval", "0"], "--interval: must be more than 0 seconds, got 0.0"),
+        (["--request-timeout", "-1"], "--request-timeout: must be more than 0 seconds"),
+        (["--driver-name", "GPU!"], "--driver-name: must be a DNS subdomain"),
+    ],
+)
+def test_bad_flags_are_refused_by_name(
+    api: ServedApi,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    message: str,
+) -> None:
+    assert run(api, tmp_path, *args) == (command.EXIT_USAGE, "")
+    assert capsys.readouterr().err.startswith(f"vgpu-bridge status: {message}")
+    assert api.asked == []
+
+
+def test_watch_prints_a_stamped_view_each_interval_until_interrupted(
+    api: ServedApi, tmp_path: Path
+) -> None:
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    kubeconfig = api.kubeconfig(tmp_path)
+    args = parser.parse_args(["--kubeconfig", str(kubeconfig), "--context", "served", "--watch",
+                              "--interval", "7"])  # fmt: skip
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 2:
+            raise KeyboardInterrupt
+
+    out = io.StringIO()
+    assert command.main(args, {}, out, sleep=sleep) == 0
+    frames = out.getvalue().split("--- ")[1:]
+    assert len(frames) == 2  # printed, slept, printed, interrupted while sleeping
+    assert slept == [7.0, 7.0]
+    assert all(f"{NAMESPACE}/infer-a" in frame for frame in frames)
+
+
+def test_the_kubectl_plugin_takes_kubectls_flags_after_status(
+    api: ServedApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = api.kubeconfig(tmp_path)
+    argv = ["status", "--kubeconfig", str(kubeconfig), "--context", "served", "-n", NAMESPACE,
+            "-o", "wide"]  # fmt: skip
+    assert command.kubectl_main(argv) == 0
+    assert f"{NAMESPACE}/too-big" in capsys.readouterr().out
+
+
+def test_the_kubeconfig_is_found_as_kubectl_finds_it(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert command.kubeconfig_path(None, {"HOME": str(home)}) is None  # in-cluster
+    (home / ".kube").mkdir(parents=True)
+    (home / ".kube" / "config").write_text("{}")
+    environ = {"HOME": str(home)}
+    assert command.kubeconfig_path(None, environ) == str(home / ".kube" / "config")
+    environ["KUBECONFIG"] = "/a:/b"
+    assert command.kubeconfig_path(None, environ) == "/a:/b"
+    assert command.kubeconfig_path("/flag", environ) == "/flag"
