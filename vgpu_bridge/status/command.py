@@ -187,13 +187,17 @@ def agent_usage(api: KubeApi, selector: str, notes: list[str]) -> Usage | None:
 
 
 def metrics_path(pod: Json) -> str | None:
-    """The pod proxy path of the agent's `/metrics` (its container port named `metrics`)."""
+    """The pod proxy path of the agent's `/metrics` (its container port named `metrics`); None
+    without one, or for names that are not names (they would not stay one path segment)."""
     meta = pod.get("metadata") or {}
+    name, namespace = meta.get("name"), meta.get("namespace")
+    if dns_subdomain_problem(name) or dns_label_problem(namespace):
+        return None
     for container in (pod.get("spec") or {}).get("containers") or ():
         for port in container.get("ports") or ():
-            if port.get("name") == "metrics" and port.get("containerPort"):
-                target = f"{meta.get('name')}:{port['containerPort']}"
-                return f"/api/v1/namespaces/{meta.get('namespace')}/pods/{target}/proxy/metrics"
+            number = port.get("containerPort")
+            if port.get("name") == "metrics" and isinstance(number, int):
+                return f"/api/v1/namespaces/{namespace}/pods/{name}:{number}/proxy/metrics"
     return None
 
 

@@ -226,3 +226,20 @@ def test_the_kubeconfig_is_found_as_kubectl_finds_it(tmp_path: Path) -> None:
     environ["KUBECONFIG"] = "/a:/b"
     assert command.kubeconfig_path(None, environ) == "/a:/b"
     assert command.kubeconfig_path("/flag", environ) == "/flag"
+
+
+@pytest.mark.parametrize(
+    ("metadata", "port"),
+    [
+        pytest.param({"name": "../../nodes/x", "namespace": "vgpu-bridge"}, 9400, id="odd-name"),
+        pytest.param({"name": "agent", "namespace": "a/b"}, 9400, id="odd-namespace"),
+        pytest.param({"name": "agent", "namespace": "vgpu-bridge"}, "9400/x", id="odd-port"),
+    ],
+)
+def test_an_agent_pod_whose_names_are_not_names_is_not_asked(
+    metadata: dict[str, str], port: object
+) -> None:
+    ports = [{"name": "metrics", "containerPort": port}]
+    pod = {"metadata": metadata, "spec": {"containers": [{"name": "agent", "ports": ports}]}}
+    assert command.metrics_path(pod) is None
+    assert command.metrics_path(AGENT) == PROXY
