@@ -68,7 +68,9 @@ def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, S
         events=EventRecorder(api, controller=settings.driver_name,
                              instance=socket.gethostname(), dropped=metrics.events_dropped),
     )  # fmt: skip
-    return admitter, inventory, Sweeper(api, grace_s=settings.sweep_grace_seconds)
+    sweeper = Sweeper(api, grace_s=settings.sweep_grace_seconds)
+    admitter.metrics.templates_left_behind.set_function(lambda: sweeper.left_behind)
+    return admitter, inventory, sweeper
 
 
 def housekeeping(

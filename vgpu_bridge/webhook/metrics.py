@@ -32,3 +32,8 @@ class WebhookMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.templates_left_behind = Gauge(
+            "vgpu_bridge_templates_left_behind",
+            "Our claim templates past the sweep grace that the last sweep did not keep or delete",
+            registry=self.registry,
+        )

@@ -286,18 +286,22 @@ class Sweeper:
         self._api = api
         self._grace_s = grace_s
         self._clock = clock
+        self.left_behind = 0  # templates past the grace the last pass did not settle (metrics)
 
     def sweep_once(self) -> list[str]:
-        """One pass; returns `namespace/name` of each template deleted."""
+        """One pass; returns `namespace/name` of each template deleted. A pass that fails leaves
+        in `left_behind` the templates past the grace it had not yet kept or deleted."""
         items = self._api.list(ALL_TEMPLATES, labelSelector=OURS).get("items", [])
         now = self._clock()
         old = [t for t in items if now - last_used(t) > self._grace_s]
         deleted = []
+        self.left_behind = len(old)
         for namespace in sorted({t["metadata"]["namespace"] for t in old}):
             in_use = self.referenced(namespace)
             for template in (t for t in old if t["metadata"]["namespace"] == namespace):
                 if template["metadata"]["name"] not in in_use and self._delete(template):
                     deleted.append(f"{namespace}/{template['metadata']['name']}")
+                self.left_behind -= 1
         return deleted
 
     def _delete(self, template: Json) -> bool:
