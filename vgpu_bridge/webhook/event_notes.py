@@ -117,7 +117,9 @@ class _Target:
 def _occurrence(
     target: _Target, admitted: Admitted, type_: str, reason: str, action: str, note: str
 ) -> Occurrence:
-    text = f"{target.about}: {note}" if target.about else note
+    kind = admitted.object.get("kind")
+    named = note.startswith(f"{kind}/")  # a refusal's lines name the object already
+    text = f"{target.about}: {note}" if target.about and not named else note
     if len(text) > MAX_NOTE_CHARS:
         text = text[: MAX_NOTE_CHARS - 1] + "…"
     once = admitted.uid if target.lookup else ""

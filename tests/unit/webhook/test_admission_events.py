@@ -163,7 +163,8 @@ def test_a_refused_pod_of_a_controller_is_told_on_its_owner(
     assert (event["type"], event["reason"], event["action"]) == (
         "Warning", "GpuShareRefused", "Refuse"
     )  # fmt: skip
-    assert event["note"] == f"Pod web-7d9f-*: {response['status']['message']}"
+    assert event["note"] == response["status"]["message"]
+    assert event["note"].startswith("Pod/team-a/web-7d9f-*: spec.containers[0]")
     assert "gpucores" in event["note"]
     assert recorded.made("GET") == []  # the owner reference names the uid
 
@@ -263,3 +264,18 @@ def test_an_api_error_drops_the_event_and_counts_it(
     work_off(admitter)
     assert dropped(admitter.metrics, "api-error") == 1
     assert isinstance(recorded.made("POST")[0], Call)
+
+
+def test_translated_pods_of_a_controller_aggregate_on_the_controller(
+    admitter: Admitter, recorded: RecordingApi
+) -> None:
+    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9f", "uid": "rs-uid",
+             "controller": True}  # fmt: skip
+    for i in range(3):
+        obj = pod(SHARE, generateName="web-7d9f-", ownerReferences=[owner])
+        assert admit(admitter, obj, uid=f"review-{i}")["allowed"]
+    work_off(admitter)
+    [event] = posted(recorded)
+    assert event["regarding"]["uid"] == "rs-uid"
+    assert event["note"].startswith("Pod web-7d9f-*: container main: 1 card, 3000 MiB, 30% cores")
+    assert [c for c in recorded.made("GET") if c.path == PODS] == []
