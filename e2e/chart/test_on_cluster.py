@@ -162,6 +162,9 @@ ACCESS = [
     ("webhook", "list", "apps", "deployments", "", True),
     ("webhook", "update", "apps", "deployments", "", False),
     ("webhook", "get", "", "secrets", "", False),
+    ("webhook", "create", "events.k8s.io", "events", "", True),
+    ("webhook", "patch", "events.k8s.io", "events", "", True),
+    ("webhook", "delete", "events.k8s.io", "events", "", False),
     ("webhook", "create", "", "pods", "", False),
 ]
 
