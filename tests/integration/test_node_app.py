@@ -25,10 +25,11 @@ def test_building_the_agent_writes_nothing_and_starting_it_opens_both_sockets() 
         assert not settings.dra_socket.exists()
 
 
-def test_the_agent_runs_four_periodic_workers_none_started_by_build() -> None:
+def test_the_agent_runs_five_periodic_workers_none_started_by_build() -> None:
 
     with agent_dirs() as dirs:
         agent = build(agent_settings(dirs, node=NODE), unreachable_api(), gpus=GPUS)
         threads = workers(agent, threading.Event())
-        assert [t.name for t in threads] == ["slices", "cleanup", "host-pids", "tenant-dirs"]
+        names = ["slices", "cleanup", "host-pids", "tenant-dirs", "device-health"]
+        assert [t.name for t in threads] == names
         assert not any(t.is_alive() for t in threads)
