@@ -46,6 +46,7 @@ abuse: venv
 # The e2e tier: a private local control plane per pytest session (e2e/conftest.py), torn down
 # after it; failed tests leave their dump in .cache/e2e-artifacts/. Also the harness's own tests.
 e2e: venv cluster-bin scheduler-bin helm-bin
+	$(PY) -m e2e.prometheus fetch
 	$(PY) -m pytest e2e -q -m "not needs_kai_build"
 
 # The real KAI scheduler and binder, from a build named by KAI_BIN_DIR and KAI_CRD_DIR: the Go
