@@ -175,7 +175,7 @@ def _object_path(obj: Mapping[str, Any], ref: ObjectRef) -> str | None:
 
 def _controller(meta: Mapping[str, Any], namespace: str) -> ObjectRef | None:
     """The owner reference marked `controller: true`, when it is complete."""
-    for owner in meta.get("ownerReferences") or ():
+    for owner in _list(meta.get("ownerReferences")):
         owner = _map(owner)
         if owner.get("controller") is not True:
             continue

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from vgpu_bridge.core import DEFAULT
-from vgpu_bridge.webhook.event_notes import claim_text
+from vgpu_bridge.webhook.event_notes import Admitted, claim_text, occurrences
 
 
 def exactly(count: int = 1, **capacity: str) -> dict[str, Any]:
@@ -44,3 +44,24 @@ CASES = [
 @pytest.mark.parametrize(("claim", "text"), CASES)
 def test_claim_text_says_what_each_request_books(claim: dict[str, Any], text: str) -> None:
     assert claim_text(claim, profile=DEFAULT) == text
+
+
+HOSTILE_METADATA = [
+    {"name": "p", "ownerReferences": 5},
+    {"name": "p", "ownerReferences": ["x", {"controller": True, "name": 3}]},
+    {"name": ["p"], "generateName": {"a": 1}},
+    {"name": "Not_A_Name", "uid": 7},
+]
+
+
+@pytest.mark.parametrize("metadata", HOSTILE_METADATA, ids=range(len(HOSTILE_METADATA)))
+@pytest.mark.parametrize("decision", ["denied", "translated"])
+def test_malformed_metadata_makes_no_event_and_raises_nothing(
+    metadata: dict[str, Any], decision: str
+) -> None:
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata}
+    admitted = Admitted(uid="u", object=obj, namespace="team-a", decision=decision,
+                        reasons=["refused"], warnings=["careful"])  # fmt: skip
+    found = occurrences(admitted, profile=DEFAULT)
+    assert all(o.regarding.name == "p" for o in found)
+    assert all(o.lookup for o in found) or decision == "denied"  # a refused pod is never stored
