@@ -82,6 +82,7 @@ class Series:
     last_seen_wall: float
     written: int = 1  # the count the API server holds
     written_at: float = 0.0
+    key: tuple[str, ...] = ()
 
 
 @dataclass
@@ -115,6 +116,11 @@ class EventBook:
         self._series.move_to_end(key)
         while len(self._series) > self.max_series:
             self._series.popitem(last=False)
+
+    def forget(self, series: Series) -> None:
+        """The Event is gone (expired on the API server): the next occurrence posts a new one."""
+        if self._series.get(series.key) is series:
+            del self._series[series.key]
 
     def due(self, *, now: float, every_s: float = SERIES_EVERY_S) -> list[Series]:
         """Series whose count the API server does not hold yet, last written `every_s` ago."""
@@ -186,7 +192,8 @@ class EventRecorder:
                 self._post(self._queue.get(timeout=1.0), stop)
             except queue.Empty:
                 pass
-            except Exception:
+            except Exception:  # the API unreachable after the client's retries: this one is lost
+                self.dropped.labels("api-error").inc()
                 log.exception("posting an event failed")
             self.write_series()
 
@@ -236,7 +243,7 @@ class EventRecorder:
             return
         name = body["metadata"]["name"]
         now = self.clock()
-        series = Series(namespace, name, 1, now, queued.wall, written_at=now)
+        series = Series(namespace, name, 1, now, queued.wall, written_at=now, key=occurrence.key)
         self.book.posted(occurrence.key, series)
 
     def _stored(self, path: str, queued: _Queued, stop: threading.Event) -> str | None:
@@ -271,17 +278,22 @@ class EventRecorder:
         }
 
     def write_series(self) -> None:
-        """Bring the API server's count of each repeated Event up to date (a merge patch)."""
+        """Bring the API server's count of each repeated Event up to date (a merge patch); one
+        that cannot be written waits for its next repeat, one that is gone is forgotten."""
         now = self.clock()
         for series in self.book.due(now=now):
+            series.written, series.written_at = series.count, now
             path = api_path(EVENTS_API, "namespaces", series.namespace, "events", series.name)
             patch = {"series": {"count": series.count,
                                 "lastObservedTime": micro_time(series.last_seen_wall)}}  # fmt: skip
             try:
                 self.api.merge_patch(path, patch)
             except KubeError as error:
+                if error.status == 404:
+                    self.book.forget(series)
                 log.warning("cannot update an event's series", status=error.status, path=path)
-            series.written, series.written_at = series.count, now
+            except Exception:  # the API unreachable after the client's retries
+                log.exception("cannot update an event's series", path=path)
 
 
 def _uid_if_created_after(meta: dict[str, Any], earliest: float) -> str | None:

@@ -279,3 +279,18 @@ def test_translated_pods_of_a_controller_aggregate_on_the_controller(
     assert event["regarding"]["uid"] == "rs-uid"
     assert event["note"].startswith("Pod web-7d9f-*: container main: 1 card, 3000 MiB, 30% cores")
     assert [c for c in recorded.made("GET") if c.path == PODS] == []
+
+
+def test_an_event_gone_from_the_api_server_is_posted_anew_on_the_next_repeat(
+    admitter: Admitter, recorded: RecordingApi, clock: Clock
+) -> None:
+    for i in range(2):
+        admit(admitter, pod(REFUSED, name="refused"), uid=f"review-{i}")
+    work_off(admitter)
+    [first] = posted(recorded)
+    recorded.answer("PATCH", f"{EVENTS}/{first['metadata']['name']}", 404, {"code": 404})
+    clock.now += SERIES_EVERY_S
+    work_off(admitter)  # its series cannot be written: the Event expired
+    admit(admitter, pod(REFUSED, name="refused"), uid="review-3")
+    work_off(admitter)
+    assert len(posted(recorded)) == 2
