@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import TextIO
 
 from e2e.cluster import Settings, down, status, up
@@ -17,6 +20,20 @@ vc-scheduler too, when logged above), `vgpu-bridge webhook`, and one `vgpu-bridg
 node with mock GPUs. No kubelet and no container runtime run here: a kubelet stand-in calls each
 agent's DRA socket as the kubelet would, so "limits" are read from the CDI spec the agent wrote,
 which a runtime would inject (with libvgpu.so preloaded through the mounted /etc/ld.so.preload)."""
+
+
+STATUS_TITLE = f"$ kubectl vgpu status -n {NAMESPACE}   (the shares as users see them)"
+
+
+def status_view(kubeconfig: Path) -> str:
+    """What `kubectl vgpu status -n vgpu-demo` prints (the same command as `vgpu-bridge status`),
+    or why it printed nothing."""
+    done = subprocess.run(
+        [sys.executable, "-m", "vgpu_bridge.cli", "status", "-n", NAMESPACE],
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    return done.stdout if done.returncode == 0 else f"(status failed: {done.stderr.strip()})\n"
 
 
 def main(argv: list[str], out: TextIO = sys.stdout) -> int:
@@ -36,6 +53,7 @@ def main(argv: list[str], out: TextIO = sys.stdout) -> int:
         with demo_stack(cluster.client(), cluster.kubeconfig, settings, log) as stack:
             rows = run_examples(stack, settings, out)
             print(f"\nnamespace {NAMESPACE}:\n{render(rows)}\n\n{NOTES}\n", file=out, flush=True)
+            print(f"{STATUS_TITLE}\n{status_view(cluster.kubeconfig)}", file=out, flush=True)
             log("removing the demo's namespace, nodes, agents and webhook")
     finally:
         if args.keep or already_up:

@@ -13,6 +13,7 @@ import pytest
 
 from e2e.cluster import Settings, status
 from e2e.cluster.settings import REPO_ROOT
+from vgpu_bridge.core.quantity import parse_quantity
 
 pytestmark = pytest.mark.e2e
 
@@ -100,3 +101,59 @@ def test_demo_stops_the_cluster_it_started(demo_output: tuple[str, Path]) -> Non
     assert "cluster stopped" in out
     assert status(Settings.from_env({"VGPU_BRIDGE_STATE": str(state)})) is None
     assert not state.exists()
+
+
+def status_tables(out: str) -> dict[str, list[dict[str, str]]]:
+    """The tables `kubectl vgpu status` printed at the end of the demo, by their first header."""
+    lines = out[out.index("$ kubectl vgpu status") :].splitlines()[1:]
+    lines = lines[: next(i for i, line in enumerate(lines) if line.startswith("demo ["))]
+    tables: dict[str, list[dict[str, str]]] = {}
+    while lines:
+        block = []
+        while lines and lines[0].strip():
+            block.append(lines.pop(0))
+        lines = lines[1:]
+        if not block or block[0].startswith("note:"):
+            continue
+        header = re.split(r"\s{2,}", block[0].strip())
+        rows = [re.split(r"\s{2,}", line.strip(), maxsplit=len(header) - 1) for line in block[1:]]
+        tables[header[2]] = [dict(zip(header, row, strict=True)) for row in rows]
+    return tables
+
+
+def test_kubectl_vgpu_status_shows_each_share_where_the_demo_table_says_it_was_allocated(
+    demo_output: tuple[str, Path],
+) -> None:
+    """The demo's own table reads every claim's allocation; the status view must show the same
+    shares on the same cards with the same booking, and each card booked by their sum."""
+    allocated = sorted(
+        (row["node"], row["device"].split()[0], quantity(row["memory"]), int(row["cores"]))
+        for row in table_rows(demo_output[0])
+        if row["device"] != "-"
+    )
+    tables = status_tables(demo_output[0])
+    shown = sorted(
+        (row["NODE"], row["DEVICE"], quantity(row["MEMORY"]), int(row["CORES"]))
+        for row in tables["NAMESPACE/POD"]
+    )
+    assert shown == allocated
+    assert len(allocated) >= 6, demo_output[0]
+    for card in tables["PRODUCT"]:
+        booked = [s for s in shown if (s[0], s[1]) == (card["NODE"], card["DEVICE"])]
+        assert quantity(card["BOOKED"]) == sum(memory for _, _, memory, _ in booked)
+        assert card["CORES"] == f"{sum(cores for *_, cores in booked)}/100"
+
+
+def test_kubectl_vgpu_status_shows_the_kai_pod_waiting_for_its_scheduler(
+    demo_output: tuple[str, Path],
+) -> None:
+    pending = status_tables(demo_output[0])["REASON"]
+    (kai,) = [row for row in pending if row["PENDING NAMESPACE/POD"].endswith("/kai-gpu-memory")]
+    assert (kai["SCHEDULER"], kai["REASON"]) == (
+        "kai-scheduler",
+        "not yet looked at by kai-scheduler",
+    )
+
+
+def quantity(text: str) -> int:
+    return int(parse_quantity(text))

@@ -269,3 +269,28 @@ def test_watch_prints_the_view_again_with_each_change(
             assert late_shown(watching.stdout, f"{namespace}/late", frames=240)
         finally:
             watching.terminate()
+
+
+def allocated(claim: Json) -> Json | None:
+    """The one device result of an allocated claim, or None."""
+    allocation = claim["status"].get("allocation")
+    return allocation["devices"]["results"][0] if allocation else None
+
+
+def test_with_a_namespace_an_admin_sees_its_shares_and_every_namespaces_booking(
+    e2e_cluster: LocalCluster,
+    namespace: str,
+    agent_on_node: AgentOnNode,
+    packed: dict[str, Json],
+) -> None:
+    document = status_document(e2e_cluster.kubeconfig, "-n", namespace)
+    neighbour = allocated(packed["neighbour"])
+    assert neighbour is not None
+    card = card_of(document, agent_on_node.node, neighbour["device"])
+    assert "neighbour" not in {share["pod"] for share in card["shares"]}
+    results = [r for r in map(allocated, packed.values()) if r is not None]
+    on_card = [r for r in results if r["device"] == neighbour["device"]]
+    assert card["bookedMemory"] == sum(
+        parse_quantity(r["consumedCapacity"]["memory"]) for r in on_card
+    )
+    assert document["notes"] == []
