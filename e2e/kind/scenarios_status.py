@@ -118,7 +118,9 @@ def test_the_memory_a_cuda_process_uses_comes_from_its_agent_through_the_pod_pro
     assert 1000 * MiB - 50 * MiB < held <= 1000 * MiB
     table = kubectl_vgpu(kind, "-n", namespace)
     (row,) = [line for line in table.splitlines() if f"{namespace}/status-cuda" in line]
-    assert row.split()[-1] != "-"
+    used, sm_utilisation = row.split()[-2:]
+    assert used.endswith("Mi")
+    assert sm_utilisation.isdigit()  # what libvgpu last measured (the fake NVML's number)
 
 
 def viewer_kubeconfig(kind: Kind, api: KubeApi, namespace: str, directory: Path) -> Path:

@@ -170,7 +170,8 @@ def test_the_table_lists_cards_shares_and_pending_pods(
     card_rows = [line.split() for line in lines if line.startswith(agent_on_node.node)]
     assert card_rows[0][1:5] == ["gpu-0", "GPU-agent-0000", "NVIDIA", "H100"]
     share = next(line for line in lines if f"{namespace}/infer-a" in line)
-    assert share.split()[6:] == ["30000Mi", "30", "0", "-"]  # memory, cores, priority, used
+    # memory, cores, priority, used, SM%: no agent pod here to read (the agent is a process)
+    assert share.split()[6:] == ["30000Mi", "30", "0", "-", "-"]
 
 
 def late_shown(lines: Iterator[str], what: str, *, frames: int) -> bool:

@@ -20,6 +20,7 @@ class Share:
     cores: int | None  # booked SM percent; None when the allocation recorded none
     priority: int | None  # our opaque config's priority (0 high, 1 low), None when unset
     used_memory: int | None = None  # live, from the agent's metrics; None when unknown
+    sm_utilisation: int | None = None  # live SM percent its processes last measured; None: unknown
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ def _share_document(share: Share) -> dict[str, Any]:
         "containers": list(share.containers), "claim": share.claim, "claimUID": share.claim_uid,
         "node": share.node, "device": share.device, "memory": share.memory,
         "cores": share.cores, "priority": share.priority, "usedMemory": share.used_memory,
+        "smUtilisation": share.sm_utilisation,
     }  # fmt: skip
 
 
@@ -119,6 +120,7 @@ SHARE_COLUMNS: Sequence[Column] = (
     ("CORES", lambda r: _number(r[0].cores), False),
     ("PRIORITY", lambda r: _number(r[0].priority), False),
     ("USED", lambda r: size(r[0].used_memory), False),
+    ("SM%", lambda r: _number(r[0].sm_utilisation), False),
 )
 PENDING_COLUMNS: Sequence[Column] = (
     ("PENDING NAMESPACE/POD", lambda p: f"{p.namespace}/{p.pod}", False),

@@ -1,8 +1,9 @@
 """Live usage read from the node agents' Prometheus text (`node/metrics.py` names; pure).
 
-The agent reports the memory each claim's containers use per GPU uuid (libvgpu's shared region)
-and each card's node, device and uuid. A claim with no sample on a node whose agent was read
-uses nothing through libvgpu yet (no CUDA process has started), so it counts 0.
+The agent reports the memory each claim's containers use per GPU uuid and the SM utilisation
+its processes last measured (libvgpu's shared region), and each card's node, device and uuid. A
+claim with no sample on a node whose agent was read uses nothing through libvgpu yet (no CUDA
+process has started), so it counts 0.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from vgpu_bridge.status.model import Share
 
 CARD_METRIC = "vgpu_bridge_gpu_memory_bytes"  # labels node, device, uuid, product
 CLAIM_USED_METRIC = "vgpu_bridge_claim_memory_used_bytes"  # labels claim_uid, uuid
+CLAIM_SM_METRIC = "vgpu_bridge_claim_sm_utilisation_percent"  # labels claim_uid
 
 
 class MetricsError(ValueError):
@@ -29,13 +31,15 @@ class Usage:
     nodes: frozenset[str] = frozenset()
     used: dict[tuple[str, str], int] = field(default_factory=dict)
     uuids: dict[tuple[str, str], str] = field(default_factory=dict)
+    sm: dict[str, int] = field(default_factory=dict)
 
     def of_share(self, share: Share) -> Share:
-        """`share` with its live memory, when its node's agent was read."""
+        """`share` with its live memory and SM utilisation, when its node's agent was read."""
         uuid = self.uuids.get((share.node, share.device))
         if share.node not in self.nodes or uuid is None:
             return share
-        return replace(share, used_memory=self.used.get((share.claim_uid, uuid), 0))
+        used = self.used.get((share.claim_uid, uuid), 0)
+        return replace(share, used_memory=used, sm_utilisation=self.sm.get(share.claim_uid, 0))
 
     def card_used(self, node: str, uuid: str) -> int | None:
         """The memory all claims use on the card `uuid` of `node`, when its agent was read."""
@@ -48,6 +52,7 @@ def parse_agent_metrics(node: str, text: str) -> Usage:
     """One agent's `/metrics` text; MetricsError when it cannot be parsed."""
     used: dict[tuple[str, str], int] = {}
     uuids: dict[tuple[str, str], str] = {}
+    sm: dict[str, int] = {}
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
@@ -57,9 +62,11 @@ def parse_agent_metrics(node: str, text: str) -> Usage:
                 elif sample.name == CLAIM_USED_METRIC:
                     key = (labels.get("claim_uid", ""), labels.get("uuid", ""))
                     used[key] = used.get(key, 0) + int(sample.value)
+                elif sample.name == CLAIM_SM_METRIC:
+                    sm[labels.get("claim_uid", "")] = int(sample.value)
     except ValueError as error:
         raise MetricsError(f"agent metrics of node {node}: {error}") from None
-    return Usage(frozenset({node}), used, uuids)
+    return Usage(frozenset({node}), used, uuids, sm)
 
 
 def merged(usages: Iterable[Usage]) -> Usage:
@@ -67,8 +74,10 @@ def merged(usages: Iterable[Usage]) -> Usage:
     nodes: set[str] = set()
     used: dict[tuple[str, str], int] = {}
     uuids: dict[tuple[str, str], str] = {}
+    sm: dict[str, int] = {}
     for usage in usages:
         nodes |= usage.nodes
         used.update(usage.used)
         uuids.update(usage.uuids)
-    return Usage(frozenset(nodes), used, uuids)
+        sm.update(usage.sm)
+    return Usage(frozenset(nodes), used, uuids, sm)

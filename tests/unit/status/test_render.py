@@ -44,7 +44,7 @@ def test_the_table_has_a_row_per_share_and_per_pending_pod() -> None:
     shares = rows(text.split("\n\n")[1], "NODE")
     assert shares[0][:5] == ["NODE", "DEVICE", "NAMESPACE/POD", "CONTAINERS", "CLAIM"]
     infer_a = next(row for row in shares if row[2] == f"{NAMESPACE}/infer-a")
-    assert infer_a[5:] == ["30000Mi", "30", "0", "-"]
+    assert infer_a[5:] == ["30000Mi", "30", "0", "-", "-"]  # memory, cores, priority, used, SM%
     (pending,) = rows(text, "PENDING")[1:]
     assert pending[:2] == [f"{NAMESPACE}/too-big", "default-scheduler"]
     assert text.rstrip().endswith("note: the agent on n: metrics not read")

@@ -21,12 +21,24 @@ def used_sample(pod: str, uuid: str, used: int) -> str:
     return f"vgpu_bridge_claim_memory_used_bytes{{{labels}}} {float(used)!r}\n"
 
 
-def in_use() -> str:
-    header = "# TYPE vgpu_bridge_claim_memory_used_bytes gauge\n"
-    samples = used_sample("infer-a", "GPU-agent-0000", 512 * MiB) + used_sample(
-        "train", "GPU-agent-0001", 3 * MiB + 7
+def sm_sample(pod: str, percent: int) -> str:
+    """The SM utilisation sample `NodeCollector` writes for a claim's region."""
+    claim = next(c for c in recorded("claims") if c["metadata"]["uid"] == claim_uid(pod))
+    labels = (
+        f'claim="{claim["metadata"]["name"]}",claim_uid="{claim_uid(pod)}",namespace="{NAMESPACE}"'
     )
-    return agent_metrics() + header + samples
+    return f"vgpu_bridge_claim_sm_utilisation_percent{{{labels}}} {float(percent)!r}\n"
+
+
+def in_use() -> str:
+    """The recorded text with infer-a and train in use: what their regions would add."""
+    used = (
+        "# TYPE vgpu_bridge_claim_memory_used_bytes gauge\n"
+        + used_sample("infer-a", "GPU-agent-0000", 512 * MiB)
+        + used_sample("train", "GPU-agent-0001", 3 * MiB + 7)
+    )
+    sm = "# TYPE vgpu_bridge_claim_sm_utilisation_percent gauge\n" + sm_sample("infer-a", 64)
+    return agent_metrics() + used + sm + sm_sample("train", 0)
 
 
 def cards_with(text: str) -> dict[str, Card]:
@@ -55,12 +67,19 @@ def test_used_memory_is_shown_per_share_and_summed_per_card() -> None:
     assert (cards["gpu-0"].used_memory, cards["gpu-1"].used_memory) == (512 * MiB, 3 * MiB + 7)
 
 
+def test_sm_utilisation_is_shown_per_share() -> None:
+    cards = cards_with(in_use())
+    utilisation = {s.pod: s.sm_utilisation for card in cards.values() for s in card.shares}
+    assert utilisation == {"infer-a": 64, "infer-b": 0, "neighbour": 0, "train": 0}
+
+
 def test_without_the_nodes_agent_usage_is_not_known() -> None:
     usage = merged([parse_agent_metrics("another-node", in_use())])
     report = build_report(recorded("slices"), recorded("claims"), recorded("pods"),
                           profile=DEFAULT, usage=usage)  # fmt: skip
     assert {card.used_memory for card in report.cards} == {None}
     assert {s.used_memory for card in report.cards for s in card.shares} == {None}
+    assert {s.sm_utilisation for card in report.cards for s in card.shares} == {None}
 
 
 def test_text_that_is_not_prometheus_names_the_node() -> None:
