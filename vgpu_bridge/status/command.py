@@ -181,7 +181,9 @@ def agent_usage(api: KubeApi, selector: str, notes: list[str]) -> Usage | None:
             continue
         try:
             usages.append(parse_agent_metrics(node, api.get_text(path)))
-        except (KubeError, MetricsError) as error:
+        except Exception as error:  # one agent's failure is a note, never the whole view's
+            if not isinstance(error, KubeError | MetricsError) and not _unreachable(error):
+                raise
             notes.append(f"the agent on {node}: metrics not read ({str(error)[:160]})")
     return merged(usages)
 

@@ -33,6 +33,10 @@ class ServedApi:
         key = frozenset(query.items()) if query else None
         self.answers[(path, key)] = (status, data, "text/plain" if text else "application/json")
 
+    def drop(self, path: str) -> None:
+        """GETs of `path` get no answer: the connection is closed."""
+        self.answers[(path, None)] = (0, b"", "")
+
     def forbid(self, path: str, **query: str) -> None:
         self._set(path, {"kind": "Status", "code": 403, "reason": "Forbidden"}, 403, query)
 
@@ -66,6 +70,9 @@ def _handler(served: ServedApi) -> type[http.server.BaseHTTPRequestHandler]:
                 served.answers.get((url.path, None))
             )
             status, data, kind = found or (404, b'{"kind": "Status", "code": 404}', "json")
+            if status == 0:
+                self.close_connection = True
+                return
             self.send_response(status)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(data)))

@@ -127,6 +127,16 @@ def test_an_agent_whose_metrics_cannot_be_read_is_a_note_and_its_cards_show_no_u
     assert note.startswith(f"the agent on {NODE}: metrics not read (GET {PROXY}: HTTP 404")
 
 
+def test_an_agent_that_cannot_be_reached_is_a_note_and_the_rest_is_shown(
+    api: ServedApi, tmp_path: Path
+) -> None:
+    api.drop(PROXY)
+    found = document(api, tmp_path)
+    assert set(shares(found)) == {"infer-a", "infer-b", "neighbour", "train"}
+    (note,) = found["notes"]
+    assert note.startswith(f"the agent on {NODE}: metrics not read (")
+
+
 def test_an_agent_without_cuda_processes_reports_nothing_used(
     api: ServedApi, tmp_path: Path
 ) -> None:
