@@ -55,7 +55,7 @@ def test_panels_have_unique_ids_and_titles_known_types_and_fit_the_grid() -> Non
 
 
 def test_no_two_panels_overlap() -> None:
-    cells = {}
+    cells: dict[tuple[int, int], str] = {}
     for panel in PANELS:
         grid = panel["gridPos"]
         for x in range(grid["x"], grid["x"] + grid["w"]):
