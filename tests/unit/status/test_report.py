@@ -5,6 +5,7 @@ config, pending pods with the scheduler's message."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 
 import pytest
 
@@ -13,6 +14,7 @@ from tests.unit.status.recorded import (
     NODE,
     OTHER,
     GiB,
+    Json,
     MiB,
     in_namespace,
     recorded,
@@ -110,12 +112,17 @@ def test_claims_and_slices_of_another_driver_are_not_ours() -> None:
     assert (report.cards, report.unplaced) == ((), ())
 
 
+def allocations(claims: list[Json]) -> Iterator[Json]:
+    """The `status.allocation.devices` of each allocated claim (to change in place)."""
+    for claim in claims:
+        if claim["status"].get("allocation"):
+            yield claim["status"]["allocation"]["devices"]
+
+
 def test_consumed_capacity_under_the_qualified_name_is_read() -> None:
     claims = recorded("claims")
-    for claim in claims:
-        for result in (claim["status"].get("allocation") or {"devices": {"results": []}})[
-            "devices"
-        ]["results"]:
+    for devices in allocations(claims):
+        for result in devices["results"]:
             consumed = result["consumedCapacity"]
             result["consumedCapacity"] = {f"{DEFAULT.driver}/{k}": v for k, v in consumed.items()}
     assert card(report_of(claims=claims), "gpu-1").shares[0].memory == 20000 * MiB
@@ -130,14 +137,10 @@ def test_consumed_capacity_under_the_qualified_name_is_read() -> None:
                      id="config-we-cannot-read"),
     ],
 )  # fmt: skip
-def test_a_priority_that_does_not_apply_to_the_share_is_not_shown(
-    config: dict[str, object],
-) -> None:
+def test_a_priority_that_does_not_apply_to_the_share_is_not_shown(config: Json) -> None:
     claims = recorded("claims")
-    for claim in claims:
-        for entry in (claim["status"].get("allocation") or {"devices": {}})["devices"].get(
-            "config", []
-        ):
+    for devices in allocations(claims):
+        for entry in devices.get("config") or ():
             entry.update(config)
     assert card(report_of(claims=claims), "gpu-1").shares[0].priority is None
 
