@@ -17,6 +17,7 @@ from vgpu_bridge.status.model import Card, PendingPod, Report, Share
 
 FORMATS = ("table", "wide", "json", "yaml")
 REASON_WIDTH = 100  # a scheduler's message is long; `wide` prints it whole
+NO_CARDS = "No cards of the driver in view (no ResourceSlices of it, or see the notes)."
 
 
 def render(report: Report, output: str) -> str:
@@ -84,7 +85,7 @@ def tables(report: Report, *, wide: bool = False) -> str:
     """The cards, then every share (on its card, or unplaced), then pending pods; notes last."""
     shares = [*(share for card in report.cards for share in card.shares), *report.unplaced]
     uuids = {(card.node, card.device): card.uuid for card in report.cards}
-    parts = [table(CARD_COLUMNS, report.cards, wide=wide)]
+    parts = [table(CARD_COLUMNS, report.cards, wide=wide) if report.cards else NO_CARDS]
     if shares:
         rows = [(share, uuids.get((share.node, share.device), "")) for share in shares]
         parts.append(table(SHARE_COLUMNS, rows, wide=wide))

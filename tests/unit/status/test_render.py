@@ -50,6 +50,14 @@ def test_the_table_has_a_row_per_share_and_per_pending_pod() -> None:
     assert text.rstrip().endswith("note: the agent on n: metrics not read")
 
 
+def test_no_cards_in_view_is_said_in_words() -> None:
+    empty = render(Report((), (), ()), "table")
+    assert empty == "No cards of the driver in view (no ResourceSlices of it, or see the notes).\n"
+    shares_only = render(replace(report(), cards=(), unplaced=report().cards[0].shares), "table")
+    assert shares_only.startswith("No cards of the driver in view")
+    assert f"{NAMESPACE}/infer-a" in shares_only
+
+
 def test_wide_adds_the_uuids_and_prints_a_long_reason_whole() -> None:
     long_reason = "0/9 nodes are available: " + "1 cannot allocate all claims, " * 10
     pending = (replace(report().pending[0], reason=long_reason),)
