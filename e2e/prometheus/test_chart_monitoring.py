@@ -1,0 +1,168 @@
+"""The chart's monitoring objects under `helm template`: off by default; when on, the
+ServiceMonitor and PodMonitors find the agent and webhook pods on a port they expose and give them
+the job names (and the agents a `node`) the rules select on; the PrometheusRule holds exactly the
+rule file promtool tests, and the dashboard ConfigMap exactly the dashboard JSON, labelled for
+Grafana's sidecar. Values the chart cannot honour fail naming the field."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.chart.rendering import Helm, of_kind, one
+from e2e.prometheus.rules import ALERTS_FILE, DASHBOARD_FILE
+from e2e.prometheus.server import AGENT_JOB, WEBHOOK_JOB
+
+pytestmark = pytest.mark.e2e
+
+Json = dict[str, Any]
+MONITOR_KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule")
+EVERYTHING: Json = {
+    "webhook": {"metrics": {"enabled": True}},
+    "monitoring": {
+        "labels": {"release": "kube-prometheus-stack"},
+        "interval": "15s",
+        "serviceMonitor": {"enabled": True},
+        "podMonitor": {"enabled": True},
+        "prometheusRule": {"enabled": True},
+        "grafanaDashboard": {"enabled": True, "annotations": {"grafana_folder": "GPU"}},
+    },
+}
+PODS_ONLY: Json = {
+    "webhook": {"metrics": {"enabled": True}},
+    "monitoring": {"podMonitor": {"enabled": True}},
+}
+
+
+def _named(objects: list[Json], kind: str, suffix: str) -> Json:
+    [found] = [o for o in of_kind(objects, kind) if o["metadata"]["name"].endswith(suffix)]
+    return found
+
+
+def _pod_template(objects: list[Json], kind: str) -> Json:
+    template: Json = one(objects, kind)["spec"]["template"]
+    return template
+
+
+def _port_names(pod_template: Json) -> set[str]:
+    containers = pod_template["spec"]["containers"]
+    return {port["name"] for c in containers for port in c.get("ports", [])}
+
+
+def _job_and_node(endpoint: Json) -> tuple[str, bool]:
+    relabel = endpoint["relabelings"]
+    [job] = [r["replacement"] for r in relabel if r["targetLabel"] == "job"]
+    node = {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"} in relabel
+    return job, node
+
+
+def test_nothing_of_monitoring_is_rendered_by_default(helm: Helm) -> None:
+    objects = helm.template()
+    assert [o["kind"] for o in objects if o["kind"] in MONITOR_KINDS] == []
+    assert not [
+        o
+        for o in of_kind(objects, "ConfigMap")
+        if "grafana_dashboard" in o["metadata"].get("labels", {})
+    ]
+
+
+def test_the_service_monitor_scrapes_the_agents_metrics_service_as_the_agent_job(
+    helm: Helm,
+) -> None:
+    objects = helm.template(EVERYTHING)
+    monitor = one(objects, "ServiceMonitor")
+    service = _named(objects, "Service", "-agent-metrics")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {port["name"] for port in service["spec"]["ports"]}
+    assert (endpoint["interval"], endpoint["honorLabels"]) == ("15s", True)
+    assert _job_and_node(endpoint) == (AGENT_JOB, True)
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["vgpu-bridge"]}
+
+
+def test_with_the_service_monitor_the_pod_monitor_scrapes_only_the_webhook(helm: Helm) -> None:
+    objects = helm.template(EVERYTHING)
+    [monitor] = of_kind(objects, "PodMonitor")
+    pods = _pod_template(objects, "Deployment")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pods["metadata"]["labels"].items()
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] in _port_names(pods)
+    assert _job_and_node(endpoint) == (WEBHOOK_JOB, False)
+
+
+def test_pod_monitors_alone_scrape_the_agents_too(helm: Helm) -> None:
+    objects = helm.template(PODS_ONLY)
+    assert of_kind(objects, "ServiceMonitor") == []
+    monitor = _named(objects, "PodMonitor", "-agent")
+    pods = _pod_template(objects, "DaemonSet")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pods["metadata"]["labels"].items()
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] in _port_names(pods)
+    assert endpoint["honorLabels"] is True
+    assert _job_and_node(endpoint) == (AGENT_JOB, True)
+
+
+def test_the_prometheus_rule_holds_exactly_the_rule_file_promtool_tests(helm: Helm) -> None:
+    rule = one(helm.template(EVERYTHING), "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["spec"] == yaml.safe_load(ALERTS_FILE.read_text())
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+def test_the_dashboard_config_map_holds_the_dashboard_for_grafanas_sidecar(helm: Helm) -> None:
+    values = {
+        **EVERYTHING,
+        "monitoring": {"grafanaDashboard": {"enabled": True, "namespace": "grafana"}},
+    }
+    [board] = [
+        o
+        for o in of_kind(helm.template(values), "ConfigMap")
+        if o["metadata"]["name"].endswith("-dashboard")
+    ]
+    assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert board["metadata"]["namespace"] == "grafana"
+    [(name, text)] = board["data"].items()
+    assert name.endswith(".json")
+    assert json.loads(text) == json.loads(DASHBOARD_FILE.read_text())
+
+
+def test_helm_lint_strict_passes_with_everything_on(helm: Helm) -> None:
+    assert "1 chart(s) linted, 0 chart(s) failed" in helm.lint(EVERYTHING)
+
+
+REFUSALS = [
+    (
+        "pod-monitor-without-webhook-metrics",
+        {"monitoring": {"podMonitor": {"enabled": True}}},
+        "set webhook.metrics.enabled=true",
+    ),
+    (
+        "service-monitor-without-the-service",
+        {
+            "monitoring": {"serviceMonitor": {"enabled": True}},
+            "metrics": {"service": {"enabled": False}},
+        },
+        "set metrics.service.enabled=true",
+    ),
+    ("interval-not-a-duration", {"monitoring": {"interval": "often"}}, "interval"),
+    ("misspelt-toggle", {"monitoring": {"prometheusRule": {"enable": True}}}, "enable"),
+    (
+        "label-not-a-string",
+        {"monitoring": {"grafanaDashboard": {"labels": {"grafana_dashboard": 1}}}},
+        "grafana_dashboard",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("values", "says"), [c[1:] for c in REFUSALS], ids=[c[0] for c in REFUSALS]
+)
+def test_values_the_chart_cannot_honour_fail_naming_the_field(
+    helm: Helm, values: Json, says: str
+) -> None:
+    assert says in helm.template_error(values)
