@@ -20,6 +20,7 @@ import yaml
 from e2e.kind.cluster import NAMESPACE as CHART_NAMESPACE
 from e2e.kind.cluster import Kind, install
 from e2e.kind.scenarios import (  # the fixtures and helpers of the kind scenarios
+    CHUNK_MIB,
     api,
     create,
     cuda_pod,
@@ -108,14 +109,16 @@ def test_the_memory_a_cuda_process_uses_comes_from_its_agent_through_the_pod_pro
     create(api, namespace, cuda_pod("status-cuda", workers[1], 1000))
     wait_running(api, namespace, "status-cuda")
 
-    def used() -> int | None:
+    def used_memory() -> int | None:
         document = status_document(kind, "-n", namespace)
         (share,) = [s for c in document["cards"] for s in c["shares"] if s["pod"] == "status-cuda"]
         value: int | None = share["usedMemory"]
         return value if value else None
 
-    held = wait_for(used, timeout_s=120, what="status-cuda's used memory shown", interval_s=2)
-    assert 1000 * MiB - 50 * MiB < held <= 1000 * MiB
+    held = wait_for(
+        used_memory, timeout_s=120, what="status-cuda's used memory shown", interval_s=2
+    )
+    assert (1000 - CHUNK_MIB) * MiB < held <= 1000 * MiB
     table = kubectl_vgpu(kind, "-n", namespace)
     (row,) = [line for line in table.splitlines() if f"{namespace}/status-cuda" in line]
     used, sm_utilisation = row.split()[-2:]
