@@ -19,10 +19,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
-from prometheus_client import Counter
 
 from vgpu_bridge.kube import KubeApi, KubeError, api_path, dns_subdomain_problem
 from vgpu_bridge.webhook.event_notes import ObjectRef, Occurrence
@@ -152,6 +151,12 @@ def micro_time(wall: float) -> str:
     return datetime.fromtimestamp(wall, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+class Counts(Protocol):
+    """A counter labelled by reason (`WebhookMetrics.events_dropped`): `labels(r).inc()`."""
+
+    def labels(self, *values: str) -> Any: ...
+
+
 @dataclass(frozen=True, slots=True)
 class _Queued:
     occurrence: Occurrence
@@ -166,7 +171,7 @@ class EventRecorder:
     api: KubeApi
     controller: str  # reportingController: the driver's name
     instance: str  # reportingInstance: this webhook's pod (host) name
-    dropped: Counter
+    dropped: Counts  # by reason: queue-full, rate-limited, not-found, api-error
     book: EventBook = field(default_factory=EventBook)
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from prometheus_client import CollectorRegistry, Counter
 
 from tests.unit.recording_api import Call, RecordingApi
 from tests.unit.webhook.admitters import admitter_over
 from vgpu_bridge.webhook.admission import Admitter
 from vgpu_bridge.webhook.events import SERIES_EVERY_S, EventRecorder
-from vgpu_bridge.webhook.metrics import WebhookMetrics
 
 NOW = 1_800_000_000.0  # the wall clock of every admission here
 EVENTS = "/apis/events.k8s.io/v1/namespaces/team-a/events"
@@ -45,10 +45,16 @@ def admitter(recorded: RecordingApi, clock: Clock) -> Admitter:
     admitter = admitter_over(recorded)
     admitter.events = EventRecorder(
         recorded.api, controller="gpu.vgpu-bridge.io", instance="webhook-0",
-        dropped=admitter.metrics.events_dropped, clock=clock, wall=lambda: NOW,
-        settle_s=0, retry_s=0,
+        dropped=drop_counter(), clock=clock, wall=lambda: NOW, settle_s=0, retry_s=0,
     )  # fmt: skip
     return admitter
+
+
+def drop_counter() -> Counter:
+    """The webhook's drop counter, in a registry of the test's own."""
+    return Counter(
+        "vgpu_bridge_events_dropped", "dropped", ["reason"], registry=CollectorRegistry()
+    )
 
 
 def pod(limits: dict[str, Any], **metadata: Any) -> dict[str, Any]:
@@ -90,11 +96,10 @@ def work_off(admitter: Admitter) -> None:
     admitter.events.work_off(threading.Event())
 
 
-def dropped(metrics: WebhookMetrics, reason: str) -> float:
-    value = metrics.registry.get_sample_value(
-        "vgpu_bridge_events_dropped_total", {"reason": reason}
-    )
-    return value or 0.0
+def dropped(admitter: Admitter, reason: str) -> float:
+    assert admitter.events is not None
+    counter = cast(Counter, admitter.events.dropped)  # the fixture's own Counter
+    return float(counter.labels(reason)._value.get())
 
 
 def test_a_translated_pod_is_told_what_each_container_got_once_it_exists(
@@ -129,7 +134,7 @@ def test_an_older_pod_of_the_same_name_is_not_told_about_this_admission(
     admit(admitter, pod(SHARE, name="share"))
     work_off(admitter)
     assert posted(recorded) == []
-    assert dropped(admitter.metrics, "not-found") == 1
+    assert dropped(admitter, "not-found") == 1
 
 
 def test_a_pod_that_never_appears_gets_no_event(admitter: Admitter, recorded: RecordingApi) -> None:
@@ -208,7 +213,7 @@ def test_distinct_refusals_in_one_namespace_are_rate_limited_and_counted(
         admit(admitter, pod(REFUSED, name=f"refused-{i}"), uid=f"review-{i}")
     work_off(admitter)
     assert len(posted(recorded)) == 20
-    assert dropped(admitter.metrics, "rate-limited") == 10
+    assert dropped(admitter, "rate-limited") == 10
 
 
 def test_a_full_queue_drops_and_counts_and_the_admission_is_answered(
@@ -216,12 +221,12 @@ def test_a_full_queue_drops_and_counts_and_the_admission_is_answered(
 ) -> None:
     admitter = admitter_over(recorded)
     admitter.events = EventRecorder(
-        recorded.api, controller="c", instance="i", dropped=admitter.metrics.events_dropped,
+        recorded.api, controller="c", instance="i", dropped=drop_counter(),
         queue_size=2,
     )  # fmt: skip
     for i in range(5):
         assert not admit(admitter, pod(REFUSED, name=f"r-{i}"), uid=f"review-{i}")["allowed"]
-    assert dropped(admitter.metrics, "queue-full") == 3
+    assert dropped(admitter, "queue-full") == 3
 
 
 def test_a_warning_is_a_warning_event_beside_the_translation(
@@ -262,7 +267,7 @@ def test_an_api_error_drops_the_event_and_counts_it(
     recorded.answer("POST", EVENTS, 403, {"kind": "Status", "code": 403})
     admit(admitter, pod(REFUSED, name="refused"))
     work_off(admitter)
-    assert dropped(admitter.metrics, "api-error") == 1
+    assert dropped(admitter, "api-error") == 1
     assert isinstance(recorded.made("POST")[0], Call)
 
 
