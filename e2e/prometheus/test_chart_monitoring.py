@@ -194,9 +194,8 @@ def operator_kinds(kube: KubeClient, e2e_settings: Settings) -> Iterator[dict[st
         except ApiError as error:
             if error.status != 409:
                 raise
-    for crd in crds.values():
-        name = crd["metadata"]["name"]
-        wait_for(lambda n=name: _established(kube, n), timeout_s=30, what=f"CRD {name}")
+    names = [crd["metadata"]["name"] for crd in crds.values()]
+    wait_for(lambda: all(_established(kube, n) for n in names), timeout_s=30, what=f"{names}")
     yield {kind: crd["spec"]["names"]["plural"] for kind, crd in crds.items()}
     for name in created:
         kube.delete(f"{CRDS}/{name}")
