@@ -8,7 +8,7 @@ Which object an Event regards (`kubectl describe` finds Events by kind, namespac
   exists. An UPDATE carries its uid.
 - An object with only a `generateName` (a controller's pod): its controlling owner (the owner
   reference names its uid), with the pod named in the note; identical notes then aggregate into
-  one Event of the owner, however many replicas there are.
+  one Event of the owner, however many replicas there are. Without an owner: no Event.
 - A refused object is never stored: its controlling owner when it has one, else the object by
   kind and name without a uid (`kubectl events --for pod/NAME`, `kubectl get events`). A refused
   object with neither a name nor an owner gets no Event: its creator got the denial itself.
@@ -17,7 +17,7 @@ Which object an Event regards (`kubectl describe` finds Events by kind, namespac
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
@@ -130,7 +130,7 @@ def _admitted_target(obj: Mapping[str, Any], meta: Mapping[str, Any], ns: str) -
     name, uid = meta.get("name"), meta.get("uid")
     ref = _self_ref(obj, name, ns)
     if ref is not None and isinstance(uid, str) and uid:
-        return _Target(ObjectRef(**{**_fields(ref), "uid": uid}), None, "")
+        return _Target(replace(ref, uid=uid), None, "")
     if ref is not None:
         lookup = _object_path(obj, ref)
         return _Target(ref, lookup, "") if lookup else None
@@ -145,7 +145,7 @@ def _refused_target(obj: Mapping[str, Any], meta: Mapping[str, Any], ns: str) ->
     uid = meta.get("uid")  # an UPDATE refused: the object exists
     ref = _self_ref(obj, meta.get("name"), ns)
     if ref is not None and isinstance(uid, str) and uid:
-        return _Target(ObjectRef(**{**_fields(ref), "uid": uid}), None, "")
+        return _Target(replace(ref, uid=uid), None, "")
     return _Target(ref, None, "") if ref else None
 
 
@@ -156,11 +156,6 @@ def _self_ref(obj: Mapping[str, Any], name: object, namespace: str) -> ObjectRef
     if not isinstance(name, str) or dns_subdomain_problem(name):
         return None
     return ObjectRef(api_version, kind, namespace, name)
-
-
-def _fields(ref: ObjectRef) -> dict[str, str]:
-    return {"api_version": ref.api_version, "kind": ref.kind, "namespace": ref.namespace,
-            "name": ref.name, "uid": ref.uid}  # fmt: skip
 
 
 def _object_path(obj: Mapping[str, Any], ref: ObjectRef) -> str | None:
