@@ -141,10 +141,15 @@ def api_workers(
 
 
 def connect_then_start(
-    api: KubeApi, workers: list[threading.Thread], failed: Callable[[KubeConfigError], None]
+    api: KubeApi,
+    workers: list[threading.Thread],
+    failed: Callable[[KubeConfigError], None],
+    *,
+    metrics: WebhookMetrics,
 ) -> None:
-    """Load the client (the slow part of a start, done while reviews are already answered),
-    then start the threads that need it; or report why it cannot be loaded."""
+    """Make the metrics and load the client (the slow parts of a start, done while reviews are
+    already answered), then start the threads that need it; or report why it cannot be loaded."""
+    metrics.load()
     try:
         api.connected()
     except KubeConfigError as error:
@@ -158,6 +163,7 @@ def background(
     api: KubeApi,
     following: list[threading.Thread],
     *,
+    metrics: WebhookMetrics,
     tls: TLSFiles,
     probes: ProbeServer | None,
     stop: threading.Event,
@@ -166,7 +172,7 @@ def background(
     """Connecting (then following the API), watching the TLS files, and the probe server."""
     threads = [
         threading.Thread(target=connect_then_start, args=(api, following, failed),
-                         name="connect", daemon=True),
+                         kwargs={"metrics": metrics}, name="connect", daemon=True),
         threading.Thread(target=watch_tls, args=(tls, stop), name="tls", daemon=True),
     ]  # fmt: skip
     if probes is not None:
@@ -198,8 +204,8 @@ def serve(settings: Settings) -> int:
     following = api_workers(
         admitter, inventory, sweeper, stop=stop, every_s=settings.sweep_interval_seconds
     )
-    for thread in background(api, following, tls=tls, probes=probes, stop=stop,
-                             failed=cannot_connect):  # fmt: skip
+    for thread in background(api, following, metrics=admitter.metrics, tls=tls, probes=probes,
+                             stop=stop, failed=cannot_connect):  # fmt: skip
         thread.start()
     signal.signal(signal.SIGTERM, shut_down)
     signal.signal(signal.SIGINT, shut_down)

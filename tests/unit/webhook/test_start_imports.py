@@ -1,6 +1,7 @@
 """A restarted webhook replica loads only what answering reviews needs: the CLI builds the
-webhook's flags alone, and the Kubernetes client loads after the server is up, in the
-background. Checked in a fresh interpreter, as the binary starts."""
+webhook's flags alone, and the Kubernetes client and prometheus_client load after the server is
+up, in the background. Checked in a fresh interpreter, as the binary starts, up to the answer to
+a GPU review that core translates."""
 
 from __future__ import annotations
 
@@ -14,7 +15,20 @@ import contextlib, io, sys
 from vgpu_bridge import cli
 with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
     cli.main(["webhook", "--help"])
-import vgpu_bridge.webhook.app
+import json
+from vgpu_bridge.kube import KubeApi
+from vgpu_bridge.webhook.app import build
+from vgpu_bridge.webhook.settings import Settings
+api = KubeApi.connect_on_first_use("/nonexistent/kubeconfig")
+admitter, _, _ = build(Settings(listen="127.0.0.1:0", tls_cert_file="-", tls_key_file="-"), api)
+container = {"name": "main", "resources": {"limits": {"nvidia.com/gpumem": 3000}}}
+pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+       "spec": {"containers": [container]}}
+request = {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+           "operation": "CREATE", "namespace": "team-a", "object": pod, "dryRun": True}
+review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+status, body = admitter.review_body(json.dumps(review).encode())
+assert status == 200 and "patch" in json.loads(body)["response"], body
 print(" ".join(sorted(sys.modules)))
 """
 
@@ -36,6 +50,7 @@ def loaded() -> set[str]:
         pytest.param("yaml", id="the-translate-commands-yaml-reader"),
         pytest.param("vgpu_bridge.translate_command", id="the-translate-command"),
         pytest.param("vgpu_bridge.node.settings", id="the-node-agents-settings"),
+        pytest.param("prometheus_client", id="the-metrics-library"),
     ],
 )
 def test_the_webhook_start_path_does_not_import(module: str, loaded: set[str]) -> None:
