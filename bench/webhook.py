@@ -6,13 +6,16 @@ steady state of a real webhook: once a template exists, admitting another pod of
 no API call. Targets on 2 cores: p99 <= 15 ms at 200 admissions/s, and >= 800 admissions/s at
 saturation. Further rows: the same paced load while 1,000 slow connections are held open (each
 dribbling a partial request, reopened whenever the webhook cuts it), pods without GPUs per
-second, and the time from process start to the first answered review. Run with `make bench`.
+second, and the time from process start to the answer to a first review that core translates
+(a GPU Deployment), with the modules' bytecode compiled as `pip install` leaves it in the image.
+Run with `make bench`.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
 import ssl
 import statistics
@@ -32,7 +35,7 @@ from tests.tls import write_self_signed
 PACED_RATE, PACED_SECONDS, PACED_CONNECTIONS = 200, 10, 4
 SATURATION_SECONDS, SATURATION_CONNECTIONS = 6, 8
 SLOW_CONNECTIONS = 1_000
-START_RUNS = 5
+START_RUNS = 9
 # A kubeconfig whose API server does not answer: the benchmark admits without API calls.
 KUBECONFIG = """apiVersion: v1
 kind: Config
@@ -79,7 +82,9 @@ def reviews(count: int) -> list[bytes]:
     return [review_of(index, obj) for index, obj in enumerate(workloads)]
 
 
-def start_webhook(workdir: Path, port: int) -> subprocess.Popen[bytes]:
+def start_webhook(
+    workdir: Path, port: int, *, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     cert, key = workdir / "tls.crt", workdir / "tls.key"
     if not cert.exists():
         write_self_signed(workdir)
@@ -89,7 +94,7 @@ def start_webhook(workdir: Path, port: int) -> subprocess.Popen[bytes]:
         "--tls-cert-file", str(cert), "--tls-key-file", str(key),
         "--kubeconfig", str(workdir / "kubeconfig"), "--sweep-interval-seconds", "3600",
     ]  # fmt: skip
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
 
 class Client:
@@ -102,13 +107,18 @@ class Client:
 
     def admit(self, body: bytes) -> float:
         start = time.perf_counter()
+        self.answer(body)
+        return time.perf_counter() - start
+
+    def answer(self, body: bytes) -> dict[str, Any]:
         self.conn.request(
             "POST", "/mutate", body=body, headers={"Content-Type": "application/json"}
         )
         response = self.conn.getresponse()
-        response.read()
+        data = response.read()
         assert response.status == 200, response.status
-        return time.perf_counter() - start
+        answer: dict[str, Any] = json.loads(data)["response"]
+        return answer
 
 
 def run_load(
@@ -199,23 +209,47 @@ class SlowClients:
                 sock.close()
 
 
-def first_review_seconds(workdir: Path, body: bytes) -> float:
-    """From `Popen` to the first 200 for `body` (connection attempts every 5 ms)."""
+def bytecode_env(cache: Path) -> dict[str, str]:
+    """The environment of a start as deployed: every module's bytecode compiled beforehand (pip
+    compiles a wheel's modules on install, as the image's `pip install` does), here in a cache of
+    its own that a first start fills. Without it each start compiles our ~60 modules from source
+    (this checkout sets PYTHONDONTWRITEBYTECODE)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPYCACHEPREFIX": str(cache)}
+
+
+def first_review_seconds(workdir: Path, body: bytes, env: dict[str, str]) -> float:
+    """From `Popen` to the answer to `body`, a GPU review that core translates (connection
+    attempts every 5 ms): a restarted replica's time to its first real admission."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     start = time.perf_counter()
-    process = start_webhook(workdir, port)
+    process = start_webhook(workdir, port, env=env)
     try:
         while True:
             try:
-                Client(port, workdir / "tls.crt").admit(body)
-                return time.perf_counter() - start
+                answer = Client(port, workdir / "tls.crt").answer(body)
+                elapsed = time.perf_counter() - start
+                break
             except OSError:
                 time.sleep(0.005)
     finally:
         process.terminate()
         process.wait(timeout=10)
+    assert answer["allowed"], answer
+    assert answer.get("patch"), answer  # translated, not passed through
+    return elapsed
+
+
+def start_times(workdir: Path, body: bytes, env: dict[str, str]) -> list[float]:
+    first_review_seconds(workdir, body, env)  # warm: the page cache, and the bytecode cache
+    return sorted(first_review_seconds(workdir, body, env) for _ in range(START_RUNS))
+
+
+def start_row(name: str, starts: list[float], target: str) -> str:
+    median, slowest = starts[len(starts) // 2] * 1e3, starts[-1] * 1e3
+    return f"{name:<34}{'':>12}{median:>10.0f}{slowest:>10.0f}{target:>24}"
 
 
 def row(name: str, latencies: list[float], rate: float, target: str) -> str:
@@ -248,7 +282,8 @@ def main() -> int:
         finally:
             process.terminate()
             process.wait(timeout=10)
-        starts = sorted(first_review_seconds(workdir, bodies[0]) for _ in range(START_RUNS))
+        first = bodies[0]  # a Deployment asking for gpumem: translated, with a template
+        starts = start_times(workdir, first, bytecode_env(workdir / "bytecode"))
     print("webhook: AdmissionReviews over TLS on loopback, keep-alive connections, 2 cores shared")
     print("          by the webhook process and the load generator")
     print(f"{'load':<34}{'admissions/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'target':>24}")
@@ -260,9 +295,9 @@ def main() -> int:
             f"pods without GPUs, {SATURATION_CONNECTIONS} conns", *plain_rate, "Go webhook ~6,000/s"
         )
     )
-    median = starts[len(starts) // 2] * 1e3
-    print(f"{'process start to first review':<34}{'':>12}{median:>10.0f}{starts[-1] * 1e3:>10.0f}"
-          f"{'<= 150 ms':>24}   (ms: median, slowest of {START_RUNS})")  # fmt: skip
+    print(start_row("process start to first GPU review", starts, "<= 150 ms"))
+    print(f"  (ms: median and slowest of {START_RUNS} starts, with bytecode compiled as on "
+          "install; the review is a Deployment that core translates)")  # fmt: skip
     return 0
 
 
