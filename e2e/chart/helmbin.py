@@ -20,6 +20,7 @@ from pathlib import Path
 
 from e2e.cluster.build import read_stamp, sources_digest
 from e2e.cluster.settings import Settings
+from e2e.progress import progress
 
 HELMTOOL_DIR = Path(__file__).resolve().parent / "helmtool"
 HELM_PACKAGE = "helm.sh/helm/v4/cmd/helm"
@@ -82,14 +83,15 @@ def _go_build(settings: Settings, tool_dir: Path, version: str, binary: Path) ->
     partial = binary.with_name("helm.partial")
     ldflags = f"-s -w -X helm.sh/helm/v4/internal/version.version={version}"
     command = ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(partial), HELM_PACKAGE]
-    done = subprocess.run(
-        command,
-        cwd=tool_dir,
-        env={**os.environ, **settings.go_env},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    with progress(f"go build helm {version}"):
+        done = subprocess.run(
+            command,
+            cwd=tool_dir,
+            env={**os.environ, **settings.go_env},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     if done.returncode != 0:
         raise HelmBuildError(f"{' '.join(command)} failed:\n{done.stderr[-4000:]}")
     partial.replace(binary)

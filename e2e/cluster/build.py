@@ -17,6 +17,7 @@ from pathlib import Path
 
 from e2e.cluster.gomod import write_gomod
 from e2e.cluster.settings import DEFAULT_K8S_VERSION, GOTOOLS_DIR, Settings
+from e2e.progress import progress
 
 _SOURCES = ("go.mod", "go.sum", "main.go")
 
@@ -111,14 +112,15 @@ def _go_build(settings: Settings, source_dir: Path) -> None:
         ]
     )
     command = ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(partial), "."]
-    done = subprocess.run(
-        command,
-        cwd=source_dir,
-        env={**os.environ, **settings.go_env},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    with progress(f"go build vgpu-k8s (Kubernetes {settings.k8s_version})"):
+        done = subprocess.run(
+            command,
+            cwd=source_dir,
+            env={**os.environ, **settings.go_env},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     if done.returncode != 0:
         raise BuildError(f"{' '.join(command)} failed:\n{done.stderr[-4000:]}")
     partial.replace(settings.binary)

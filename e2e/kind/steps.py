@@ -1,4 +1,5 @@
-"""How the kind tier runs a step: print the command, run it, fail with its output's tail."""
+"""How the kind tier runs a step: print the command, run it (saying every 30 s that it still
+runs), fail with its output's tail."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import shutil
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+
+from e2e.progress import INTERVAL_S, command_label, progress
 
 
 class StepError(RuntimeError):
@@ -22,18 +26,24 @@ def run(
     input_text: str | None = None,
     quiet: bool = False,
 ) -> str:
-    """Run one command (printed first unless ``quiet``); its stdout, or StepError."""
+    """Run one command (printed first unless ``quiet``, with a progress line every 30 s and its
+    time when it took longer); its stdout, or StepError."""
     if not quiet:
         print("+", " ".join(command), flush=True)
-    done = subprocess.run(
-        list(command),
-        env=None if env is None else dict(env),
-        cwd=cwd,
-        input=input_text,
-        capture_output=True,
-        text=True,
-        check=False,
+    label = command_label(command)
+    watch: AbstractContextManager[object] = (
+        nullcontext() if quiet else progress(label, total_after_s=INTERVAL_S)
     )
+    with watch:
+        done = subprocess.run(
+            list(command),
+            env=None if env is None else dict(env),
+            cwd=cwd,
+            input=input_text,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     if done.returncode != 0:
         tail = (done.stdout + done.stderr)[-4000:]
         raise StepError(f"{' '.join(command)} failed ({done.returncode}):\n{tail}")

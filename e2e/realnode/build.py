@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from e2e.cluster.settings import Settings
+from e2e.progress import INTERVAL_S, command_label, progress
 
 CONTAINERD_VERSION = "v2.3.7"
 RUNC_VERSION = "v1.4.4"
@@ -173,7 +174,10 @@ def ensure_libseccomp() -> None:
 
 def _run(command: list[str], *, env: dict[str, str] | None = None) -> float:
     started = time.monotonic()
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, cwd="/")
+    with progress(command_label(command), total_after_s=INTERVAL_S):
+        done = subprocess.run(
+            command, env=env, capture_output=True, text=True, check=False, cwd="/"
+        )
     if done.returncode != 0:
         output = (done.stdout + done.stderr)[-4000:]
         raise BuildError(f"{' '.join(command)} failed ({done.returncode}):\n{output}")

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from e2e.cluster import BuildResult, Settings
 from e2e.cluster.build import BuildError, read_stamp, sources_digest
+from e2e.progress import progress
 
 GOTOOLS_DIR = Path(__file__).resolve().parent / "gotools"
 MODULE = "volcano.sh/volcano"
@@ -107,7 +108,8 @@ def _go_build(build: VolcanoBuild) -> None:
     ldflags = f"-s -w -X {MODULE}/pkg/version.Version={build.version}"
     workspace = _workspace(build)
     command = ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(partial), "."]
-    _go(build, command, GOWORK=str(workspace))
+    with progress(f"go build vgpu-volcano (Volcano {build.version})"):
+        _go(build, command, GOWORK=str(workspace))
     partial.replace(build.binary)
 
 
