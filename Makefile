@@ -102,10 +102,13 @@ helm-bin: venv
 # The kind tier (e2e/kind): its own dockerd (Debian's docker.io), a kind v0.33 cluster of one
 # control plane and two workers on a node image built here from Debian packages and Go modules
 # (no registry), the chart's images built and loaded, `helm install` with mock GPUs, then
-# e2e/kind/scenarios.py; `python -m e2e.kind down` always runs after and puts the host back.
+# Volcano (vc-scheduler, vc-controller-manager) on images built from the Volcano tier's module,
+# then every e2e/kind/scenarios*.py (scenarios.py first: it ends by uninstalling the chart, which
+# the others install again); `python -m e2e.kind down` always runs after and puts the host back.
 # Never at the same time as the real-node tier (one lock for both). Needs root.
+KIND_SCENARIOS := $(sort $(wildcard e2e/kind/scenarios*.py))
 e2e-kind: venv cluster-bin helm-bin
-	flock /tmp/vgpu-node-tier.lock bash -c '$(PY) -m e2e.kind up && $(PY) -m pytest e2e/kind/scenarios.py -q; \
+	flock /tmp/vgpu-node-tier.lock bash -c '$(PY) -m e2e.kind up && $(PY) -m pytest $(KIND_SCENARIOS) -q; \
 		status=$$?; $(PY) -m e2e.kind down || status=1; exit $$status'
 
 .PHONY: e2e-realnode

@@ -1,6 +1,7 @@
 """Bring the kind cluster up and down: the tier's dockerd, the node image, ``kind create cluster``,
-networking, the chart's images, mock-GPU labels, ``helm upgrade --install``. Every step is a
-plain command a user could type; each is printed first, with the time each stage took.
+networking, the chart's images, mock-GPU labels, ``helm upgrade --install``, Volcano
+(``volcano.py``). Every step is a plain command a user could type; each is printed first, with
+the time each stage took; a stage or command still running says so every 30 s.
 
 ``VGPU_BRIDGE_KIND_NODE_IMAGE`` (e.g. ``kindest/node:v1.36.1``) skips the local node image and
 uses that one with kind's own networking (kindnetd): the path for machines with a registry.
@@ -11,23 +12,27 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from e2e.chart.helmbin import ensure_helm
 from e2e.cluster import ensure_binary
 from e2e.cluster.settings import REPO_ROOT, Settings
-from e2e.kind import dockerd, host, network
+from e2e.kind import dockerd, host, network, volcano
 from e2e.kind.build import KindTools, ensure_tools, tools_dir
 from e2e.kind.chartimages import DOCKERFILES, build_chart_images, tag_examples_image
 from e2e.kind.cudaimage import write_cuda_image
 from e2e.kind.nodeimage import IMAGE_REPOSITORY, NodeInputs, ensure_node_image, kind_module_dir
 from e2e.kind.steps import run, timed
+from e2e.progress import progress
 from e2e.realnode.build import ensure_runtime
+from e2e.volcano.build import VolcanoBuild
+from e2e.volcano.build import ensure_binary as ensure_volcano
 from e2e.waiting import wait_for
 from vgpu_bridge.kube import KubeApi
 
@@ -40,6 +45,7 @@ MOCK_GPU_LABEL = "vgpu-bridge.io/mock-gpus=true"
 IMAGES = DOCKERFILES
 STOCK_IMAGE_ENV = "VGPU_BRIDGE_KIND_NODE_IMAGE"
 Json = dict[str, Any]
+T = TypeVar("T")
 
 
 class KindUnavailable(RuntimeError):
@@ -77,6 +83,15 @@ class Kind:
     def kind_binary(self) -> Path:
         return tools_dir(self.settings) / "kind"
 
+    @property
+    def kubectl(self) -> list[str]:
+        """kubectl (the tier's ``vgpu-kind-k8s``) pointed at the cluster."""
+        return [str(tools_dir(self.settings) / "kubectl"), f"--kubeconfig={self.kubeconfig}"]
+
+    @property
+    def volcano(self) -> VolcanoBuild:
+        return VolcanoBuild.from_env(self.settings)
+
 
 def cgroup_v1() -> bool:
     return not Path("/sys/fs/cgroup/cgroup.controllers").is_file()
@@ -103,24 +118,26 @@ def cluster_config(node_image: str, *, local_image: bool, v1: bool, restrict_oom
 
 
 def up(kind: Kind) -> dict[str, float]:
-    """Everything from a bare machine to the chart installed; returns seconds per stage."""
+    """Everything from a bare machine to the chart and Volcano installed; seconds per stage."""
     timings: dict[str, float] = {}
-    started = time.monotonic()
-    tools = prepare(kind)
-    timed("build and start dockerd", timings, started)
-    started = time.monotonic()
-    node_image = node_image_for(kind.settings, tools)
-    timed("node image", timings, started)
-    started = time.monotonic()
-    create_cluster(kind, node_image)
-    timed("cluster Ready", timings, started)
-    started = time.monotonic()
-    load_images(kind)
-    timed("chart images built and loaded", timings, started)
-    started = time.monotonic()
-    install(kind)
-    timed("chart installed, all pods Ready", timings, started)
+    stage = partial(_stage, timings)
+    tools = stage("build and start dockerd", lambda: prepare(kind))
+    node_image = stage("node image", lambda: node_image_for(kind.settings, tools))
+    stage("cluster Ready", lambda: create_cluster(kind, node_image))
+    stage("chart images built and loaded", lambda: load_images(kind))
+    stage("Volcano images built and loaded", lambda: load_volcano_images(kind))
+    stage("chart installed, all pods Ready", lambda: install(kind))
+    stage("Volcano installed, its two Deployments Ready", lambda: install_volcano(kind))
     return timings
+
+
+def _stage(timings: dict[str, float], label: str, work: Callable[[], T]) -> T:
+    """One stage of ``up``: a progress line every 30 s while it runs, its time at the end."""
+    started = time.monotonic()
+    with progress(f"kind up: {label}", total_after_s=None):
+        result = work()
+    timed(label, timings, started)
+    return result
 
 
 def prepare(kind: Kind) -> KindTools:
@@ -130,6 +147,7 @@ def prepare(kind: Kind) -> KindTools:
     dockerd.ensure_packages()
     ensure_runtime(kind.settings)
     ensure_binary(kind.settings)
+    ensure_volcano(kind.volcano)
     tools = ensure_tools(kind.settings)
     host.record(kind.state_file)
     dockerd.start(kind.data_root)
@@ -204,6 +222,18 @@ def load_images(kind: Kind) -> None:
     archive = kind.settings.cache_root / "kind" / "cuda-image.tar"
     write_cuda_image(ensure_runtime(kind.settings), archive)
     _kind(kind, "load", "image-archive", str(archive), "--name", kind.name)
+
+
+def load_volcano_images(kind: Kind) -> None:
+    """Build vc-scheduler's and vc-controller-manager's images and load both into kind."""
+    offline = STOCK_IMAGE_ENV not in os.environ
+    images = volcano.build_images(kind.settings, kind.volcano, offline=offline)
+    _kind(kind, "load", "docker-image", *images, "--name", kind.name)
+
+
+def install_volcano(kind: Kind) -> None:
+    """Volcano's CRDs and RBAC (from its module), its scheduler configuration, both components."""
+    volcano.install(kind.kubectl, kind.volcano, kind.kubeconfig.parent)
 
 
 def install(kind: Kind, *extra: str) -> None:
