@@ -1,5 +1,7 @@
 """List, then watch, one kind of object until told to stop: the loop behind the webhook's caches
-(our driver's ResourceSlices, our ResourceClaimTemplates). Any failure relists after an
+(our driver's ResourceSlices, our ResourceClaimTemplates). A watch the server ends (its timeout)
+is resumed from the last resourceVersion seen (bookmarks keep it fresh), so no event, a deletion
+included, falls between two watches; any failure (an expired version too) relists after an
 exponential backoff (ended by `stop` at once), so a cache never follows a broken watch."""
 
 from __future__ import annotations
@@ -32,9 +34,9 @@ def follow(
     **selectors: str,
 ) -> None:
     """Until `stop`: list `path` (narrowed by `selectors`), hand the items to `on_list`, then each
-    ADDED/MODIFIED/DELETED event to `on_event`; relist after a failure or the watch's end.
-    `on_stale` is called as soon as the events stop (a failure or the watch's end): what was
-    learnt may change unseen until `on_list` is called again."""
+    ADDED/MODIFIED/DELETED event to `on_event`, watching again from where a watch ended; relist
+    after a failure. `on_stale` is called as soon as the events stop (a failure): what was learnt
+    may change unseen until `on_list` is called again."""
     delay_s = FIRST_RETRY_S
     while not stop.is_set():
         try:
@@ -61,11 +63,31 @@ def _list_and_watch(
     listed = api.list(path, **selectors)
     on_list(listed.get("items") or [])
     version = listed["metadata"]["resourceVersion"]
-    for event in api.watch(path, resource_version=version, timeout_s=timeout_s, **selectors):
+    while not stop.is_set():
+        resumed_at = version
+        version = _watch(api, path, version, stop, on_event, timeout_s, selectors)
+        if version == resumed_at:  # ended with nothing to say: no tight loop on a server that
+            stop.wait(FIRST_RETRY_S)  # ends every watch at once
+
+
+def _watch(
+    api: KubeApi,
+    path: str,
+    version: str,
+    stop: threading.Event,
+    on_event: Callable[[str, Json], None],
+    timeout_s: int,
+    selectors: dict[str, str],
+) -> str:
+    """One watch from `version`; returns the last resourceVersion it reported."""
+    for event in api.watch(path, resource_version=version, timeout_s=timeout_s,
+                           allowWatchBookmarks="true", **selectors):  # fmt: skip
         if stop.is_set():
-            return
+            break
         kind, obj = event.get("type"), event.get("object") or {}
-        if kind == "ERROR":
+        if kind == "ERROR":  # e.g. 410: the version is too old to resume from
             raise WatchError(f"watch error: {obj.get('message', obj)}")
+        version = (obj.get("metadata") or {}).get("resourceVersion") or version
         if kind in ("ADDED", "MODIFIED", "DELETED"):
             on_event(str(kind), obj)
+    return version
