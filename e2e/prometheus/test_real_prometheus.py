@@ -74,8 +74,10 @@ def _webhook_namespace(kube: KubeClient) -> Iterator[str]:
     try:
         yield name
     finally:
-        for pod in kube.items(f"/api/v1/namespaces/{name}/pods"):
-            kube.delete(f"/api/v1/namespaces/{name}/pods/{pod['metadata']['name']}")
+        for pod in kube.items(f"/api/v1/namespaces/{name}/pods"):  # the stand-in unprepares
+            kube.delete(
+                f"/api/v1/namespaces/{name}/pods/{pod['metadata']['name']}", grace_period_s=0
+            )
         kube.delete(f"/api/v1/namespaces/{name}")
 
 
