@@ -53,19 +53,20 @@ def image(component: str, version: str) -> str:
 
 def build_images(settings: Settings, build: VolcanoBuild, *, offline: bool) -> list[str]:
     """``docker build`` of both components' images: offline on the local Debian base, or
-    (``offline=False``) on the Dockerfile's public default."""
+    (``offline=False``) on the Dockerfile's public default. Only COPY: no step needs a network."""
     binary = ensure_binary(build).binary
     context = settings.cache_root / "kind-volcano-context"
     shutil.rmtree(context, ignore_errors=True)
     context.mkdir(parents=True)
     shutil.copy2(binary, context / binary.name)
-    base = ensure_rootfs_image(settings, "python") if offline else None
-    arguments = [f"--build-arg=BASE_IMAGE={base}", "--network=none"] if base else []
+    base = [f"--build-arg=BASE_IMAGE={ensure_rootfs_image(settings, 'python')}"] if offline else []
     images = [image(component, build.version) for component in COMPONENTS]
-    for component, tag in zip(COMPONENTS, images, strict=True):
-        command = ["docker", "build", *arguments, "--target", component, "-t", tag]
-        run([*command, "-f", str(DOCKERFILE), str(context)], env=docker_env())
-    shutil.rmtree(context, ignore_errors=True)
+    try:
+        for component, tag in zip(COMPONENTS, images, strict=True):
+            command = ["docker", "build", *base, "--network=none", "--target", component]
+            run([*command, "-t", tag, "-f", str(DOCKERFILE), str(context)], env=docker_env())
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
     return images
 
 
