@@ -13,6 +13,9 @@ machine moves pods/s far more. Two workloads (``WORKLOADS``):
 - ``shares``: each node publishes what our node agent publishes for 8 mock 80Gi cards
   (``node.slices.build_slices``), and one ResourceClaimTemplate is what the translator writes for
   8Gi and 10% of the cores (``core.claims.claim_spec``; ten fit on a card);
+- ``shares-unbooked``: the same without the core booking (``milliCores``, the capacity that
+  keeps HAMi's exclusivity rules; profile without ``core_booking_capacity``): what the booking
+  costs the allocator;
 - ``whole``: the baseline without consumable capacity: each node publishes 20 plain devices
   (no ``allowMultipleAllocations``, no capacity; 1,000 pods need 1,000 devices) and each claim
   asks for one whole device.
@@ -22,15 +25,24 @@ cluster. kube-scheduler runs as a second instance with its own name and no clien
 (the harness's instance is capped at 200 requests/s, which capped every row at ~54 pods/s, a
 measure of the limit rather than of the allocator); Volcano (vc-scheduler +
 vc-controller-manager, built by ``python -m e2e.volcano build``) is started beside it. A KAI row
-is one more runner. ``python bench/schedule.py [scheduler[/workload]...]``; ``make bench``.
+is one more runner.
+
+One row's throughput moves by a third between runs on a busy machine, more than the gap between
+the workloads, so a row is run ``--repeats N`` times (default 3), interleaved: every round runs
+each row once, in order, so a slow spell of the machine hits both workloads of a round rather
+than all repeats of one. The table gives each row's median and its range (min..max), and the
+shares / whole ratio as the median of the rounds' own ratios, with their range.
+``python bench/schedule.py [--repeats N] [scheduler[/workload]...]``; ``make bench``.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import http.client
 import json
 import ssl
+import statistics
 import sys
 import tempfile
 import threading
@@ -60,7 +72,7 @@ from e2e.kai.bench_runner import kai_starter
 from e2e.volcano.build import VolcanoBuild, ensure_binary
 from e2e.volcano.components import install_crds, running_volcano
 from e2e.webhook.our_driver import RESOURCE
-from vgpu_bridge.core import DEFAULT, DeviceFilter, GpuRequest, Inventory
+from vgpu_bridge.core import DEFAULT, DeviceFilter, DriverProfile, GpuRequest, Inventory
 from vgpu_bridge.core.claims import claim_spec
 from vgpu_bridge.core.models import Problems
 from vgpu_bridge.node.gpus import Gpu
@@ -76,6 +88,8 @@ ALGORITHM_SUM_AND_COUNT = (
     "scheduler_scheduling_algorithm_duration_seconds_sum",
     "scheduler_scheduling_algorithm_duration_seconds_count",
 )
+ATTEMPTS = "scheduler_schedule_attempts_total"
+UNBOOKED = DEFAULT.model_copy(update={"core_booking_capacity": None})
 NAMESPACE = "bench"
 
 #: Starts a scheduler on a running cluster.
@@ -107,6 +121,7 @@ class Result:
     created_s: float  # pods and their claims made, before the scheduler starts
     bound: int
     algorithm_ms: float  # the scheduler's mean scheduling-algorithm time per pod (0: unknown)
+    attempts: float = 0.0  # scheduling attempts per bound pod (1: none retried; 0: unknown)
 
     @property
     def pods_per_s(self) -> float:
@@ -131,17 +146,27 @@ class SchedulerMetrics:
 
     port: int
 
+    def _samples(self) -> dict[str, float]:
+        """Each sample of the scheduler's /metrics by its name with labels, as written."""
+        text = _loopback_get(self.port, "/metrics") or ""
+        samples = {}
+        for line in text.splitlines():
+            name, _, value = line.rpartition(" ")
+            if name and not line.startswith("#"):
+                with contextlib.suppress(ValueError):
+                    samples[name] = float(value)
+        return samples
+
     def algorithm_ms_per_pod(self) -> float:
         """Mean ``scheduler_scheduling_algorithm_duration_seconds`` (filter and score, where the
         DRA allocator runs) in ms; 0 when the scheduler does not say."""
-        text = _loopback_get(self.port, "/metrics") or ""
-        values = {}
-        for line in text.splitlines():
-            name, _, value = line.partition(" ")
-            if name in ALGORITHM_SUM_AND_COUNT:
-                values[name] = float(value)
-        total, count = (values.get(name, 0.0) for name in ALGORITHM_SUM_AND_COUNT)
+        samples = self._samples()
+        total, count = (samples.get(name, 0.0) for name in ALGORITHM_SUM_AND_COUNT)
         return 1000 * total / count if count else 0.0
+
+    def attempts(self) -> float:
+        """Scheduling attempts of every result (scheduled, unschedulable, error), all told."""
+        return sum(v for k, v in self._samples().items() if k.startswith(ATTEMPTS + "{"))
 
 
 @contextlib.contextmanager
@@ -212,7 +237,9 @@ def _device_class(name: str, expression: str) -> Json:
     }
 
 
-def _publish_shares(kube: KubeClient, nodes: list[str]) -> None:
+def _publish_shares(
+    kube: KubeClient, nodes: list[str], *, profile: DriverProfile = DEFAULT
+) -> None:
     """Our DeviceClass and, per node, the slices our agent publishes for 8 mock cards."""
     expression = f'device.driver == "{DEFAULT.driver}"'
     kube.create(f"{RESOURCE}/deviceclasses", _device_class(DEFAULT.device_class, expression))
@@ -221,18 +248,18 @@ def _publish_shares(kube: KubeClient, nodes: list[str]) -> None:
             Gpu(i, f"GPU-{node}-{i}", "NVIDIA H100 80GB HBM3", CARD_MEMORY)
             for i in range(GPUS_PER_NODE)
         ]
-        for body in build_slices(gpus, node=node, profile=DEFAULT, generation=1):
+        for body in build_slices(gpus, node=node, profile=profile, generation=1):
             kube.create(f"{RESOURCE}/resourceslices", body)
 
 
-def _share_claim() -> Json:
+def _share_claim(*, profile: DriverProfile = DEFAULT) -> Json:
     """What the translator writes for ``gpumem: 8192, gpucores: 10``."""
     request = GpuRequest(count=1, memory_mib=SHARE_MEMORY_MIB, cores=SHARE_CORES)
     problems = Problems()
     spec = claim_spec(
         request,
         DeviceFilter(),
-        profile=DEFAULT,
+        profile=profile,
         inventory=Inventory(),
         percent_path="-",
         problems=problems,
@@ -254,6 +281,14 @@ def _publish_whole(kube: KubeClient, nodes: list[str]) -> None:
         kube.create(f"{RESOURCE}/resourceslices", body)
 
 
+def _publish_unbooked(kube: KubeClient, nodes: list[str]) -> None:
+    _publish_shares(kube, nodes, profile=UNBOOKED)
+
+
+def _unbooked_claim() -> Json:
+    return _share_claim(profile=UNBOOKED)
+
+
 def _whole_claim() -> Json:
     request = {"name": "gpu", "exactly": {"deviceClassName": WHOLE_DRIVER}}
     return {"devices": {"requests": [request]}}
@@ -261,6 +296,7 @@ def _whole_claim() -> Json:
 
 WORKLOADS = [
     Workload("shares", _publish_shares, _share_claim),
+    Workload("shares-unbooked", _publish_unbooked, _unbooked_claim),
     Workload("whole", _publish_whole, _whole_claim),
 ]
 
@@ -400,48 +436,75 @@ def run(runner: Runner, workload: Workload, settings: Settings) -> Result:
                 watch.wait(PODS)
                 if len(watch.bound_at) < PODS:
                     _explain_stall(kube, Path(tmp))
-                algorithm_ms = (
-                    scheduler.algorithm_ms_per_pod()
-                    if isinstance(scheduler, SchedulerMetrics)
-                    else 0.0
-                )
+                algorithm_ms, attempts = 0.0, 0.0
+                if isinstance(scheduler, SchedulerMetrics):
+                    algorithm_ms, attempts = scheduler.algorithm_ms_per_pod(), scheduler.attempts()
             times = sorted(watch.bound_at.values()) or [started]
     first, last = times[0] - started, times[-1] - started
     tenths = [round(t - times[0], 2) for t in times[:: max(1, len(times) // 10)]]
     print(f"{runner.name}/{workload.name}: every tenth bound at {tenths}", file=sys.stderr)
     bound = len(watch.bound_at)
-    return Result(runner.name, workload.name, last - first, first, created_s, bound, algorithm_ms)
+    per_pod = attempts / bound if bound else 0.0
+    return Result(runner.name, workload.name, last - first, first, created_s, bound, algorithm_ms,
+                  per_pod)  # fmt: skip
+
+
+def _spread(values: list[float], digits: int) -> str:
+    """``median (min..max)``; the median alone for one value."""
+    median = f"{statistics.median(values):.{digits}f}"
+    if len(values) < 2:
+        return median
+    return f"{median} ({min(values):.{digits}f}..{max(values):.{digits}f})"
+
+
+def _by_row(results: list[Result]) -> dict[tuple[str, str], list[Result]]:
+    grouped: dict[tuple[str, str], list[Result]] = {}
+    for r in results:
+        grouped.setdefault((r.runner, r.workload), []).append(r)
+    return grouped
 
 
 def table(results: list[Result]) -> str:
+    """One line per row: medians of its runs, with the range where it ran more than once."""
+    runs = max((len(group) for group in _by_row(results).values()), default=0)
     lines = [
         f"schedule {PODS} pods on {NODES} nodes: shares = 8 shareable cards per node, "
         f"{SHARE_MEMORY_MIB}Mi + {SHARE_CORES}% each; whole = {WHOLE_DEVICES_PER_NODE} plain "
-        "devices per node, one each",
-        f"{'scheduler':<16}{'workload':<10}{'bound':>8}{'pods/s':>10}{'first..last s':>15}"
-        f"{'start..first s':>16}{'create s':>10}{'algo ms/pod':>13}",
+        f"devices per node, one each; median (min..max) of {runs} interleaved runs",
+        f"{'scheduler':<16}{'workload':<17}{'bound':>6}{'pods/s':>22}{'first..last s':>22}"
+        f"{'start..first s':>22}{'algo ms/pod':>22}{'tries/pod':>11}",
     ]
-    for r in results:
+    for (runner, workload), group in _by_row(results).items():
         lines.append(
-            f"{r.runner:<16}{r.workload:<10}{r.bound:>8}{r.pods_per_s:>10.1f}{r.seconds:>15.2f}"
-            f"{r.first_bound_s:>16.2f}{r.created_s:>10.1f}"
-            f"{r.algorithm_ms:>13.2f}"
+            f"{runner:<16}{workload:<17}{min(r.bound for r in group):>6}"
+            f"{_spread([r.pods_per_s for r in group], 1):>22}"
+            f"{_spread([r.seconds for r in group], 2):>22}"
+            f"{_spread([r.first_bound_s for r in group], 2):>22}"
+            f"{_spread([r.algorithm_ms for r in group], 2):>22}"
+            f"{statistics.median(r.attempts for r in group):>11.2f}"
         )
     lines.extend(_ratios(results))
     return "\n".join(lines)
 
 
 def _ratios(results: list[Result]) -> list[str]:
-    """shares / whole throughput per scheduler that ran both."""
-    rates = {(r.runner, r.workload): r.pods_per_s for r in results}
-    algorithm = {(r.runner, r.workload): r.algorithm_ms for r in results}
-    return [
-        f"{runner}: shares / whole = {rates[runner, 'shares'] / rates[runner, 'whole']:.2f}x "
-        f"pods/s, {algorithm[runner, 'shares'] / max(algorithm[runner, 'whole'], 1e-9):.2f}x "
-        "algorithm time per pod"
-        for runner in dict.fromkeys(r.runner for r in results)
-        if (runner, "shares") in rates and (runner, "whole") in rates
-    ]
+    """shares / whole per scheduler that ran both: each round's ratio (runs paired in order),
+    then their median and range."""
+    grouped, lines = _by_row(results), []
+    for runner in dict.fromkeys(r.runner for r in results):
+        whole = grouped.get((runner, "whole"))
+        for name in ("shares", "shares-unbooked"):
+            shares = grouped.get((runner, name))
+            if not shares or not whole:
+                continue
+            pairs = list(zip(shares, whole, strict=False))
+            rate = [s.pods_per_s / w.pods_per_s for s, w in pairs if w.pods_per_s > 0]
+            algo = [s.algorithm_ms / w.algorithm_ms for s, w in pairs if w.algorithm_ms > 0]
+            lines.append(
+                f"{runner}: {name} / whole = {_spread(rate, 2)}x pods/s, "
+                f"{_spread(algo, 2) if algo else 'n/a'}x algorithm time per pod"
+            )
+    return lines
 
 
 def rows(wanted: list[str]) -> list[tuple[Runner, Workload]]:
@@ -453,12 +516,24 @@ def rows(wanted: list[str]) -> list[tuple[Runner, Workload]]:
     return [(r, w) for r, w in every if r.name in wanted or f"{r.name}/{w.name}" in wanted]
 
 
+def _arguments(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="bench/schedule.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved runs of each row")
+    parser.add_argument("rows", nargs="*", help="scheduler or scheduler/workload (default: all)")
+    arguments = parser.parse_args(argv)
+    if arguments.repeats < 1:
+        parser.error("--repeats: must be at least 1")
+    return arguments
+
+
 def main(argv: list[str]) -> int:
-    settings = Settings.from_env()
+    arguments, settings = _arguments(argv), Settings.from_env()
     results = []
-    for runner, workload in rows(argv):
-        results.append(run(runner, workload, settings))
-        print(table(results[-1:]).splitlines()[2], file=sys.stderr, flush=True)
+    for round_ in range(arguments.repeats):
+        for runner, workload in rows(arguments.rows):
+            results.append(run(runner, workload, settings))
+            print(f"round {round_ + 1}: " + table(results[-1:]).splitlines()[2], file=sys.stderr,
+                  flush=True)  # fmt: skip
     print(table(results))
     return 0 if all(r.bound == PODS for r in results) else 1
 
