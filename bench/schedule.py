@@ -240,8 +240,9 @@ def _device_class(name: str, expression: str) -> Json:
 def _publish_shares(
     kube: KubeClient, nodes: list[str], *, profile: DriverProfile = DEFAULT
 ) -> None:
-    """Our DeviceClass and, per node, the slices our agent publishes for 8 mock cards."""
-    expression = f'device.driver == "{DEFAULT.driver}"'
+    """Our DeviceClass, with the chart's selector, and per node the slices our agent publishes
+    for 8 mock cards."""
+    expression = f'device.driver == "{DEFAULT.driver}" && device.allowMultipleAllocations == true'
     kube.create(f"{RESOURCE}/deviceclasses", _device_class(DEFAULT.device_class, expression))
     for node in nodes:
         gpus = [
