@@ -109,15 +109,19 @@ def test_the_memory_a_cuda_process_uses_comes_from_its_agent_through_the_pod_pro
     create(api, namespace, cuda_pod("status-cuda", workers[1], 1000))
     wait_running(api, namespace, "status-cuda")
 
+    views: list[Json] = []
+
     def used_memory() -> int | None:
         document = status_document(kind, "-n", namespace)
+        views.append(document)
         (share,) = [s for c in document["cards"] for s in c["shares"] if s["pod"] == "status-cuda"]
         value: int | None = share["usedMemory"]
         return value if value else None
 
-    held = wait_for(
-        used_memory, timeout_s=120, what="status-cuda's used memory shown", interval_s=2
-    )
+    try:
+        held = wait_for(used_memory, timeout_s=120, what="used memory shown", interval_s=2)
+    except AssertionError as error:
+        raise AssertionError(f"{error}; the last view: {json.dumps(views[-1:])}") from None
     assert (1000 - CHUNK_MIB) * MiB < held <= 1000 * MiB
     table = kubectl_vgpu(kind, "-n", namespace)
     (row,) = [line for line in table.splitlines() if f"{namespace}/status-cuda" in line]

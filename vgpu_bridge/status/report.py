@@ -45,41 +45,35 @@ def build_report(
     pods = list(pods)
     holders = claim_holders(pods)
     shares = [s for claim in claims for s in claim_shares(claim, profile=profile, holders=holders)]
-    if usage is not None:
-        shares = [usage.of_share(share) for share in shares]
     booked = shares if bookings is None else [
         s for claim in bookings for s in claim_shares(claim, profile=profile, holders={})
     ]  # fmt: skip
+    if usage is not None:
+        shares, booked = usage.of_shares(shares), usage.of_shares(booked)
     cards = {(card.node, card.device): card for card in slice_cards(slices, profile=profile)}
     on_card: dict[tuple[str, str], list[Share]] = {key: [] for key in cards}
     unplaced: list[Share] = []
     for share in sorted(shares, key=_share_order):
         on_card.get((share.node, share.device), unplaced).append(share)
-    filled = [
-        _with_usage(_booked(card, on_card[key], booked), usage)
-        for key, card in sorted(cards.items())
-    ]
+    filled = [_booked(card, on_card[key], booked, usage) for key, card in sorted(cards.items())]
     return Report(tuple(filled), tuple(unplaced), pending_pods(pods), tuple(notes))
 
 
-def _booked(card: Card, shown: list[Share], booked: list[Share]) -> Card:
+def _booked(card: Card, shown: list[Share], booked: list[Share], usage: Usage | None) -> Card:
+    """`card` with the shares shown on it, and the booking and use of every share it holds."""
     mine = [s for s in booked if (s.node, s.device) == (card.node, card.device)]
+    read = usage is not None and card.node in usage.nodes
     return replace(
         card,
         shares=tuple(shown),
         booked_memory=sum(s.memory or 0 for s in mine),
         booked_cores=sum(s.cores or 0 for s in mine),
+        used_memory=sum(s.used_memory or 0 for s in mine) if read else None,
     )
 
 
 def _share_order(share: Share) -> tuple[str, str, str, str]:
     return (share.namespace, share.pod, share.claim, share.device)
-
-
-def _with_usage(card: Card, usage: Usage | None) -> Card:
-    if usage is None or card.node not in usage.nodes:
-        return card
-    return replace(card, used_memory=usage.card_used(card.node, card.uuid))
 
 
 def claim_holders(pods: Iterable[Json]) -> dict[tuple[str, str], Holder]:

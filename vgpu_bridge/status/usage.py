@@ -8,6 +8,7 @@ process has started), so it counts 0.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
@@ -33,19 +34,23 @@ class Usage:
     uuids: dict[tuple[str, str], str] = field(default_factory=dict)
     sm: dict[str, int] = field(default_factory=dict)
 
-    def of_share(self, share: Share) -> Share:
-        """`share` with its live memory and SM utilisation, when its node's agent was read."""
-        uuid = self.uuids.get((share.node, share.device))
-        if share.node not in self.nodes or uuid is None:
-            return share
-        used = self.used.get((share.claim_uid, uuid), 0)
-        return replace(share, used_memory=used, sm_utilisation=self.sm.get(share.claim_uid, 0))
+    def of_shares(self, shares: Iterable[Share]) -> list[Share]:
+        """Each share with its live memory and SM utilisation, where its node's agent was read."""
+        shares = list(shares)
+        devices = Counter(share.claim_uid for share in shares)
+        return [self._of_share(share, only=devices[share.claim_uid] == 1) for share in shares]
 
-    def card_used(self, node: str, uuid: str) -> int | None:
-        """The memory all claims use on the card `uuid` of `node`, when its agent was read."""
-        if node not in self.nodes:
-            return None
-        return sum(value for (_uid, on), value in self.used.items() if on == uuid)
+    def _of_share(self, share: Share, *, only: bool) -> Share:
+        """The region counts memory by the uuid the CUDA driver names; where a claim has one
+        device (`only`), all its memory is on that one, whatever the driver calls the card."""
+        if share.node not in self.nodes:
+            return share
+        uuid = self.uuids.get((share.node, share.device))
+        used = self.used.get((share.claim_uid, uuid or ""))
+        if used is None and only:
+            used = sum(value for (uid, _), value in self.used.items() if uid == share.claim_uid)
+        sm = self.sm.get(share.claim_uid, 0)
+        return replace(share, used_memory=used or 0, sm_utilisation=sm)
 
 
 def parse_agent_metrics(node: str, text: str) -> Usage:

@@ -67,6 +67,17 @@ def test_used_memory_is_shown_per_share_and_summed_per_card() -> None:
     assert (cards["gpu-0"].used_memory, cards["gpu-1"].used_memory) == (512 * MiB, 3 * MiB + 7)
 
 
+def test_a_one_device_claim_uses_what_its_region_counts_under_any_uuid() -> None:
+    """The fake CUDA driver of the kind tier names its cards GPU-a0a1…, not the mock inventory's
+    uuids; a claim of one device holds all its region's memory on that device."""
+    fake_uuid = "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae00"
+    text = agent_metrics() + used_sample("train", fake_uuid, 950 * MiB)
+    cards = cards_with(text)
+    (train,) = cards["gpu-1"].shares
+    assert (train.used_memory, cards["gpu-1"].used_memory) == (950 * MiB, 950 * MiB)
+    assert cards["gpu-0"].used_memory == 0
+
+
 def test_sm_utilisation_is_shown_per_share() -> None:
     cards = cards_with(in_use())
     utilisation = {s.pod: s.sm_utilisation for card in cards.values() for s in card.shares}
