@@ -149,17 +149,26 @@ def test_each_claim_vc_scheduler_allocated_consumes_the_share(
         assert parse_quantity(consumed["cores"]) == SHARE["cores"], result
 
 
-def test_the_podgroup_asks_for_the_gang_and_no_gpu_resource(
+def test_the_job_is_translated_and_its_podgroup_asks_for_the_gang_and_no_gpu_resource(
     api: KubeApi, gang: tuple[str, list[Json]]
 ) -> None:
+    """The webhook rewrote the Job's template (a claim instead of Volcano's vgpu limits), so
+    vc-controller-manager's PodGroup asks for two pods and nothing else: the example's workers
+    request no CPU, and no GPU key reaches ``minResources`` to block enqueue."""
     namespace, _ = gang
-    job = example(EXAMPLE)
+    written = example(EXAMPLE)
+    name = written["metadata"]["name"]
+    job = api.get(f"{JOBS.format(namespace)}/{name}")
+    (task,) = job["spec"]["tasks"]
+    (container,) = task["template"]["spec"]["containers"]
+    assert not [k for k in container["resources"].get("limits") or {} if "vgpu" in k], container
+    (claim,) = task["template"]["spec"]["resourceClaims"]
+    assert claim["resourceClaimTemplateName"].startswith(f"vgpu-{name}-")
     (group,) = [
         g
         for g in api.list(PODGROUPS.format(namespace))["items"]
-        if any(o["name"] == job["metadata"]["name"] for o in g["metadata"]["ownerReferences"])
+        if any(o["name"] == name for o in g["metadata"]["ownerReferences"])
     ]
-    assert group["spec"]["minMember"] == job["spec"]["minAvailable"]
-    minimum = group["spec"].get("minResources") or {}
-    gpu_names = ("nvidia.com/", "volcano.sh/vgpu", "hami.io/")
-    assert not [key for key in minimum if any(name in key for name in gpu_names)], minimum
+    assert group["spec"]["minMember"] == written["spec"]["minAvailable"] == 2
+    assert group["spec"]["minResources"] == {"count/pods": "2", "pods": "2"}
+    assert group["status"]["phase"] == "Running"
