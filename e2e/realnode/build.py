@@ -167,7 +167,9 @@ def ensure_libseccomp() -> None:
         raise BuildError("runc needs libseccomp-dev (seccomp.h) and there is no apt-get")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     install = [apt, "install", "-y", "-q", "libseccomp-dev"]
-    if subprocess.run(install, env=env, capture_output=True, check=False).returncode != 0:
+    with progress("apt-get install libseccomp-dev", total_after_s=INTERVAL_S):
+        done = subprocess.run(install, env=env, capture_output=True, check=False)
+    if done.returncode != 0:
         _run([apt, "update", "-q"], env=env)
         _run(install, env=env)
 
