@@ -6,7 +6,8 @@ as the agent's service account on a node)."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -66,7 +67,7 @@ def installed_rbac(
     release = release_name()
     objects = helm.template(release=release, namespace=namespace)
     kinds = {
-        "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
     }  # fmt: skip
     wanted = [obj for obj in objects if obj["kind"] in kinds]
@@ -78,6 +79,11 @@ def installed_rbac(
         "namespace": namespace,
         "agent": next(name for name in accounts if name.endswith("-agent")),
         "webhook": next(name for name in accounts if name.endswith("-webhook")),
+        "status_viewer": next(
+            obj["metadata"]["name"]
+            for obj in of_kind(objects, "ClusterRole")
+            if obj["metadata"]["name"].endswith("-status-viewer")
+        ),
     }
     for path in reversed(paths):
         kube.delete(path)
@@ -180,3 +186,69 @@ def test_service_accounts_get_exactly_what_they_need(
         if got != expected:
             wrong.append((account, verb, group, resource, subresource, got))
     assert not wrong, wrong
+
+
+RBAC_GROUP = "rbac.authorization.k8s.io"
+STATUS_VIEWER = Identity("viewer@example.com", ("system:authenticated",))
+STATUS_VIEWER_ACCESS = [
+    # (verb, group, resource, subresource, in the chart's namespace, allowed)
+    ("list", "resource.k8s.io", "resourceslices", "", False, True),
+    ("list", "resource.k8s.io", "resourceclaims", "", False, True),
+    ("list", "", "pods", "", False, True),
+    ("get", "", "pods", "proxy", True, True),
+    ("get", "", "pods", "proxy", False, False),
+    ("create", "resource.k8s.io", "resourceclaims", "", False, False),
+    ("delete", "", "pods", "", True, False),
+    ("get", "", "secrets", "", True, False),
+]
+
+
+def test_status_viewer_roles_grant_what_kubectl_vgpu_status_reads_and_no_more(
+    kube: KubeClient, installed_rbac: dict[str, str]
+) -> None:
+    namespace = installed_rbac["namespace"]
+    role = installed_rbac["status_viewer"]
+    subjects = [{"kind": "User", "name": STATUS_VIEWER.user, "apiGroup": RBAC_GROUP}]
+    bindings = [
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            {"kind": "ClusterRole", "name": role},
+        ),
+        (
+            f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+            {"kind": "Role", "name": role},
+        ),
+    ]
+    for path, ref in bindings:
+        binding = {"metadata": {"name": f"{role}-test"}, "roleRef": {**ref, "apiGroup": RBAC_GROUP}}
+        kube.create(path, {**binding, "subjects": subjects})
+    try:
+
+        def wrong_access() -> list[tuple[str, ...]] | None:
+            wrong: list[tuple[str, ...]] = []
+            for verb, group, resource, subresource, here, expected in STATUS_VIEWER_ACCESS:
+                where = {"namespace": namespace if here else "default"}
+                extra = {"subresource": subresource} if subresource else {}
+                got = allowed(
+                    kube, STATUS_VIEWER, verb=verb, group=group, resource=resource, **where, **extra
+                )
+                if got != expected:
+                    wrong.append((verb, resource, subresource, str(here), str(got)))
+            return wrong or None
+
+        # the authorizer sees new bindings through an informer: wait until it answers as expected
+        wrong = wait_for_none(wrong_access, timeout_s=30)
+        assert wrong is None, wrong
+    finally:
+        for path, _ in bindings:
+            kube.delete(f"{path}/{role}-test")
+
+
+def wait_for_none(
+    check: Callable[[], list[tuple[str, ...]] | None], *, timeout_s: float
+) -> list[tuple[str, ...]] | None:
+    """Poll ``check`` until it returns None or the time is up; its last answer."""
+    deadline = time.monotonic() + timeout_s
+    while (answer := check()) is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return answer

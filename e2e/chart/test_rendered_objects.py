@@ -41,8 +41,9 @@ def test_defaults_make_every_part(defaults: list[Json]) -> None:
     kinds = sorted({obj["kind"] for obj in defaults})
     assert kinds == [
         "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "DeviceClass",
-        "MutatingWebhookConfiguration", "NetworkPolicy", "PodDisruptionBudget", "Secret", "Service",
-        "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+        "MutatingWebhookConfiguration", "NetworkPolicy", "PodDisruptionBudget", "Role", "Secret",
+        "Service", "ServiceAccount", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ]  # fmt: skip
 
 
