@@ -108,6 +108,7 @@ class ConnectionLoop:
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._next_expiry = 0.0
+        self._wake_sent = False  # a wake-up byte is on its way: replies queued after it ride along
 
     @property
     def open_connections(self) -> int:
@@ -381,7 +382,9 @@ class ConnectionLoop:
                 log.exception("request failed", peer=conn.peer, path=request.head.path)
                 reply = Reply(500, b"internal error")
             self._done.put((conn, reply))
-            self._wake()
+            if not self._wake_sent:  # else the selector has yet to take the queue: it sees ours
+                self._wake_sent = True
+                self._wake()
 
     def _wake(self) -> None:
         with contextlib.suppress(OSError):  # full: already awake; closed: shutting down
@@ -391,6 +394,9 @@ class ConnectionLoop:
         with contextlib.suppress(BlockingIOError):
             while self._wake_r.recv(4096):
                 pass
+        # After the bytes are gone (a byte sent later wakes us again), before the queue is read
+        # (a reply queued earlier is taken in this turn): no reply waits for the next timeout.
+        self._wake_sent = False
 
 
 def _peer(address: object) -> str:
