@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from e2e.cluster.client import Json, KubeClient
+from e2e.cluster.client import ApiError, Json, KubeClient
 from e2e.dra_objects import pod_with_claim_template, share_template
 from e2e.waiting import wait_for
+from vgpu_bridge.core import DriverProfile, TranslationContext, translate
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 
@@ -66,3 +67,31 @@ def unschedulable_condition(kube: KubeClient, namespace: str, name: str) -> Json
 
 def is_unbound(kube: KubeClient, namespace: str, name: str) -> bool:
     return not get_pod(kube, namespace, name)["spec"].get("nodeName")
+
+
+def create_hami_pod(
+    kube: KubeClient, namespace: str, name: str, profile: DriverProfile, **limits: str
+) -> None:
+    """A HAMi pod asking for one card with these `nvidia.com/<name>` limits, as admitted."""
+    pod: Json = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.invalid/e2e/no-image:never-pulled",
+                    "resources": {"limits": {f"nvidia.com/{k}": v for k, v in limits.items()}},
+                }
+            ]
+        },
+    }
+    plan = translate(pod, context=TranslationContext(profile=profile))
+    for template in plan.templates:
+        try:
+            kube.create(f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates", template)
+        except ApiError as error:
+            if error.status != 409:  # pods of one shape share a template
+                raise
+    kube.create(f"/api/v1/namespaces/{namespace}/pods", plan.apply_to(pod))

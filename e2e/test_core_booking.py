@@ -16,12 +16,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from e2e.cluster import ApiError, KubeClient
-from e2e.cluster.client import Json
+from e2e.cluster import KubeClient
 from e2e.dra_objects import device_class, quantity
 from e2e.pods import (
     RESOURCE,
     claim_of,
+    create_hami_pod,
     get_pod,
     is_unbound,
     only_result,
@@ -29,7 +29,7 @@ from e2e.pods import (
     unschedulable_condition,
 )
 from e2e.waiting import stays, wait_for
-from vgpu_bridge.core import DriverProfile, TranslationContext, translate
+from vgpu_bridge.core import DriverProfile
 from vgpu_bridge.core.profiles import our_profile
 from vgpu_bridge.node.gpus import Gpu
 from vgpu_bridge.node.slices import build_slices
@@ -52,34 +52,6 @@ def cards(kube: KubeClient, fake_nodes: list[str]) -> Iterator[DriverProfile]:
     for piece in slices:
         kube.delete(f"{RESOURCE}/resourceslices/{piece['metadata']['name']}")
     kube.delete(f"{RESOURCE}/deviceclasses/{profile.device_class}")
-
-
-def create_hami_pod(
-    kube: KubeClient, namespace: str, name: str, profile: DriverProfile, **limits: str
-) -> None:
-    """A HAMi pod asking for one card with these `nvidia.com/<name>` limits, as admitted."""
-    pod: Json = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.invalid/e2e/no-image:never-pulled",
-                    "resources": {"limits": {f"nvidia.com/{k}": v for k, v in limits.items()}},
-                }
-            ]
-        },
-    }
-    plan = translate(pod, context=TranslationContext(profile=profile))
-    for template in plan.templates:
-        try:
-            kube.create(f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates", template)
-        except ApiError as error:
-            if error.status != 409:  # pods of one shape share a template
-                raise
-    kube.create(f"/api/v1/namespaces/{namespace}/pods", plan.apply_to(pod))
 
 
 def card_of(kube: KubeClient, namespace: str, name: str) -> str:

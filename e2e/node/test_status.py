@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.cluster import ApiError, KubeClient, LocalCluster
+from e2e.cluster import KubeClient, LocalCluster
 from e2e.node.conftest import AgentOnNode
-from e2e.pods import RESOURCE, running_pod, unschedulable_condition
+from e2e.pods import RESOURCE, create_hami_pod, running_pod, unschedulable_condition
 from e2e.waiting import wait_for
-from vgpu_bridge.core import DEFAULT, TranslationContext, translate
+from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.core.quantity import parse_quantity
 
 pytestmark = pytest.mark.e2e
@@ -37,34 +37,6 @@ PACKED = {
     "train": {"gpumem": "20000", "gpucores": "40", "priority": "1"},
 }
 TOO_BIG = {"gpumem": "60000", "gpucores": "10"}  # more than either card has left
-
-
-def create_hami_pod(kube: KubeClient, namespace: str, name: str, limits: dict[str, str]) -> None:
-    """A HAMi pod asking one card with these `nvidia.com/<name>` limits, as the webhook admits
-    it: its claim templates, then the translated pod."""
-    resources = {f"nvidia.com/{key}": value for key, value in limits.items()}
-    pod: Json = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.invalid/e2e/no-image:never-pulled",
-                    "resources": {"limits": {"nvidia.com/gpu": "1", **resources}},
-                }
-            ]
-        },
-    }
-    plan = translate(pod, context=TranslationContext(profile=DEFAULT))
-    for template in plan.templates:
-        try:
-            kube.create(f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates", template)
-        except ApiError as error:
-            if error.status != 409:  # pods of one shape share a template
-                raise
-    kube.create(f"/api/v1/namespaces/{namespace}/pods", plan.apply_to(pod))
 
 
 def status(kubeconfig: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -98,11 +70,13 @@ def packed(
     """The packed pods running (one in the other namespace), the too-big one pending: the claims
     by pod name."""
     for name, limits in PACKED.items():
-        create_hami_pod(kube, namespace, name, limits)
+        create_hami_pod(kube, namespace, name, DEFAULT, gpu="1", **limits)
         running_pod(kube, namespace, name, timeout_s=90)  # one at a time: a fixed packing
-    create_hami_pod(kube, other_namespace, "neighbour", {"gpumem": "1000", "gpucores": "5"})
+    create_hami_pod(
+        kube, other_namespace, "neighbour", DEFAULT, gpu="1", gpumem="1000", gpucores="5"
+    )
     running_pod(kube, other_namespace, "neighbour", timeout_s=90)
-    create_hami_pod(kube, namespace, "too-big", TOO_BIG)
+    create_hami_pod(kube, namespace, "too-big", DEFAULT, gpu="1", **TOO_BIG)
     wait_for(lambda: unschedulable_condition(kube, namespace, "too-big"), what="too-big pending")
     claims: dict[str, Json] = {}
     for where in (namespace, other_namespace):
@@ -265,7 +239,7 @@ def test_watch_prints_the_view_again_with_each_change(
         try:
             first = watching.stdout.readline()
             assert first.startswith("--- ")
-            create_hami_pod(kube, namespace, "late", {"gpumem": "2000", "gpucores": "10"})
+            create_hami_pod(kube, namespace, "late", DEFAULT, gpu="1", gpumem="2000", gpucores="10")
             running_pod(kube, namespace, "late", timeout_s=90)
             assert late_shown(watching.stdout, f"{namespace}/late", frames=240)
         finally:

@@ -18,8 +18,8 @@ import pytest
 
 from e2e.cluster import KubeClient
 from e2e.dra_objects import device_class, quantity, resource_slice
-from e2e.pods import RESOURCE, claim_of, get_pod, only_result
-from e2e.test_core_booking import card_of, create_hami_pod, stays_pending
+from e2e.pods import RESOURCE, claim_of, create_hami_pod, get_pod, only_result
+from e2e.test_core_booking import card_of, stays_pending
 from vgpu_bridge.core import DriverProfile
 from vgpu_bridge.core.profiles import HAMI
 
