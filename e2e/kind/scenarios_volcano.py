@@ -164,11 +164,25 @@ def test_the_job_is_translated_and_its_podgroup_asks_for_the_gang_and_no_gpu_res
     assert not [k for k in container["resources"].get("limits") or {} if "vgpu" in k], container
     (claim,) = task["template"]["spec"]["resourceClaims"]
     assert claim["resourceClaimTemplateName"].startswith(f"vgpu-{name}-")
-    (group,) = [
-        g
-        for g in api.list(PODGROUPS.format(namespace))["items"]
-        if any(o["name"] == name for o in g["metadata"]["ownerReferences"])
-    ]
+    group = job_podgroup(api, namespace, name)
     assert group["spec"]["minMember"] == written["spec"]["minAvailable"] == 2
     assert group["spec"]["minResources"] == {"count/pods": "2", "pods": "2"}
-    assert group["status"]["phase"] == "Running"
+    # vc-scheduler writes the phase when a later session closes than the one that bound the pods
+    # (CI once saw "Inqueue" with both pods already Running), so wait for it
+    wait_for(
+        lambda: job_podgroup(api, namespace, name).get("status", {}).get("phase") == "Running",
+        timeout_s=60,
+        what="the vcjob's PodGroup in phase Running",
+        interval_s=1,
+    )
+
+
+def job_podgroup(api: KubeApi, namespace: str, job: str) -> Json:
+    """The one PodGroup vc-controller-manager made for ``job``."""
+    groups: list[Json] = [
+        g
+        for g in api.list(PODGROUPS.format(namespace))["items"]
+        if any(o["name"] == job for o in g["metadata"]["ownerReferences"])
+    ]
+    (group,) = groups
+    return group
