@@ -12,15 +12,14 @@ changed.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from e2e.cluster.build import sources_digest
 from e2e.cluster.settings import Settings
+from e2e.gobuild import build_lock, sources_digest
 from e2e.kind.steps import run
 
 KIND_VERSION = "v0.33.0"
@@ -68,9 +67,7 @@ def wanted_stamp(settings: Settings) -> dict[str, str]:
 def ensure_tools(settings: Settings) -> KindTools:
     """Every Go program of the tier, built when missing or stale (one build at a time)."""
     directory = tools_dir(settings)
-    directory.mkdir(parents=True, exist_ok=True)
-    with (directory / "build.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with build_lock(directory):
         return _ensure_locked(settings, directory)
 
 

@@ -10,7 +10,6 @@ plane's tools module (``e2e.cluster.ensure_binary``). runc needs cgo and libsecc
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from e2e.cluster.settings import Settings
+from e2e.gobuild import build_lock
 from e2e.progress import INTERVAL_S, command_label, progress
 
 CONTAINERD_VERSION = "v2.3.7"
@@ -60,9 +60,7 @@ def bin_dir(settings: Settings) -> Path:
 def ensure_runtime(settings: Settings) -> RuntimeBinaries:
     """containerd, shim, ctr, runc and the C programs, built when missing or stale (file lock)."""
     directory = bin_dir(settings)
-    directory.mkdir(parents=True, exist_ok=True)
-    with (directory / "build.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with build_lock(directory):
         return _ensure_locked(settings, directory)
 
 

@@ -9,7 +9,6 @@ plane). The binary is rebuilt only when the module's sources change (a stamp key
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -20,9 +19,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from e2e.cluster import BuildResult, Settings
-from e2e.cluster.build import BuildError, read_stamp, sources_digest
-from e2e.progress import progress
+from e2e import gobuild
+from e2e.cluster import Settings
+from e2e.cluster.build import BuildError
 
 GOTOOLS_DIR = Path(__file__).resolve().parent / "gotools"
 MODULE = "volcano.sh/volcano"
@@ -79,38 +78,33 @@ class VolcanoBuild:
         return files
 
 
-def ensure_binary(build: VolcanoBuild) -> BuildResult:
+def ensure_binary(build: VolcanoBuild) -> gobuild.BuildResult:
     """The multi-call binary, built if missing or stale; concurrent callers take turns."""
-    build.bin_dir.mkdir(parents=True, exist_ok=True)
-    with (build.bin_dir / "build.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with gobuild.build_lock(build.bin_dir):
         return _ensure_binary_locked(build)
 
 
-def _ensure_binary_locked(build: VolcanoBuild) -> BuildResult:
+def _ensure_binary_locked(build: VolcanoBuild) -> gobuild.BuildResult:
     started = time.monotonic()
-    stamp = build.bin_dir / "vgpu-volcano.stamp"
-    digest = sources_digest(GOTOOLS_DIR, _SOURCES)
-    recorded = read_stamp(stamp)
-    if build.binary.is_file() and recorded.get("digest") == digest:
-        seconds = recorded.get("build_seconds")
-        build_seconds = float(seconds) if isinstance(seconds, int | float) else 0.0
-        elapsed = time.monotonic() - started
-        return BuildResult(build.binary, reused=True, seconds=elapsed, build_seconds=build_seconds)
-    _go_build(build)
-    elapsed = time.monotonic() - started
-    stamp.write_text(json.dumps({"digest": digest, "build_seconds": round(elapsed, 1)}))
-    return BuildResult(build.binary, reused=False, seconds=elapsed, build_seconds=elapsed)
+    return gobuild.reuse_or_build(
+        build.binary,
+        build.bin_dir / "vgpu-volcano.stamp",
+        digest=gobuild.sources_digest(GOTOOLS_DIR, _SOURCES),
+        build=lambda: _go_build(build),
+        started=started,
+    )
 
 
 def _go_build(build: VolcanoBuild) -> None:
-    partial = build.bin_dir / "vgpu-volcano.partial"
-    ldflags = f"-s -w -X {MODULE}/pkg/version.Version={build.version}"
     workspace = _workspace(build)
-    command = ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(partial), "."]
-    with progress(f"go build vgpu-volcano (Volcano {build.version})"):
-        _go(build, command, GOWORK=str(workspace))
-    partial.replace(build.binary)
+    gobuild.go_build(
+        f"go build vgpu-volcano (Volcano {build.version})",
+        module=GOTOOLS_DIR,
+        binary=build.binary,
+        ldflags=f"-s -w -X {MODULE}/pkg/version.Version={build.version}",
+        go_env={**build.go_env, "GOWORK": str(workspace)},
+        error=BuildError,
+    )
 
 
 def _workspace(build: VolcanoBuild) -> Path:
@@ -153,25 +147,6 @@ def _make_writable(root: Path) -> None:
         path.chmod(path.stat().st_mode | stat.S_IWUSR)
 
 
-def _go(build: VolcanoBuild, command: list[str], **env: str) -> None:
-    done = subprocess.run(
-        command,
-        cwd=GOTOOLS_DIR,
-        env={**os.environ, **build.go_env, **env},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise BuildError(f"{' '.join(command)} failed:\n{done.stderr[-4000:]}")
-
-
-def report(result: BuildResult) -> str:
+def report(result: gobuild.BuildResult) -> str:
     """One line for ``make scheduler-bin``: built or reused, size, and the time it took."""
-    size_mib = result.binary.stat().st_size / 2**20
-    if result.reused:
-        return (
-            f"volcano-bin: warm, reused {result.binary} ({size_mib:.0f} MiB) in "
-            f"{result.seconds:.2f}s (its go build took {result.build_seconds:.0f}s)"
-        )
-    return f"volcano-bin: built {result.binary} ({size_mib:.0f} MiB) in {result.seconds:.1f}s"
+    return gobuild.build_line("volcano-bin", result)
