@@ -30,9 +30,9 @@ from e2e.kind.scenarios import (  # the fixtures and helpers of the kind scenari
     wait_running,
     workers,
 )
+from e2e.status_checks import shown_as_allocated
 from e2e.waiting import wait_for
 from vgpu_bridge.core import DEFAULT
-from vgpu_bridge.core.quantity import parse_quantity
 from vgpu_bridge.kube import KubeApi
 
 pytestmark = pytest.mark.e2e
@@ -86,18 +86,14 @@ def test_kubectl_vgpu_status_shows_each_share_on_the_card_it_was_allocated(
     for name in ("status-small", "status-large"):
         wait_running(api, namespace, name)
     document = status_document(kind, "-A")
-    cards = {(c["node"], c["device"]): c for c in document["cards"]}
+    cards = {(c["node"], c["device"]) for c in document["cards"]}
     slices = api.list(f"{RESOURCE}/resourceslices", fieldSelector=f"spec.driver={DEFAULT.driver}")
     published = {(s["spec"]["pool"]["name"], d["name"]) for s in slices["items"]
                  for d in s["spec"].get("devices") or ()}  # fmt: skip
-    assert set(cards) == published
-    for pod, claim in claims_by_pod(api, namespace).items():
-        (result,) = claim["status"]["allocation"]["devices"]["results"]
-        card = cards[(result["pool"], result["device"])]
-        (share,) = [s for s in card["shares"] if s["claim"] == claim["metadata"]["name"]]
-        assert (share["namespace"], share["pod"]) == (namespace, pod)
-        assert share["memory"] == parse_quantity(result["consumedCapacity"]["memory"])
-        assert card["freeMemory"] == card["memory"] - card["bookedMemory"]
+    assert cards == published
+    for shown in shown_as_allocated(document, claims_by_pod(api, namespace)).values():
+        assert shown.share["namespace"] == namespace
+        assert shown.card["freeMemory"] == shown.card["memory"] - shown.card["bookedMemory"]
     assert document["notes"] == []
 
 

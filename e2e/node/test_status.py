@@ -23,6 +23,7 @@ import yaml
 from e2e.cluster import KubeClient, LocalCluster
 from e2e.node.conftest import AgentOnNode
 from e2e.pods import RESOURCE, create_hami_pod, running_pod, unschedulable_condition
+from e2e.status_checks import card_of, shown_as_allocated
 from e2e.waiting import wait_for
 from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.core.quantity import parse_quantity
@@ -85,12 +86,6 @@ def packed(
     return claims
 
 
-def card_of(document: Json, node: str, device: str) -> Json:
-    (card,) = [c for c in document["cards"] if (c["node"], c["device"]) == (node, device)]
-    found: Json = card
-    return found
-
-
 def test_status_shows_each_share_on_the_card_its_claim_was_allocated(
     kube: KubeClient,
     e2e_cluster: LocalCluster,
@@ -100,17 +95,12 @@ def test_status_shows_each_share_on_the_card_its_claim_was_allocated(
 ) -> None:
     document = status_document(e2e_cluster.kubeconfig, "-A")
     node = agent_on_node.node
-    for pod, limits in [*PACKED.items(), ("neighbour", {"gpumem": "1000", "gpucores": "5"})]:
-        claim = packed[pod]
-        (result,) = claim["status"]["allocation"]["devices"]["results"]
-        card = card_of(document, result["pool"], result["device"])
-        (share,) = [s for s in card["shares"] if s["claim"] == claim["metadata"]["name"]]
-        consumed = result["consumedCapacity"]
-        assert share["pod"] == pod
+    placed = {**PACKED, "neighbour": {"gpumem": "1000", "gpucores": "5"}}
+    shown = shown_as_allocated(document, {pod: packed[pod] for pod in placed})
+    for pod, limits in placed.items():
+        share, consumed = shown[pod].share, shown[pod].result["consumedCapacity"]
         assert share["containers"] == ["main"]
-        assert (
-            share["memory"] == parse_quantity(consumed["memory"]) == int(limits["gpumem"]) * 2**20
-        )
+        assert share["memory"] == int(limits["gpumem"]) * 2**20
         assert share["cores"] == parse_quantity(consumed["cores"]) == int(limits["gpucores"])
         assert share["priority"] == (int(limits["priority"]) if "priority" in limits else None)
     for device, gpu in zip(("gpu-0", "gpu-1"), ("80Gi", "40Gi"), strict=True):
