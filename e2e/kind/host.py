@@ -18,16 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from e2e.kind.dockerd import CGROUP_PARENT
+from e2e.realnode.host import KUBELET_SYSCTLS, PROC_SYS, read_sysctls
 
 #: host-wide tunables a node can write: the kubelet's (setupKernelTunables), and what Debian's
 #: systemd-sysctl would apply (the node image drops those files; checked anyway)
 WATCHED_SYSCTLS = (
-    "vm/overcommit_memory",
-    "vm/panic_on_oom",
-    "kernel/panic",
-    "kernel/panic_on_oops",
-    "kernel/keys/root_maxkeys",
-    "kernel/keys/root_maxbytes",
+    *KUBELET_SYSCTLS,
     "kernel/pid_max",
     "kernel/sysrq",
     "kernel/core_uses_pid",
@@ -36,7 +32,6 @@ WATCHED_SYSCTLS = (
     "fs/protected_hardlinks",
     "fs/protected_symlinks",
 )
-PROC_SYS = Path("/proc/sys")
 CGROUP_FS = Path("/sys/fs/cgroup")
 LIB_MODULES = Path("/lib/modules")
 #: link names Docker gives its bridges and veths
@@ -51,7 +46,7 @@ class HostState:
 
     @classmethod
     def now(cls) -> HostState:
-        return cls(read_sysctls(), LIB_MODULES.exists(), network_links())
+        return cls(read_sysctls(WATCHED_SYSCTLS), LIB_MODULES.exists(), network_links())
 
 
 @dataclass
@@ -60,14 +55,6 @@ class Restored:
 
     changes: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
-
-
-def read_sysctls() -> dict[str, str]:
-    values = {}
-    for key in WATCHED_SYSCTLS:
-        with contextlib.suppress(OSError):
-            values[key] = (PROC_SYS / key).read_text().strip()
-    return values
 
 
 def network_links() -> list[str]:

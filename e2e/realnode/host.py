@@ -15,10 +15,12 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 CGROUP_FS = Path("/sys/fs/cgroup")
+PROC_SYS = Path("/proc/sys")
 #: Written by the kubelet's container manager (setupKernelTunables) unless protectKernelDefaults.
 KUBELET_SYSCTLS = (
     "vm/overcommit_memory",
@@ -164,11 +166,12 @@ def host_facts() -> HostFacts:
 # --- sysctls ------------------------------------------------------------------------------------
 
 
-def read_sysctls() -> dict[str, str]:
+def read_sysctls(keys: Sequence[str] = KUBELET_SYSCTLS) -> dict[str, str]:
+    """The values of ``keys`` (paths under /proc/sys) now; one that cannot be read is left out."""
     values = {}
-    for key in KUBELET_SYSCTLS:
+    for key in keys:
         with contextlib.suppress(OSError):
-            values[key] = (Path("/proc/sys") / key).read_text().strip()
+            values[key] = (PROC_SYS / key).read_text().strip()
     return values
 
 
