@@ -17,7 +17,7 @@ import pytest
 from e2e.chart import helmbin
 from e2e.cluster import build as cluster_build
 from e2e.cluster.settings import GOTOOLS_DIR, Settings
-from e2e.gobuild import BuildResult, sources_digest
+from e2e.gobuild import BuildResult, read_stamp, sources_digest
 from e2e.volcano import build as volcano_build
 
 Json = dict[str, object]
@@ -158,6 +158,16 @@ def test_a_stamp_of_other_sources_or_a_missing_binary_means_building_again(
     assert not helmbin.ensure_helm(settings).reused
     assert len(go_calls(go_log)) == 3
     assert helmbin.ensure_helm(settings).reused
+
+
+@pytest.mark.parametrize("stamp", ["", "not json", "[1, 2]", '"a string"'])
+def test_a_stamp_that_is_not_a_json_object_reads_as_nothing_recorded(
+    tmp_path: Path, stamp: str
+) -> None:
+    path = tmp_path / "tool.stamp"
+    path.write_text(stamp)
+    assert read_stamp(path) == {}
+    assert read_stamp(tmp_path / "missing.stamp") == {}
 
 
 def build_volcano(settings: Settings) -> object:

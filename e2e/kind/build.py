@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from e2e.cluster.settings import Settings
-from e2e.gobuild import build_lock, sources_digest
+from e2e.gobuild import build_lock, read_stamp, sources_digest
 from e2e.kind.steps import run
 
 KIND_VERSION = "v0.33.0"
@@ -73,10 +73,7 @@ def ensure_tools(settings: Settings) -> KindTools:
 
 def _ensure_locked(settings: Settings, directory: Path) -> KindTools:
     stamp = directory / "kind-tools.stamp"
-    try:
-        recorded = json.loads(stamp.read_text())
-    except (OSError, ValueError):
-        recorded = {}
+    recorded = read_stamp(stamp)
     wanted = wanted_stamp(settings)
     steps: dict[str, float] = {}
     env = {**os.environ, **settings.go_env, "GOBIN": str(directory)}

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from e2e.cluster.settings import Settings
-from e2e.gobuild import build_lock
+from e2e.gobuild import build_lock, read_stamp
 from e2e.progress import INTERVAL_S, command_label, progress
 
 CONTAINERD_VERSION = "v2.3.7"
@@ -68,10 +68,7 @@ def _ensure_locked(settings: Settings, directory: Path) -> RuntimeBinaries:
     started = time.monotonic()
     stamp = directory / "realnode.stamp"
     wanted = _wanted_stamp()
-    try:
-        recorded = json.loads(stamp.read_text())
-    except (OSError, ValueError):
-        recorded = {}
+    recorded = read_stamp(stamp)
     steps: dict[str, float] = {}
     present = all((directory / name).is_file() for name in (*GO_BINARIES, *C_PROGRAMS))
     if present and all(recorded.get(key) == value for key, value in wanted.items()):
