@@ -12,5 +12,6 @@ def configure_json_logging() -> None:
             structlog.processors.TimeStamper(fmt="iso"),
             structlog.processors.format_exc_info,
             structlog.processors.JSONRenderer(),
-        ]
+        ],
+        cache_logger_on_first_use=True,  # each module's logger is bound once, not per line
     )

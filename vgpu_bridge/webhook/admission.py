@@ -80,6 +80,17 @@ class Admitter:
 
     def review_body(self, body: bytes) -> tuple[int, bytes]:
         """(HTTP status, body) for one POST /mutate."""
+        answer = self._answer(body, quick=False)
+        assert answer is not None  # only a quick answer gives up
+        return answer
+
+    def quick_review_body(self, body: bytes) -> tuple[int, bytes] | None:
+        """The answer to a POST /mutate that needs no translation and no API call (a pod without
+        GPUs, an object we skip, a malformed review), in time bounded by the body's size; None:
+        take `review_body` on a worker."""
+        return self._answer(body, quick=True)
+
+    def _answer(self, body: bytes, *, quick: bool) -> tuple[int, bytes] | None:
         start = time.perf_counter()
         try:
             request = review.parse_review(body)
@@ -87,7 +98,9 @@ class Admitter:
             self.metrics.admissions.labels("bad-request").inc()
             return 400, str(exc).encode()
         try:
-            outcome = self._admit(request)
+            outcome = self._admit(request, quick=quick)
+            if outcome is None:
+                return None
         except Exception:
             log.exception("admission failed", uid=request.uid, namespace=request.namespace)
             self.metrics.admissions.labels("error").inc()
@@ -139,7 +152,8 @@ class Admitter:
             return request.kind == "Pod" or labels.get(TRANSLATED_LABEL) == "true"
         return request.operation != "CREATE" or not request.object
 
-    def _admit(self, request: review.AdmissionRequest) -> _Outcome:
+    def _admit(self, request: review.AdmissionRequest, *, quick: bool = False) -> _Outcome | None:
+        """The decision; None when `quick` and it would take a translation or an API call."""
         try:
             check_shape(request.object)  # every field read below has its type
         except InvalidRequest as exc:
@@ -150,10 +164,14 @@ class Admitter:
             return _Outcome("unchanged", review.allow(request.uid))
         renamed = self.config.resource_names()
         if not may_ask_for_gpus(request.kind, request.object, resource_names=renamed):
+            if quick and self._quota_counts(request, request.object):
+                return None  # counting its share may read the API
             reasons = self._quota_reasons(request, namespace, request.object)
             if reasons:  # a pod made from a translated template still books its share
                 return _denied(request.uid, reasons)
             return _Outcome("unchanged", review.allow(request.uid))
+        if quick:
+            return None
         obj = {**request.object, "metadata": {**meta, "namespace": namespace}}
         adapter = self.registry.pick(obj, self.settings.scheduler)
         context = TranslationContext(
@@ -190,9 +208,7 @@ class Admitter:
         """Why creating this pod (as `plan` leaves it) would exceed a GPU quota of its
         namespace. Pods only: a workload's pods are counted as each is created, as Kubernetes
         counts them. A dry run books nothing and is not counted (it needs no API call)."""
-        if self.quotas is None or request.kind != "Pod" or request.dry_run:
-            return []
-        if plan is None and not (pod.get("spec") or {}).get("resourceClaims"):
+        if self.quotas is None or not self._quota_counts(request, pod, translated=plan is not None):
             return []  # the fast path of a pod without GPUs stays a look at two keys
         if not isinstance(namespace, str) or dns_label_problem(namespace):
             return []  # never put into an API path; the API server refuses the pod
@@ -200,6 +216,15 @@ class Admitter:
             return self.quotas.reasons(namespace, pod, {})
         made = {t["metadata"]["name"]: t["spec"]["spec"] for t in plan.templates}
         return self.quotas.reasons(namespace, plan.apply_to(pod), made)
+
+    def _quota_counts(
+        self, request: review.AdmissionRequest, pod: dict[str, Any], *, translated: bool = False
+    ) -> bool:
+        """Whether this object may book a share against a namespace's quota: a pod (not a dry
+        run) that core translated or that names claims, while quotas are enforced."""
+        if self.quotas is None or request.kind != "Pod" or request.dry_run:
+            return False
+        return translated or bool((pod.get("spec") or {}).get("resourceClaims"))
 
     def _placement_reasons(self, plan: Plan, namespace: object) -> list[str]:
         """Why this object's templates and claims cannot be looked up or put in `namespace`."""

@@ -5,7 +5,9 @@ What a slow or hostile client can hold is bounded: no thread (only a socket and 
 most one request), for at most `request_timeout_s` from its first byte (or its accept) to the
 end of its body, or `idle_timeout_s` between two requests. Past `max_connections` the connection
 that has waited longest in its state is closed to make room. Constant-time routes (`/healthz`,
-`/readyz`) are answered on the selector thread itself, so they never queue behind busy workers.
+`/readyz`) are answered on the selector thread itself, so they never queue behind busy workers;
+so are quick requests (an admission that needs no translation and no API call, such as a pod
+without GPUs) while the turn has time left of `QUICK_BUDGET_S`: no hand-off to a worker and back.
 Every failed connection is one structured log line, never a traceback on stderr.
 """
 
@@ -32,6 +34,8 @@ LISTEN_BACKLOG = 1024
 EXPIRE_EVERY_S = 0.25
 READ_CHUNK = 64 * 1024
 ACCEPTS_PER_WAKEUP = 64
+#: selector time per turn for quick requests; past it they go to the workers like the rest
+QUICK_BUDGET_S = 0.002
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +64,11 @@ class Reply:
 
 class Routes(Protocol):
     def inline(self, request: Request) -> Reply | None:
-        """A reply computed in constant time on the selector thread, or None for `handle`."""
+        """A reply computed in constant time on the selector thread, or None."""
+
+    def quick(self, request: Request) -> Reply | None:
+        """A reply computed in bounded time, without I/O, on the selector thread; None: `handle`
+        it on a worker. Asked only while the turn's `QUICK_BUDGET_S` lasts."""
 
     def handle(self, request: Request) -> Reply:
         """The reply, computed on a worker thread."""
@@ -109,6 +117,7 @@ class ConnectionLoop:
         self._stopped = threading.Event()
         self._next_expiry = 0.0
         self._wake_sent = False  # a wake-up byte is on its way: replies queued after it ride along
+        self._quick_until = 0.0  # quick requests are answered inline until then (this turn)
 
     @property
     def open_connections(self) -> int:
@@ -147,7 +156,9 @@ class ConnectionLoop:
             sock.close()
 
     def _turn(self) -> None:
-        for key, _mask in self._selector.select(timeout=EXPIRE_EVERY_S):
+        events = self._selector.select(timeout=EXPIRE_EVERY_S)
+        self._quick_until = time.monotonic() + QUICK_BUDGET_S
+        for key, _mask in events:
             if key.data == "accept":
                 self._accept()
             elif key.data == "wake":
@@ -285,6 +296,8 @@ class ConnectionLoop:
         conn.close_after = not conn.head.keep_alive
         conn.head, conn.body_length = None, 0
         reply = self._routes.inline(request)
+        if reply is None and time.monotonic() < self._quick_until:
+            reply = self._routes.quick(request)
         if reply is not None:
             self._reply(conn, reply)
             return

@@ -5,7 +5,8 @@ for scrapers without the webhook's CA; /mutate is never served without TLS.
 Both run on `connections.ConnectionLoop`: one selector thread holds every connection (slow ones
 cost a socket, never a thread) and a fixed pool of workers runs admissions. /healthz and /readyz
 are answered on the selector thread, so probes are answered while every worker is busy and
-thousands of slow connections are held.
+thousands of slow connections are held. So are small reviews that need no translation and no API
+call (a pod without GPUs): no hand-off to a worker and back.
 
 With `--client-ca-file`, /mutate and /metrics answer only clients that presented a certificate
 signed by that CA (the API server can be configured to present one); /healthz and /readyz stay
@@ -27,6 +28,9 @@ from vgpu_bridge.webhook.connections import ConnectionLoop, Limits, Reply, Reque
 log = structlog.get_logger("vgpu_bridge.webhook.server")
 NOT_FOUND = Reply(404, b"not found")
 CLIENT_CERT_REQUIRED = Reply(403, b"a client certificate signed by --client-ca-file is required")
+#: reviews up to this size may be answered on the selector thread (a pod without GPUs is a few
+#: KiB; reading 64 KiB of JSON takes well under a millisecond)
+QUICK_REVIEW_BYTES = 64 * 1024
 
 
 class TLSFiles:
@@ -83,6 +87,9 @@ class ProbeRoutes:
             return Reply(200 if ready else 503, b"ok" if ready else b"not ready")
         return None
 
+    def quick(self, request: Request) -> Reply | None:
+        return None
+
     def handle(self, request: Request) -> Reply:
         if request.head.method == "GET" and request.head.path == "/metrics":
             from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -100,13 +107,30 @@ class AdmissionRoutes(ProbeRoutes):
         super().__init__(admitter, ready)
         self.tls = tls
 
+    def quick(self, request: Request) -> Reply | None:
+        """A small review that needs no translation and no API call, answered on the selector
+        thread (most pods ask for no GPU)."""
+        if not self._admission(request) or len(request.body) > QUICK_REVIEW_BYTES:
+            return None
+        answer = self.admitter.quick_review_body(request.body)
+        return None if answer is None else _review_reply(*answer)
+
     def handle(self, request: Request) -> Reply:
         if self.tls.requires_client_cert and not request.client_verified:
             return CLIENT_CERT_REQUIRED
-        if request.head.method == "POST" and request.head.path == "/mutate":
-            status, body = self.admitter.review_body(request.body)
-            return Reply(status, body, "application/json" if status == 200 else "text/plain")
+        if self._admission(request):
+            return _review_reply(*self.admitter.review_body(request.body))
         return super().handle(request)
+
+    def _admission(self, request: Request) -> bool:
+        """A POST /mutate this client may send."""
+        if self.tls.requires_client_cert and not request.client_verified:
+            return False
+        return request.head.method == "POST" and request.head.path == "/mutate"
+
+
+def _review_reply(status: int, body: bytes) -> Reply:
+    return Reply(status, body, "application/json" if status == 200 else "text/plain")
 
 
 class ProbeServer:

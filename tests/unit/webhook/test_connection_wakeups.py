@@ -24,6 +24,9 @@ class OkRoutes:
     def inline(self, request: Request) -> Reply | None:
         return None
 
+    def quick(self, request: Request) -> Reply | None:
+        return None
+
     def handle(self, request: Request) -> Reply:
         return Reply(200, b"ok")
 
