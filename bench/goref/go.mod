@@ -1,0 +1,3 @@
+module vgpu-bridge/bench/goref
+
+go 1.24
