@@ -20,12 +20,11 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-import structlog
 from prometheus_client import CollectorRegistry
 
 from vgpu_bridge.core.profiles import DriverProfile, our_profile
 from vgpu_bridge.kube import KubeApi, KubeConfigError
-from vgpu_bridge.logs import configure_json_logging
+from vgpu_bridge.logs import configure_json_logging, get_logger
 from vgpu_bridge.node.cdi import CdiLayout
 from vgpu_bridge.node.claimdirs import SWEEP_PERIOD_S, TenantDirs
 from vgpu_bridge.node.device_health import DeviceHealthWatcher, HealthSource
@@ -43,7 +42,7 @@ from vgpu_bridge.node.settings import Settings
 from vgpu_bridge.node.slices import DeviceTaint
 from vgpu_bridge.node.state import DeviceState, StateLocked
 
-log = structlog.get_logger("vgpu_bridge.node")
+log = get_logger("vgpu_bridge.node")
 
 
 def profile_for(settings: Settings) -> DriverProfile:

@@ -18,12 +18,11 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import structlog
-
+from vgpu_bridge.logs import get_logger
 from vgpu_bridge.node.cdi import CLAIMS_DIR, CdiLayout
 from vgpu_bridge.node.files import check_entry, remove_tree
 
-log = structlog.get_logger("vgpu_bridge.node.claimdirs")
+log = get_logger("vgpu_bridge.node.claimdirs")
 
 TRASH_DIR = "trash"  # in the host's vgpu dir, root's alone: claim dirs waiting to be deleted
 TRASH_DIR_MODE = 0o700

@@ -25,9 +25,9 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-import structlog
+from vgpu_bridge.logs import get_logger
 
-log = structlog.get_logger("vgpu_bridge.node.files")
+log = get_logger("vgpu_bridge.node.files")
 
 UNTRUSTED_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 

@@ -15,8 +15,8 @@ from types import ModuleType
 from typing import Any
 
 import grpc
-import structlog
 
+from vgpu_bridge.logs import get_logger
 from vgpu_bridge.node.checkpoint import PreparedDevice
 from vgpu_bridge.node.kubeletapi import (
     dra_v1_pb2,
@@ -36,7 +36,7 @@ DRA_VERSIONS: tuple[tuple[str, ModuleType, ModuleType], ...] = (
 )
 SUPPORTED_VERSIONS = tuple(version for version, _, _ in DRA_VERSIONS)
 PLUGIN_TYPE = "DRAPlugin"
-log = structlog.get_logger("vgpu_bridge.node.grpc")
+log = get_logger("vgpu_bridge.node.grpc")
 
 
 ANSWER_MARGIN_S = 2.0  # time kept to build and send the answer before the caller's deadline

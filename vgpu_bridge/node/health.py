@@ -17,12 +17,11 @@ import time
 from collections.abc import Callable, Iterable
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
-import structlog
-
+from vgpu_bridge.logs import get_logger
 from vgpu_bridge.node.publisher import Publication
 
 HEALTHZ = "/healthz"
-log = structlog.get_logger("vgpu_bridge.node.health")
+log = get_logger("vgpu_bridge.node.health")
 
 
 class Health:

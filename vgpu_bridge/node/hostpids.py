@@ -27,13 +27,12 @@ from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
-import structlog
-
+from vgpu_bridge.logs import get_logger
 from vgpu_bridge.node.cdi import SHARED_REGION_FILE, claim_dir
 from vgpu_bridge.node.files import UnsafeFile, read_regular, write_atomic
 from vgpu_bridge.node.region import Process, RegionError, read_region_file
 
-log = structlog.get_logger("vgpu_bridge.node.hostpids")
+log = get_logger("vgpu_bridge.node.hostpids")
 
 FILE = "host-pids"
 HEADER = "vgpu-host-pids 1"

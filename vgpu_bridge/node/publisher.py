@@ -19,17 +19,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
 from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.kube import KubeApi, KubeError, api_path
+from vgpu_bridge.logs import get_logger
 from vgpu_bridge.node.gpus import Gpu
 from vgpu_bridge.node.slices import DeviceTaint, build_slices
 
 Json = dict[str, Any]
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 CONFLICT_ATTEMPTS = 5
-log = structlog.get_logger("vgpu_bridge.node.publisher")
+log = get_logger("vgpu_bridge.node.publisher")
 
 
 class PublishError(RuntimeError):

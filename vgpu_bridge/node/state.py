@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.kube import KubeApi, KubeError, api_path
+from vgpu_bridge.logs import get_logger
 from vgpu_bridge.node import checkpoint, claimdirs, names
 from vgpu_bridge.node.allocation import ClaimError, ClaimShares, claim_shares
 from vgpu_bridge.node.cdi import (
@@ -48,7 +47,7 @@ Json = dict[str, Any]
 CLAIMS = "/apis/resource.k8s.io/v1"
 LOCK_FILE = "agent.lock"
 DEFAULT_BUDGET_S = 40.0  # the kubelet's per-call timeout is 45 s; leave room to answer
-log = structlog.get_logger("vgpu_bridge.node")
+log = get_logger("vgpu_bridge.node")
 
 
 Observer = Callable[[str, str, float], None]

@@ -7,8 +7,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
 from vgpu_bridge.adapters import AdapterRegistry
 from vgpu_bridge.core import (
     DriverProfile,
@@ -27,6 +25,7 @@ from vgpu_bridge.kube import (
     dns_label_problem,
     dns_subdomain_problem,
 )
+from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook import review
 from vgpu_bridge.webhook.event_notes import Admitted, occurrences
 from vgpu_bridge.webhook.events import EventRecorder
@@ -36,7 +35,7 @@ from vgpu_bridge.webhook.quotas import QuotaGate
 from vgpu_bridge.webhook.settings import Settings
 from vgpu_bridge.webhook.templates import TemplateConflict, TemplateStore
 
-log = structlog.get_logger("vgpu_bridge.webhook")
+log = get_logger("vgpu_bridge.webhook")
 RESOURCE_API = "/apis/resource.k8s.io/v1"
 CLAIM_RESOURCES = {
     "resourceClaimTemplateName": "resourceclaimtemplates",

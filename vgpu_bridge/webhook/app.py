@@ -9,13 +9,12 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 
-import structlog
-
+from vgpu_bridge import logs
 from vgpu_bridge.adapters import default_registry
 from vgpu_bridge.core import profile_named
 from vgpu_bridge.core.dialects import hami
 from vgpu_bridge.kube import KubeApi, KubeConfigError
-from vgpu_bridge.logs import configure_json_logging
+from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook.admission import Admitter
 from vgpu_bridge.webhook.events import EventRecorder
 from vgpu_bridge.webhook.inventory import InventoryCache
@@ -27,7 +26,7 @@ from vgpu_bridge.webhook.server import ProbeServer, TLSFiles, WebhookServer, wat
 from vgpu_bridge.webhook.settings import Settings
 from vgpu_bridge.webhook.templates import Sweeper, TemplateStore
 
-log = structlog.get_logger("vgpu_bridge.webhook")
+log = get_logger("vgpu_bridge.webhook")
 
 
 def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, Sweeper]:
@@ -147,8 +146,10 @@ def connect_then_start(
     *,
     metrics: WebhookMetrics,
 ) -> None:
-    """Make the metrics and load the client (the slow parts of a start, done while reviews are
-    already answered), then start the threads that need it; or report why it cannot be loaded."""
+    """Load structlog (writing the lines kept until now), make the metrics and load the client
+    (the slow parts of a start, done while reviews are already answered), then start the threads
+    that need it; or report why it cannot be loaded."""
+    logs.load()
     metrics.load()
     try:
         api.connected()
@@ -180,8 +181,13 @@ def background(
     return threads
 
 
+def start_all(threads: list[threading.Thread]) -> None:
+    for thread in threads:
+        thread.start()
+
+
 def serve(settings: Settings) -> int:
-    configure_json_logging()
+    logs.configure_json_logging(defer=True)  # structlog loads in the background, below
     api = KubeApi.connect_on_first_use(settings.kubeconfig)
     admitter, inventory, sweeper = build(settings, api)
     try:
@@ -204,14 +210,15 @@ def serve(settings: Settings) -> int:
     following = api_workers(
         admitter, inventory, sweeper, stop=stop, every_s=settings.sweep_interval_seconds
     )
-    for thread in background(api, following, metrics=admitter.metrics, tls=tls, probes=probes,
-                             stop=stop, failed=cannot_connect):  # fmt: skip
-        thread.start()
+    threads = background(api, following, metrics=admitter.metrics, tls=tls, probes=probes,
+                         stop=stop, failed=cannot_connect)  # fmt: skip
     signal.signal(signal.SIGTERM, shut_down)
     signal.signal(signal.SIGINT, shut_down)
     log.info("serving", listen=settings.listen, metrics_listen=settings.metrics_listen,
              profile=settings.profile, driver=settings.driver_name)  # fmt: skip
-    server.serve_forever()
+    # the background starts once the server's workers run: a thread started while another
+    # imports waits for the interpreter, and the workers are needed first
+    server.serve_forever(started=lambda: start_all(threads))
     server.server_close()
     if probes is not None:
         probes.shutdown()

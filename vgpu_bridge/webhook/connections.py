@@ -24,12 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-import structlog
-
+from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook import wire
 from vgpu_bridge.webhook.wire import Head, HttpError
 
-log = structlog.get_logger("vgpu_bridge.webhook.connections")
+log = get_logger("vgpu_bridge.webhook.connections")
 LISTEN_BACKLOG = 1024
 EXPIRE_EVERY_S = 0.25
 READ_CHUNK = 64 * 1024
@@ -123,7 +122,9 @@ class ConnectionLoop:
     def open_connections(self) -> int:
         return len(self._conns)
 
-    def serve_forever(self) -> None:
+    def serve_forever(self, started: Callable[[], None] | None = None) -> None:
+        """Serve until `shutdown()`; `started` is called once the workers run, before the first
+        connection is looked at."""
         self._listener.setblocking(False)
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -135,6 +136,8 @@ class ConnectionLoop:
         ]
         for worker in workers:
             worker.start()
+        if started is not None:
+            started()
         try:
             while not self._stop.is_set():
                 self._turn()

@@ -21,12 +21,11 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Protocol
 
-import structlog
-
 from vgpu_bridge.kube import KubeApi, KubeError, api_path, dns_subdomain_problem
+from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook.event_notes import ObjectRef, Occurrence
 
-log = structlog.get_logger("vgpu_bridge.webhook")
+log = get_logger("vgpu_bridge.webhook")
 EVENTS_API = "/apis/events.k8s.io/v1"
 WINDOW_S = 600.0  # an occurrence later than this after the last one starts a new Event
 SERIES_EVERY_S = 5.0

@@ -8,14 +8,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
-import structlog
-
 from vgpu_bridge.core import InvalidRequest, Inventory
 from vgpu_bridge.kube import Json, KubeApi
+from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook.watching import follow
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
-log = structlog.get_logger("vgpu_bridge.webhook.inventory")
+log = get_logger("vgpu_bridge.webhook.inventory")
 
 
 class InventoryCache:

@@ -141,11 +141,12 @@ class WebhookMetrics:
         return metric
 
     def load(self) -> CollectorRegistry:
-        """Imports prometheus_client and makes every metric (once); returns their registry."""
+        """Imports prometheus_client and makes every metric (once); returns their registry. The
+        import happens outside the lock: admissions keep recording meanwhile, never waiting."""
+        from prometheus_client import CollectorRegistry
+
         with self._lock:
             if self._registry is None:
-                from prometheus_client import CollectorRegistry
-
                 registry = CollectorRegistry()
                 for metric in self._defined:
                     metric.make(registry)

@@ -23,8 +23,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
 from vgpu_bridge.core.booking import Booking, claim_booking, spec_booking, total
 from vgpu_bridge.core.dialects import volcano
 from vgpu_bridge.core.dialects.resources import ResourceNames
@@ -32,9 +30,10 @@ from vgpu_bridge.core.inventory import Inventory
 from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.core.quantity import MiB, QuantityError, parse_quantity
 from vgpu_bridge.kube import Json, KubeApi, KubeError, api_path, dns_subdomain_problem
+from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook.watching import follow
 
-log = structlog.get_logger("vgpu_bridge.webhook.quotas")
+log = get_logger("vgpu_bridge.webhook.quotas")
 ALL_QUOTAS = "/api/v1/resourcequotas"
 RESOURCE_API = "/apis/resource.k8s.io/v1"
 PREFIXES = ("limits.", "requests.")

@@ -18,14 +18,13 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import structlog
-
 from vgpu_bridge.core.claims import template_name
 from vgpu_bridge.core.workloads import pod_templates
 from vgpu_bridge.kube import Json, KubeApi, KubeError, api_path
+from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook.templates import REFERRERS, TemplateConflict
 
-log = structlog.get_logger("vgpu_bridge.webhook.restore")
+log = get_logger("vgpu_bridge.webhook.restore")
 Ensure = Callable[[str, Iterable[Json]], None]
 
 

@@ -20,12 +20,11 @@ import ssl
 import threading
 from collections.abc import Callable
 
-import structlog
-
+from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook.admission import Admitter
 from vgpu_bridge.webhook.connections import ConnectionLoop, Limits, Reply, Request, bind
 
-log = structlog.get_logger("vgpu_bridge.webhook.server")
+log = get_logger("vgpu_bridge.webhook.server")
 NOT_FOUND = Reply(404, b"not found")
 CLIENT_CERT_REQUIRED = Reply(403, b"a client certificate signed by --client-ca-file is required")
 #: reviews up to this size may be answered on the selector thread (a pod without GPUs is a few
@@ -153,8 +152,8 @@ class ProbeServer:
         return ConnectionLoop(self.socket, routes=ProbeRoutes(self.admitter, self.ready),
                               limits=limits)  # fmt: skip
 
-    def serve_forever(self) -> None:
-        self.loop.serve_forever()
+    def serve_forever(self, started: Callable[[], None] | None = None) -> None:
+        self.loop.serve_forever(started)
 
     def shutdown(self) -> None:
         self.loop.shutdown()

@@ -9,11 +9,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-import structlog
-
 from vgpu_bridge.kube import Json, KubeApi
+from vgpu_bridge.logs import get_logger
 
-log = structlog.get_logger("vgpu_bridge.webhook.watching")
+log = get_logger("vgpu_bridge.webhook.watching")
 FIRST_RETRY_S, LAST_RETRY_S = 0.5, 30.0
 
 

@@ -62,3 +62,21 @@ def test_past_the_turns_budget_a_quick_request_goes_to_a_worker(
 ) -> None:
     monkeypatch.setattr(connections, "QUICK_BUDGET_S", -1.0)
     assert answered_by(port, "/quick").startswith("worker-")
+
+
+def test_started_is_called_once_the_workers_run_before_any_connection_is_served() -> None:
+    listener = bind(("127.0.0.1", 0))
+    loop = ConnectionLoop(listener, routes=ThreadNamingRoutes(), limits=Limits(workers=3))
+    seen: list[list[str]] = []
+
+    def started() -> None:
+        seen.append(sorted(t.name for t in threading.enumerate() if t.name.startswith("worker-")))
+
+    thread = threading.Thread(target=loop.serve_forever, args=(started,), daemon=True)
+    thread.start()
+    try:
+        assert answered_by(listener.getsockname()[1], "/slow").startswith("worker-")
+        assert seen == [["worker-0", "worker-1", "worker-2"]]
+    finally:
+        loop.shutdown()
+        loop.close()

@@ -1,7 +1,7 @@
 """A restarted webhook replica loads only what answering reviews needs: the CLI builds the
-webhook's flags alone, and the Kubernetes client and prometheus_client load after the server is
-up, in the background. Checked in a fresh interpreter, as the binary starts, up to the answer to
-a GPU review that core translates."""
+webhook's flags alone, and the Kubernetes client, prometheus_client and structlog load after the
+server is up, in the background (log lines are kept until then). Checked in a fresh interpreter,
+as the binary starts, up to the answer to a GPU review that core translates."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 
 START_PATH = """
 import contextlib, io, sys
-from vgpu_bridge import cli
+from vgpu_bridge import cli, logs
+logs.configure_json_logging(defer=True)  # as webhook.app.serve does
 with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
     cli.main(["webhook", "--help"])
 import json
@@ -51,6 +52,7 @@ def loaded() -> set[str]:
         pytest.param("vgpu_bridge.translate_command", id="the-translate-command"),
         pytest.param("vgpu_bridge.node.settings", id="the-node-agents-settings"),
         pytest.param("prometheus_client", id="the-metrics-library"),
+        pytest.param("structlog", id="the-logging-library"),
     ],
 )
 def test_the_webhook_start_path_does_not_import(module: str, loaded: set[str]) -> None:

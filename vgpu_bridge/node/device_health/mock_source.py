@@ -8,15 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import structlog
-
+from vgpu_bridge.logs import get_logger
 from vgpu_bridge.node.device_health.xids import LOST, meaning, reason_for_xid
 from vgpu_bridge.node.files import read_regular
 from vgpu_bridge.node.gpus import Gpu
 
 DIR_NAME = "mock-health"
 MAX_BYTES = 64
-log = structlog.get_logger("vgpu_bridge.node.device_health")
+log = get_logger("vgpu_bridge.node.device_health")
 
 
 class MockHealthFiles:

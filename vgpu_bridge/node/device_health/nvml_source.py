@@ -12,13 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import structlog
-
+from vgpu_bridge.logs import get_logger
 from vgpu_bridge.node.device_health.xids import LOST, meaning, reason_for_xid
 from vgpu_bridge.node.gpus import Gpu
 
 MAX_EVENTS_PER_CHECK = 1000
-log = structlog.get_logger("vgpu_bridge.node.device_health")
+log = get_logger("vgpu_bridge.node.device_health")
 
 
 class NvmlUnavailable(RuntimeError):

@@ -9,12 +9,11 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
-import structlog
-
+from vgpu_bridge.logs import get_logger
 from vgpu_bridge.node.gpus import Gpu
 from vgpu_bridge.node.slices import DeviceTaint, TaintEffect
 
-log = structlog.get_logger("vgpu_bridge.node.device_health")
+log = get_logger("vgpu_bridge.node.device_health")
 
 
 class HealthSource(Protocol):
