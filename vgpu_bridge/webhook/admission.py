@@ -29,7 +29,7 @@ from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook import review
 from vgpu_bridge.webhook.event_notes import Admitted, occurrences
 from vgpu_bridge.webhook.events import EventRecorder
-from vgpu_bridge.webhook.fastpath import may_ask_for_gpus
+from vgpu_bridge.webhook.fastpath import may_ask_for_gpus, may_name_gpus
 from vgpu_bridge.webhook.metrics import WebhookMetrics
 from vgpu_bridge.webhook.quotas import QuotaGate
 from vgpu_bridge.webhook.settings import Settings
@@ -86,7 +86,10 @@ class Admitter:
     def quick_review_body(self, body: bytes) -> tuple[int, bytes] | None:
         """The answer to a POST /mutate that needs no translation and no API call (a pod without
         GPUs, an object we skip, a malformed review), in time bounded by the body's size; None:
-        take `review_body` on a worker."""
+        take `review_body` on a worker. A body naming a GPU key anywhere goes there unread: it
+        would be read twice."""
+        if may_name_gpus(body, resource_names=self.config.resource_names()):
+            return None
         return self._answer(body, quick=True)
 
     def _answer(self, body: bytes, *, quick: bool) -> tuple[int, bytes] | None:

@@ -11,6 +11,7 @@ from typing import Any
 
 #: every resource and annotation name the translator reads starts with one of these
 GPU_KEY_PREFIXES = ("nvidia.com/", "volcano.sh/vgpu", "hami.io/", "gpu-fraction", "gpu-memory")
+GPU_KEY_MARKERS = tuple(prefix.encode() for prefix in GPU_KEY_PREFIXES)
 
 
 def may_ask_for_gpus(
@@ -42,6 +43,14 @@ def may_ask_for_gpus(
             if _any_gpu_key(limits, names) or _any_gpu_key(requests, names):
                 return True
     return False
+
+
+def may_name_gpus(body: bytes, *, resource_names: Collection[str] = ()) -> bool:
+    """False when the raw review holds none of the bytes a GPU key starts with (nor a renamed
+    resource name): a cheap look before reading it. Only a shortcut: a key written with JSON
+    escapes is not seen here, and `may_ask_for_gpus` on the parsed object still sees it."""
+    markers = (*GPU_KEY_MARKERS, *(name.encode() for name in resource_names))
+    return any(marker in body for marker in markers)
 
 
 def _any_gpu_key(section: object, names: frozenset[str]) -> bool:

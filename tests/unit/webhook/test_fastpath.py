@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from vgpu_bridge.core import dialects
-from vgpu_bridge.webhook.fastpath import may_ask_for_gpus
+from vgpu_bridge.webhook.fastpath import GPU_KEY_PREFIXES, may_ask_for_gpus, may_name_gpus
 
 RESOURCES = sorted(dialects.TRANSLATED_RESOURCES)
 ANNOTATIONS = sorted(set(dialects.ANNOTATIONS.all()) - {dialects.kai.MPS})
@@ -57,3 +57,12 @@ def test_anything_unusual_takes_the_full_path(odd: dict[str, Any]) -> None:
 def test_other_kinds_always_take_the_full_path() -> None:
     assert may_ask_for_gpus("PodGroup", {"spec": {"minResources": {"cpu": "1"}}})
     assert may_ask_for_gpus("Deployment", {"spec": {}})
+
+
+def test_the_byte_look_sees_every_prefix_and_renamed_names_only() -> None:
+    for prefix in GPU_KEY_PREFIXES:
+        assert may_name_gpus(b'{"limits": {"' + prefix.encode() + b'x": 1}}')
+    renamed = b'{"limits": {"example.com/vgpu": 1}}'
+    assert not may_name_gpus(renamed)
+    assert may_name_gpus(renamed, resource_names=["example.com/vgpu"])
+    assert not may_name_gpus(b'{"limits": {"cpu": "1", "memory": "1Gi"}}')

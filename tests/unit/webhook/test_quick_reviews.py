@@ -16,6 +16,7 @@ from tests.unit.recording_api import RecordingApi
 from tests.unit.webhook.admitters import admitter_over
 from vgpu_bridge.core import DEFAULT, Inventory
 from vgpu_bridge.core.dialects import hami
+from vgpu_bridge.core.names import TRANSLATED_LABEL
 from vgpu_bridge.webhook.admission import Admitter
 from vgpu_bridge.webhook.connections import Request
 from vgpu_bridge.webhook.quotas import QuotaCache, QuotaGate
@@ -53,8 +54,11 @@ def with_quotas(recorded: RecordingApi) -> Admitter:
 
 ANSWERED_QUICKLY = {
     "a pod without GPUs": review(pod(PLAIN)),
-    "a pod that opted out": review(pod(GPU, labels={"vgpu-bridge.io/ignore": "true"})),
-    "an update of a pod": review(pod(GPU), operation="UPDATE"),
+    "an update of a translated workload": review(
+        {"metadata": {"name": "d", "labels": {TRANSLATED_LABEL: "true"}}, "spec": {}},
+        kind="Deployment",
+        operation="UPDATE",
+    ),
     "a pod whose limits are no map": review(pod(PLAIN, containers=5)),
     "no AdmissionReview": b'{"kind": "Pod"}',
     "no JSON": b"\xff\xfe",
@@ -75,6 +79,9 @@ def test_what_needs_no_translation_is_answered_quickly_as_the_full_path_answers(
 GIVES_UP = {
     "a pod asking for a GPU": review(pod(GPU)),
     "a Deployment": review({"metadata": {"name": "d"}, "spec": {}}, kind="Deployment"),
+    "a pod that opted out, naming GPUs (read once, by a worker)": review(
+        pod(GPU, labels={"vgpu-bridge.io/ignore": "true"})
+    ),
     "a pod asking for a GPU by annotation": review(
         {**pod(PLAIN), "metadata": {"name": "p", "annotations": {"nvidia.com/use-gputype": "A100"}}}
     ),
@@ -85,6 +92,19 @@ GIVES_UP = {
 def test_what_core_must_translate_goes_to_a_worker(recorded: RecordingApi, body: bytes) -> None:
     assert admitter_over(recorded).quick_review_body(body) is None
     assert recorded.calls == []
+
+
+def test_a_gpu_key_hidden_from_the_byte_look_is_still_seen_once_parsed(
+    recorded: RecordingApi,
+) -> None:
+    """The look at the raw bytes is only a shortcut: a key written with JSON escapes reaches the
+    parsed check, which sends the pod to a worker all the same."""
+    body = review(pod(PLAIN)).replace(b'"cpu"', b'"nvidia\\u002ecom/gpu"')
+    assert b"nvidia.com/" not in body
+    assert json.loads(body)["request"]["object"]["spec"]["containers"][0]["resources"]["limits"][
+        "nvidia.com/gpu"
+    ]
+    assert admitter_over(recorded).quick_review_body(body) is None
 
 
 def test_a_pod_naming_claims_goes_to_a_worker_while_quotas_are_enforced(
