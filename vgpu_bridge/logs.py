@@ -127,12 +127,13 @@ class Logger:
         self._write("error", event, {**fields, "exc_info": sys.exc_info()})
 
     def _write(self, method: str, event: str, fields: dict[str, Any]) -> None:
-        if self._logger is None and not self._keep(method, event, fields):
+        if self._logger is None:
+            if self._keep(method, event, fields):
+                return
             import structlog
 
             self._logger = structlog.get_logger(self._name)
-        if self._logger is not None:
-            getattr(self._logger, method)(event, **fields)
+        getattr(self._logger, method)(event, **fields)
 
     def _keep(self, method: str, event: str, fields: dict[str, Any]) -> bool:
         """Keep the line while deferred (True); else make sure structlog is set up (False)."""

@@ -108,24 +108,28 @@ class AdmissionRoutes(ProbeRoutes):
 
     def quick(self, request: Request) -> Reply | None:
         """A small review that needs no translation and no API call, answered on the selector
-        thread (most pods ask for no GPU)."""
-        if not self._admission(request) or len(request.body) > QUICK_REVIEW_BYTES:
+        thread (most pods ask for no GPU); a refusal is left to `handle`."""
+        if self._refused(request) or not _is_review(request):
+            return None
+        if len(request.body) > QUICK_REVIEW_BYTES:
             return None
         answer = self.admitter.quick_review_body(request.body)
         return None if answer is None else _review_reply(*answer)
 
     def handle(self, request: Request) -> Reply:
-        if self.tls.requires_client_cert and not request.client_verified:
+        if self._refused(request):
             return CLIENT_CERT_REQUIRED
-        if self._admission(request):
+        if _is_review(request):
             return _review_reply(*self.admitter.review_body(request.body))
         return super().handle(request)
 
-    def _admission(self, request: Request) -> bool:
-        """A POST /mutate this client may send."""
-        if self.tls.requires_client_cert and not request.client_verified:
-            return False
-        return request.head.method == "POST" and request.head.path == "/mutate"
+    def _refused(self, request: Request) -> bool:
+        """A client certificate is required and this client presented none signed by the CA."""
+        return self.tls.requires_client_cert and not request.client_verified
+
+
+def _is_review(request: Request) -> bool:
+    return request.head.method == "POST" and request.head.path == "/mutate"
 
 
 def _review_reply(status: int, body: bytes) -> Reply:
