@@ -73,6 +73,11 @@ def delete_pods(api: KubeApi, namespace: str) -> None:
     for path in ("/apis/apps/v1/namespaces/{}/deployments", "/api/v1/namespaces/{}/pods"):
         for item in api.list(path.format(namespace))["items"]:
             api.delete(f"{path.format(namespace)}/{item['metadata']['name']}")
+    wait_pods_gone(api, namespace)
+
+
+def wait_pods_gone(api: KubeApi, namespace: str) -> None:
+    """Wait until the namespace has no pods left (their claims unprepared)."""
     wait_for(
         lambda: not api.list(f"/api/v1/namespaces/{namespace}/pods")["items"],
         timeout_s=180,

@@ -22,6 +22,7 @@ from e2e.kind.scenarios import (  # the fixtures and helpers of the kind scenari
     example,
     kind,
     log_with,
+    wait_pods_gone,
     workers,
 )
 from e2e.volcano.build import pinned_version
@@ -79,12 +80,7 @@ def running_pods(api: KubeApi, namespace: str, job: str, count: int) -> list[Jso
 
 def remove(api: KubeApi, namespace: str, job: str) -> None:
     api.delete(f"{JOBS.format(namespace)}/{job}")
-    wait_for(
-        lambda: not api.list(f"/api/v1/namespaces/{namespace}/pods")["items"],
-        timeout_s=180,
-        what=f"the pods of {namespace} gone",
-        interval_s=1,
-    )
+    wait_pods_gone(api, namespace)
     api.delete(f"/api/v1/namespaces/{namespace}")
 
 
