@@ -57,7 +57,11 @@ class PrometheusServer:
             with urllib.request.urlopen(url, timeout=10) as response:
                 answer = json.load(response)
         except urllib.error.HTTPError as error:
-            answer = json.load(error)
+            body = error.read()
+            try:
+                answer = json.loads(body)
+            except ValueError:  # e.g. 503 "Service Unavailable" while it is starting
+                raise PrometheusQueryError(f"{path}: HTTP {error.code}: {body[:200]!r}") from None
         if answer.get("status") != "success":
             raise PrometheusQueryError(f"{path} {params}: {answer.get('error', answer)}")
         return answer["data"]
