@@ -68,9 +68,11 @@ def test_started_is_called_once_the_workers_run_before_any_connection_is_served(
     listener = bind(("127.0.0.1", 0))
     loop = ConnectionLoop(listener, routes=ThreadNamingRoutes(), limits=Limits(workers=3))
     seen: list[list[str]] = []
+    earlier = set(threading.enumerate())  # other tests' workers may still be winding down
 
     def started() -> None:
-        seen.append(sorted(t.name for t in threading.enumerate() if t.name.startswith("worker-")))
+        ours = set(threading.enumerate()) - earlier
+        seen.append(sorted(t.name for t in ours if t.name.startswith("worker-")))
 
     thread = threading.Thread(target=loop.serve_forever, args=(started,), daemon=True)
     thread.start()
