@@ -26,6 +26,7 @@ import sysconfig
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,17 +89,17 @@ def reviews(count: int) -> list[bytes]:
 
 
 def start_webhook(
-    workdir: Path, port: int, *, python: Path | None = None
+    workdir: Path, port: int, *, program: Sequence[str] = ()
 ) -> subprocess.Popen[bytes]:
-    """`python -m vgpu_bridge.cli webhook` (this checkout's venv unless `python` is given, run
-    from `workdir` so that the checkout is not on its path) with an API server that never
+    """`vgpu-bridge webhook` (`program`, or `python -m vgpu_bridge.cli` of this checkout's venv;
+    run from `workdir` so that the checkout is not on its path) with an API server that never
     answers."""
     cert, key = workdir / "tls.crt", workdir / "tls.key"
     if not cert.exists():
         write_self_signed(workdir)
     (workdir / "kubeconfig").write_text(KUBECONFIG)
     command = [
-        str(python or sys.executable), "-m", "vgpu_bridge.cli", "webhook",
+        *(program or (sys.executable, "-m", "vgpu_bridge.cli")), "webhook",
         "--listen", f"127.0.0.1:{port}",
         "--tls-cert-file", str(cert), "--tls-key-file", str(key),
         "--kubeconfig", str(workdir / "kubeconfig"), "--sweep-interval-seconds", "3600",
@@ -253,12 +254,13 @@ def go_reference_rate(workdir: Path, port: int, bodies: list[bytes]) -> tuple[Lo
         process.wait(timeout=10)
 
 
-def installed_python(workdir: Path) -> Path:
-    """A Python with `vgpu_bridge` installed as the image installs it: a wheel of this checkout,
-    pip-installed (which compiles its modules' bytecode), in a venv of its own. The packages it
-    needs come from this checkout's venv through a path line, which runs none of the .pth files
-    there: the editable install's import finder, which this checkout's venv runs at every start
-    (~10 ms), is not in the image and is not run here either."""
+def installed_program(workdir: Path) -> tuple[Path, Path]:
+    """A Python with `vgpu_bridge` installed as the image installs it, and the `vgpu-bridge`
+    console script that pip wrote (the image's entrypoint, run by that Python): a wheel of this
+    checkout, pip-installed (which compiles its modules' bytecode), in a venv of its own. The
+    packages it needs come from this checkout's venv through a path line, which runs none of the
+    .pth files there: the editable install's import finder, which this checkout's venv runs at
+    every start (~10 ms), is not in the image and is not run here either."""
     venv, wheels = workdir / "installed", workdir / "wheels"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
@@ -272,7 +274,7 @@ def installed_python(workdir: Path) -> Path:
                str(REPO)])  # fmt: skip
     (wheel,) = wheels.glob("vgpu_bridge-*.whl")
     quiet_pip([*pip, "install", "--no-deps", "--target", str(site_dir), str(wheel)])
-    return python
+    return python, site_dir / "bin" / "vgpu-bridge"
 
 
 def quiet_pip(command: list[str]) -> None:
@@ -282,7 +284,7 @@ def quiet_pip(command: list[str]) -> None:
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stdout}{done.stderr}")
 
 
-def first_review_seconds(workdir: Path, body: bytes, python: Path) -> float:
+def first_review_seconds(workdir: Path, body: bytes, program: Sequence[str]) -> float:
     """From `Popen` to the answer to `body`, a GPU review that core translates (connection
     attempts every 5 ms): a restarted replica's time to its first real admission."""
     with socket.socket() as sock:
@@ -291,7 +293,7 @@ def first_review_seconds(workdir: Path, body: bytes, python: Path) -> float:
     cafile = workdir / "tls.crt"
     context = ssl.create_default_context(cafile=str(cafile))  # once: polling costs little CPU
     start = time.perf_counter()
-    process = start_webhook(workdir, port, python=python)
+    process = start_webhook(workdir, port, program=program)
     try:
         while True:
             try:
@@ -313,11 +315,12 @@ def start_times(workdir: Path, body: bytes) -> tuple[list[float], list[float]]:
     start (`python -c pass`, the same venv) in turn with it: once to warm the page cache, then
     `START_RUNS` times each, sorted. The bare start shows how fast the machine was meanwhile:
     on this shared 2-core host it varies by half between quiet hours."""
-    python = installed_python(workdir)
-    first_review_seconds(workdir, body, python)
+    python, script = installed_program(workdir)
+    program = (str(python), str(script))
+    first_review_seconds(workdir, body, program)
     starts, bare = [], []
     for _ in range(START_RUNS):
-        starts.append(first_review_seconds(workdir, body, python))
+        starts.append(first_review_seconds(workdir, body, program))
         began = time.perf_counter()
         subprocess.run([str(python), "-c", "pass"], cwd=workdir, check=True)
         bare.append(time.perf_counter() - began)
