@@ -51,7 +51,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -89,7 +89,7 @@ ALGORITHM_SUM_AND_COUNT = (
     "scheduler_scheduling_algorithm_duration_seconds_count",
 )
 ATTEMPTS = "scheduler_schedule_attempts_total"
-UNBOOKED = DEFAULT.model_copy(update={"core_booking_capacity": None})
+UNBOOKED = replace(DEFAULT, core_booking_capacity=None)
 NAMESPACE = "bench"
 
 #: Starts a scheduler on a running cluster.

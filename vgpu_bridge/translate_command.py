@@ -16,6 +16,7 @@ from vgpu_bridge.core import (
     TranslatorConfig,
     profile_named,
 )
+from vgpu_bridge.core.config import RESOURCE_NAME_FIELDS, hami_setting
 from vgpu_bridge.manifests import ManifestError, dump_objects, load_objects
 
 EXIT_INVALID = 1
@@ -23,11 +24,7 @@ EXIT_USAGE = 2
 
 
 #: HAMi's configurable resource names: (TranslatorConfig field, default)
-_RESOURCE_NAME_FLAGS = tuple(
-    (name, field.default)
-    for name, field in TranslatorConfig.model_fields.items()
-    if name.startswith("resource_")
-)
+_RESOURCE_NAME_FLAGS = tuple((name, hami_setting(name)[1]) for name in RESOURCE_NAME_FIELDS)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -129,7 +126,7 @@ def run(args: argparse.Namespace, *, stdin: TextIO, stdout: TextIO, stderr: Text
     except OSError as exc:
         print(f"vgpu-bridge translate: cannot read {exc.filename}: {exc.strerror}", file=stderr)
         return EXIT_USAGE
-    except ValueError as exc:  # pydantic's ValidationError and our ManifestError
+    except ValueError as exc:  # TranslatorConfig's and our ManifestError
         lines = exc.lines if isinstance(exc, ManifestError) else [f"settings: {exc}"]
         print("\n".join(lines), file=stderr)
         return EXIT_INVALID

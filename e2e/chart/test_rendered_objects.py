@@ -22,9 +22,9 @@ from vgpu_bridge.webhook.settings import Settings as WebhookSettings
 pytestmark = pytest.mark.e2e
 
 ENV_PREFIX = "VGPU_BRIDGE_"
-WEBHOOK_ENV = {ENV_PREFIX + name.upper() for name in WebhookSettings.model_fields}
-NODE_ENV = {ENV_PREFIX + name.upper() for name in NodeSettings.model_fields}
-INSTALL_ENV = {ENV_PREFIX + name.upper() for name in InstallSettings.model_fields}
+WEBHOOK_ENV = {ENV_PREFIX + name.upper() for name in WebhookSettings.setting_names()}
+NODE_ENV = {ENV_PREFIX + name.upper() for name in NodeSettings.setting_names()}
+INSTALL_ENV = {ENV_PREFIX + name.upper() for name in InstallSettings.setting_names()}
 MOCK = {"agent": {"mockGpus": [{"uuid": "GPU-0", "productName": "NVIDIA H100", "memory": "80Gi"}]}}
 
 

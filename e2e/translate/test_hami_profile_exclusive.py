@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
@@ -49,7 +50,7 @@ def hami_card(minor: int) -> dict[str, object]:
 def hami_cards(kube: KubeClient, fake_nodes: list[str]) -> Iterator[DriverProfile]:
     """hami-gpu-0 and hami-gpu-1 on the first fake node; the hami profile under this driver."""
     driver = f"hami-{secrets.token_hex(3)}.e2e.vgpu-bridge.io"
-    profile = HAMI.model_copy(update={"driver": driver, "device_class": driver})
+    profile = replace(HAMI, driver=driver, device_class=driver)
     kube.create(f"{RESOURCE}/deviceclasses", device_class(driver, driver=driver))
     devices = [hami_card(0), hami_card(1)]
     piece = resource_slice(driver, driver=driver, node=fake_nodes[0], devices=devices)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
 
 from tests.integration.webhook_harness import unreachable_api
 from tests.unit.node.claims import BY_NAME, NODE, UID, allocated_claim, result
 from vgpu_bridge.core import TranslationContext
+from vgpu_bridge.flag_settings import SettingsError
 from vgpu_bridge.node.allocation import ClaimError, claim_shares
 from vgpu_bridge.node.app import profile_for
 from vgpu_bridge.node.settings import Settings as NodeSettings
@@ -101,6 +101,6 @@ def test_the_webhook_takes_the_driver_name_from_its_flag_or_env_like_the_node() 
 
 
 def test_the_webhook_refuses_a_driver_name_that_is_no_dns_subdomain() -> None:
-    with pytest.raises(ValidationError, match="driver_name"):
+    with pytest.raises(SettingsError, match="driver_name"):
         WebhookSettings.from_args(["--tls-cert-file", "c", "--tls-key-file", "k",
                                    "--driver-name", "Gpu/Example"], {})  # fmt: skip

@@ -30,17 +30,17 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
 def test_webhook_names_each_missing_setting(capsys: pytest.CaptureFixture[str]) -> None:
     code, err = run(["webhook"], capsys)
     assert code == 2
-    assert "vgpu-bridge webhook: --tls-cert-file (VGPU_BRIDGE_TLS_CERT_FILE): Field required" in err
-    assert "--tls-key-file (VGPU_BRIDGE_TLS_KEY_FILE): Field required" in err
+    assert "vgpu-bridge webhook: --tls-cert-file (VGPU_BRIDGE_TLS_CERT_FILE): required" in err
+    assert "--tls-key-file (VGPU_BRIDGE_TLS_KEY_FILE): required" in err
 
 
 @pytest.mark.parametrize(
     ("flag", "value", "reason"),
     [
-        ("--profile", "nope", "Input should be 'default' or 'hami'"),
-        ("--listen", "localhost:99999", "Value error, 'localhost:99999' is not HOST:PORT"),
-        ("--metrics-listen", ":http", "Value error, ':http' is not HOST:PORT"),
-        ("--sweep-grace-seconds", "-1", "Input should be greater than or equal to 0"),
+        ("--profile", "nope", "must be one of 'default', 'hami', got 'nope'"),
+        ("--listen", "localhost:99999", "'localhost:99999' is not HOST:PORT"),
+        ("--metrics-listen", ":http", "':http' is not HOST:PORT"),
+        ("--sweep-grace-seconds", "-1", "must be at least 0, got -1"),
     ],
 )
 def test_webhook_names_a_bad_value(
@@ -77,5 +77,5 @@ def test_the_node_agent_names_a_bad_listen_address(capsys: pytest.CaptureFixture
     assert code == 2
     assert err == (
         "vgpu-bridge node: --metrics-listen (VGPU_BRIDGE_METRICS_LISTEN): "
-        "Value error, 'localhost:99999' is not HOST:PORT\n"
+        "'localhost:99999' is not HOST:PORT\n"
     )

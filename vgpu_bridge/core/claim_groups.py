@@ -26,7 +26,8 @@ card count or priority than the init containers. Those keep a claim of their own
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import Literal
 
 from vgpu_bridge.core.models import GpuRequest
@@ -138,12 +139,11 @@ def _group(
     memories = [m for m, _ in shares.values()]
     memory = None if None in memories else max(m or 0 for m in memories)
     first = requests[inits[0] if inits else joined[0]][0]
-    booked = first.model_copy(
-        update={
-            "memory_mib": memory,
-            "memory_percent": 100 if memory is None else None,
-            "cores": max(c for _, c in shares.values()),
-        }
+    booked = replace(
+        first,
+        memory_mib=memory,
+        memory_percent=Decimal(100) if memory is None else None,
+        cores=max(c for _, c in shares.values()),
     )
     members = tuple(sorted(shares))
     return ClaimGroup(members, booked, tuple(_own(shares[i], booked) for i in members))

@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import re
+from dataclasses import dataclass, field, fields
 
 #: an extended resource name: a DNS domain, a slash, a name
 RESOURCE_NAME_PATTERN = (
     r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
-ResourceName = Annotated[str, Field(pattern=RESOURCE_NAME_PATTERN)]
+_RESOURCE_NAME = re.compile(RESOURCE_NAME_PATTERN)
 
 
-class TranslatorConfig(BaseModel):
+def resource_name_problem(value: object) -> str | None:
+    """Why `value` is no extended resource name, or None when it is one."""
+    if isinstance(value, str) and _RESOURCE_NAME.fullmatch(value):
+        return None
+    return f"must match the pattern {RESOURCE_NAME_PATTERN} (domain/name), got {value!r:.80}"
+
+
+def _hami(name: str) -> dict[str, str]:
+    """A field's metadata: what HAMi's device ConfigMap calls it."""
+    return {"hami": name}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TranslatorConfig:
     """How a partial request is completed.
 
     - `default_memory`: MiB per GPU when neither gpumem nor a percentage is given; 0 = whole card.
@@ -24,24 +36,58 @@ class TranslatorConfig(BaseModel):
       (its `resourceCountName`, `resourceMemoryName`, …).
     - `allow_privileged`: admit GPU pods with a privileged container (HAMi >= 2.10 refuses them:
       a privileged container sees every GPU and escapes its share).
+
+    A value out of range is a ValueError naming every bad field.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    default_memory: int = field(default=0, metadata=_hami("defaultMemory"))
+    default_cores: int = field(default=0, metadata=_hami("defaultCores"))
+    default_gpu_num: int = field(default=1, metadata=_hami("defaultGPUNum"))
+    memory_factor: int = field(default=1, metadata=_hami("memoryFactor"))
+    resource_count_name: str = field(default="nvidia.com/gpu", metadata=_hami("resourceCountName"))
+    resource_memory_name: str = field(
+        default="nvidia.com/gpumem", metadata=_hami("resourceMemoryName")
+    )
+    resource_memory_percentage_name: str = field(
+        default="nvidia.com/gpumem-percentage", metadata=_hami("resourceMemoryPercentageName")
+    )
+    resource_core_name: str = field(
+        default="nvidia.com/gpucores", metadata=_hami("resourceCoreName")
+    )
+    resource_priority_name: str = field(
+        default="nvidia.com/priority", metadata=_hami("resourcePriorityName")
+    )
+    allow_privileged: bool = field(default=False, metadata=_hami("allowPrivileged"))
 
-    default_memory: int = Field(default=0, ge=0, alias="defaultMemory")
-    default_cores: int = Field(default=0, ge=0, le=100, alias="defaultCores")
-    default_gpu_num: int = Field(default=1, ge=1, alias="defaultGPUNum")
-    memory_factor: int = Field(default=1, ge=1, alias="memoryFactor")
-    resource_count_name: ResourceName = Field("nvidia.com/gpu", alias="resourceCountName")
-    resource_memory_name: ResourceName = Field("nvidia.com/gpumem", alias="resourceMemoryName")
-    resource_memory_percentage_name: ResourceName = Field(
-        "nvidia.com/gpumem-percentage", alias="resourceMemoryPercentageName"
-    )
-    resource_core_name: ResourceName = Field("nvidia.com/gpucores", alias="resourceCoreName")
-    resource_priority_name: ResourceName = Field(
-        "nvidia.com/priority", alias="resourcePriorityName"
-    )
-    allow_privileged: bool = Field(default=False, alias="allowPrivileged")
+    def __post_init__(self) -> None:
+        problems = [f"{name}: {reason}" for name, reason in self._problems()]
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def _problems(self) -> list[tuple[str, str]]:
+        ranges = {"default_memory": (0, None), "default_cores": (0, 100),
+                  "default_gpu_num": (1, None), "memory_factor": (1, None)}  # fmt: skip
+        problems = []
+        for name, (low, high) in ranges.items():
+            value = getattr(self, name)
+            if type(value) is not int or value < low or (high is not None and value > high):
+                bounds = f"{low}..{high}" if high is not None else f"at least {low}"
+                problems.append((name, f"must be an integer {bounds}, got {value!r:.80}"))
+        for name, value in zip(RESOURCE_NAME_FIELDS, self.resource_names(), strict=True):
+            if (reason := resource_name_problem(value)) is not None:
+                problems.append((name, reason))
+        if type(self.allow_privileged) is not bool:
+            problems.append(
+                ("allow_privileged", f"must be a boolean, got {self.allow_privileged!r:.80}")
+            )
+        if not problems and len(set(self.resource_names())) < len(self.resource_names()):
+            problems.append(
+                (
+                    "resource names",
+                    f"HAMi's resource names must differ, got {self.resource_names()}",
+                )
+            )
+        return problems
 
     def resource_names(self) -> tuple[str, str, str, str, str]:
         """HAMi's names: count, memory, memory percentage, cores, priority."""
@@ -53,8 +99,18 @@ class TranslatorConfig(BaseModel):
             self.resource_priority_name,
         )
 
-    @model_validator(mode="after")
-    def _names_differ(self) -> TranslatorConfig:
-        if len(set(self.resource_names())) < len(self.resource_names()):
-            raise ValueError(f"HAMi's resource names must differ, got {self.resource_names()}")
-        return self
+
+#: the fields that hold HAMi's resource names, in `resource_names()` order
+RESOURCE_NAME_FIELDS = (
+    "resource_count_name",
+    "resource_memory_name",
+    "resource_memory_percentage_name",
+    "resource_core_name",
+    "resource_priority_name",
+)
+
+
+def hami_setting(name: str) -> tuple[str, object]:
+    """What HAMi's device ConfigMap calls the TranslatorConfig field `name`, and its default."""
+    (found,) = (f for f in fields(TranslatorConfig) if f.name == name)
+    return found.metadata["hami"], found.default

@@ -11,6 +11,8 @@ from vgpu_bridge.core.profiles import DEFAULT, DriverProfile
 
 @dataclass(frozen=True, slots=True)
 class TranslationContext:
+    """What a translation reads besides the object: settings, driver profile, card sizes."""
+
     config: TranslatorConfig = field(default_factory=TranslatorConfig)
     profile: DriverProfile = DEFAULT
     inventory: Inventory = field(default_factory=Inventory)

@@ -5,21 +5,40 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from vgpu_bridge.core.errors import FieldError
 
 
-class GpuRequest(BaseModel):
-    """One container's GPU share after normalisation: `count` cards, each with this share."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuRequest:
+    """One container's GPU share after normalisation: `count` cards, each with this share.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    Built only from values core has already checked; a value out of range is a bug in core, so it
+    raises ValueError at once instead of reaching a claim.
+    """
 
-    count: int = Field(ge=1)
-    memory_mib: int | None = Field(default=None, ge=1)
-    memory_percent: Decimal | None = Field(default=None, gt=0, le=100)
-    cores: int = Field(ge=0, le=100)
-    priority: int | None = Field(default=None, ge=0, le=1)
+    count: int
+    memory_mib: int | None = None
+    memory_percent: Decimal | None = None
+    cores: int
+    priority: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.memory_percent is not None and not isinstance(self.memory_percent, Decimal):
+            object.__setattr__(self, "memory_percent", Decimal(self.memory_percent))
+        ranges = (
+            ("count", self.count, 1, None),
+            ("memory_mib", self.memory_mib, 1, None),
+            ("cores", self.cores, 0, 100),
+            ("priority", self.priority, 0, 1),
+        )
+        for name, value, low, high in ranges:
+            if value is None and name in ("memory_mib", "priority"):
+                continue
+            if type(value) is not int or value < low or (high is not None and value > high):
+                raise ValueError(f"GpuRequest.{name}: {value!r} is out of range")
+        percent = self.memory_percent
+        if percent is not None and not 0 < percent <= 100:
+            raise ValueError(f"GpuRequest.memory_percent: {percent} is not in (0, 100]")
 
     @property
     def whole_card_memory(self) -> bool:
@@ -27,10 +46,9 @@ class GpuRequest(BaseModel):
         return self.memory_mib is None and self.memory_percent == 100
 
 
-class DeviceFilter(BaseModel):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceFilter:
     """Pod-level device choice: product-name substrings and exact uuids to use or avoid."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     use_types: tuple[str, ...] = ()
     avoid_types: tuple[str, ...] = ()

@@ -15,9 +15,8 @@ future version adds its model and a reader that converts an older one.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from dataclasses import dataclass
+from typing import Any, Final
 
 API_VERSION: Final = "gpu.vgpu-bridge.io/v1alpha1"
 KIND: Final = "GpuShareConfig"
@@ -27,28 +26,45 @@ class ShareConfigError(ValueError):
     """The parameters are not a config we can honour; the message names the field."""
 
 
-class GpuShareConfig(BaseModel):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuShareConfig:
     """What a claim asks of our driver beyond its capacities (v1alpha1)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-
-    api_version: Literal["gpu.vgpu-bridge.io/v1alpha1"] = Field(
-        default=API_VERSION, alias="apiVersion"
-    )
-    kind: Literal["GpuShareConfig"] = KIND
     # HAMi's nvidia.com/priority: 0 is high, 1 is low (libvgpu's CUDA_TASK_PRIORITY)
-    priority: int | None = Field(default=None, ge=0, le=1, strict=True)
+    priority: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.priority is not None and not _is_priority(self.priority):
+            raise ShareConfigError(_priority_problem(self.priority))
 
     def to_parameters(self) -> dict[str, Any]:
         """The JSON object that goes into `opaque.parameters` (unset fields left out)."""
-        return self.model_dump(by_alias=True, exclude_none=True)
+        parameters: dict[str, Any] = {"apiVersion": API_VERSION, "kind": KIND}
+        if self.priority is not None:
+            parameters["priority"] = self.priority
+        return parameters
+
+
+def _is_priority(value: object) -> bool:
+    return type(value) is int and value in (0, 1)  # strictly: not True, not "1"
+
+
+def _priority_problem(value: object) -> str:
+    return f"priority: must be 0 (high) or 1 (low), got {_short(value)}"
 
 
 def _read_v1alpha1(parameters: Mapping[str, Any]) -> GpuShareConfig:
-    try:
-        return GpuShareConfig.model_validate(dict(parameters))
-    except ValidationError as error:
-        raise ShareConfigError("; ".join(_describe(e) for e in error.errors())) from None
+    unknown = [str(name)[:60] for name in parameters if name not in _V1ALPHA1_FIELDS]
+    problems = [f"{name}: unknown field" for name in unknown[:5]]
+    priority = parameters.get("priority")
+    if priority is not None and not _is_priority(priority):
+        problems.append(_priority_problem(priority))
+    if problems:
+        raise ShareConfigError("; ".join(problems))
+    return GpuShareConfig(priority=priority)
+
+
+_V1ALPHA1_FIELDS = frozenset({"apiVersion", "kind", "priority"})
 
 
 READERS: Mapping[tuple[object, object], Callable[[Mapping[str, Any]], GpuShareConfig]] = {
@@ -68,15 +84,6 @@ def parse_share_config(parameters: object) -> GpuShareConfig:
             f"got {_short(identity[0])} {_short(identity[1])}"
         )
     return reader(parameters)
-
-
-def _describe(error: Mapping[str, Any]) -> str:
-    field = ".".join(str(part) for part in error["loc"]) or "parameters"
-    if error["type"] == "extra_forbidden":
-        return f"{field}: unknown field"
-    if field == "priority":
-        return f"priority: must be 0 (high) or 1 (low), got {_short(error['input'])}"
-    return f"{field}: {error['msg']}, got {_short(error['input'])}"
 
 
 def _short(value: object, limit: int = 60) -> str:

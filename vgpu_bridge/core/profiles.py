@@ -18,15 +18,14 @@ second cannot be said (a core booked by a share without an SM limit would be its
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from dataclasses import dataclass, replace
 
 from vgpu_bridge.core.opaque_config import API_VERSION
 
 
-class DriverProfile(BaseModel):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DriverProfile:
     """What claims for one DRA driver look like."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     driver: str
@@ -92,7 +91,7 @@ DRIVER_NAME_MAX_LENGTH = 253
 
 def our_profile(driver: str) -> DriverProfile:
     """Our driver under the name it was installed with; its DeviceClass carries the same name."""
-    return DEFAULT.model_copy(update={"driver": driver, "device_class": driver})
+    return replace(DEFAULT, driver=driver, device_class=driver)
 
 
 def profile_named(name: str, *, our_driver: str = DEFAULT.driver) -> DriverProfile:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import Any
 
 from vgpu_bridge.core import annotations as notes
@@ -212,7 +213,7 @@ def _group_claim(
 
 
 def _whole_cards(request: GpuRequest) -> GpuRequest:
-    return request.model_copy(update={"memory_mib": None, "memory_percent": 100, "cores": 100})
+    return replace(request, memory_mib=None, memory_percent=Decimal(100), cores=100)
 
 
 def _exclusive_by_memory(request: GpuRequest, profile: DriverProfile) -> bool:

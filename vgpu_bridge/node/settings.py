@@ -3,65 +3,65 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import Field
-
 from vgpu_bridge.core.profiles import DEFAULT, DRIVER_NAME_MAX_LENGTH, DRIVER_NAME_PATTERN
-from vgpu_bridge.flag_settings import FlagSettings, HostPort, split_host_port
+from vgpu_bridge.flag_settings import FlagSettings, host_port, setting, split_host_port
 
 KUBELET_PLUGINS = Path("/var/lib/kubelet/plugins")
 
 
+@dataclass(frozen=True, kw_only=True)
 class Settings(FlagSettings):
     prog: ClassVar[str] = "vgpu-bridge node"
 
-    node_name: str = Field(min_length=1, description="this node's name (the pool's name)")
-    driver_name: str = Field(
-        default=DEFAULT.driver,
+    node_name: str = setting(min_length=1, description="this node's name (the pool's name)")
+    driver_name: str = setting(
+        DEFAULT.driver,
         pattern=DRIVER_NAME_PATTERN,
         max_length=DRIVER_NAME_MAX_LENGTH,
         description="DRA driver name (a DNS subdomain); the webhook's --driver-name",
     )
-    plugin_dir: Path | None = Field(
-        default=None, description="DRA socket and checkpoint dir; /var/lib/kubelet/plugins/<driver>"
+    plugin_dir: Path | None = setting(
+        None, description="DRA socket and checkpoint dir; /var/lib/kubelet/plugins/<driver>"
     )
-    registry_dir: Path = Field(
-        default=Path("/var/lib/kubelet/plugins_registry"), description="kubelet plugin registry"
+    registry_dir: Path = setting(
+        Path("/var/lib/kubelet/plugins_registry"), description="kubelet plugin registry"
     )
-    cdi_dir: Path = Field(default=Path("/var/run/cdi"), description="where CDI specs are written")
-    mock_gpus: str | None = Field(
-        default=None,
+    cdi_dir: Path = setting(Path("/var/run/cdi"), description="where CDI specs are written")
+    mock_gpus: str | None = setting(
+        None,
         description="YAML file (or inline list) of {uuid, productName, memory}; NVML if unset",
     )
-    kubeconfig: str | None = Field(default=None, description="kubeconfig; in-cluster if unset")
-    vgpu_dir: Path = Field(
-        default=Path("/usr/local/vgpu"),
+    kubeconfig: str | None = setting(None, description="kubeconfig; in-cluster if unset")
+    vgpu_dir: Path = setting(
+        Path("/usr/local/vgpu"),
         description="host dir with libvgpu.so, ld.so.preload and claims/ (shared regions)",
     )
-    metrics_listen: HostPort = Field(
-        default="0.0.0.0:9401", description="HOST:PORT of /metrics and /healthz; empty to disable"
+    metrics_listen: str = host_port(
+        "0.0.0.0:9401", description="HOST:PORT of /metrics and /healthz; empty to disable"
     )
-    resync_seconds: float = Field(default=30, gt=0, description="how often slices are checked")
-    health_grace_seconds: float = Field(
-        default=120,
+    resync_seconds: float = setting(30, gt=0, description="how often slices are checked")
+    health_grace_seconds: float = setting(
+        120,
         gt=0,
         description="/healthz fails when no slice publication succeeds for resync-seconds + this",
     )
-    cleanup_seconds: float = Field(
-        default=600, gt=0, description="how often prepared claims that are gone are cleaned"
+    cleanup_seconds: float = setting(
+        600, gt=0, description="how often prepared claims that are gone are cleaned"
     )
-    device_health: bool = Field(
-        default=True,
+    device_health: bool = setting(
+        True,
         description="taint unhealthy cards in the slices (NVML XID events and lost GPUs; "
         "files under <plugin-dir>/mock-health with mock GPUs)",
     )
-    device_health_seconds: float = Field(
-        default=5, gt=0, description="how often the cards' health is checked"
+    device_health_seconds: float = setting(
+        5, gt=0, description="how often the cards' health is checked"
     )
-    device_taint_effect: Literal["NoSchedule", "NoExecute", "None"] = Field(
-        default="NoSchedule",
+    device_taint_effect: Literal["NoSchedule", "NoExecute", "None"] = setting(
+        "NoSchedule",
         description="an unhealthy card's taint: NoSchedule keeps new shares off it, NoExecute "
         "also evicts the pods using it, None only marks it",
     )
@@ -97,15 +97,16 @@ class Settings(FlagSettings):
         return split_host_port(self.metrics_listen) if self.metrics_listen else None
 
 
+@dataclass(frozen=True, kw_only=True)
 class InstallSettings(FlagSettings):
     """`vgpu-bridge node install-libvgpu` (see `library.py`)."""
 
     prog: ClassVar[str] = "vgpu-bridge node install-libvgpu"
 
-    vgpu_dir: Path = Field(
-        default=Path("/usr/local/vgpu"), description="host dir to install into (the agent's)"
+    vgpu_dir: Path = setting(
+        Path("/usr/local/vgpu"), description="host dir to install into (the agent's)"
     )
-    libvgpu_source: Path = Field(
-        default=Path("/opt/vgpu-bridge/lib/libvgpu.so"),
+    libvgpu_source: Path = setting(
+        Path("/opt/vgpu-bridge/lib/libvgpu.so"),
         description="the libvgpu.so to install (where the agent image has it)",
     )

@@ -2,99 +2,105 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
-
-from vgpu_bridge.core.config import ResourceName, TranslatorConfig
+from vgpu_bridge.core.config import TranslatorConfig, hami_setting, resource_name_problem
 from vgpu_bridge.core.profiles import DEFAULT, DRIVER_NAME_MAX_LENGTH, DRIVER_NAME_PATTERN
-from vgpu_bridge.flag_settings import FlagSettings, HostPort, comma_list, split_host_port
+from vgpu_bridge.flag_settings import (
+    FlagSettings,
+    comma_list,
+    host_port,
+    setting,
+    split_host_port,
+)
 from vgpu_bridge.webhook.connections import Limits
 
-_HAMI_NAMES = TranslatorConfig.model_fields
 
-
-def _hami_name(field: str) -> Any:  # Any: what pydantic's Field() returns
+def _hami_name(field: str) -> Any:  # Any: what a dataclass field declaration takes
     """The setting for one of HAMi's resource names, with TranslatorConfig's default."""
-    return Field(
-        default=_HAMI_NAMES[field].default,
-        description=f"HAMi's {_HAMI_NAMES[field].alias} as this cluster names it (any resource "
-        "name; the fast path and the chart's matchConditions look for it)",
+    hami_name, default = hami_setting(field)
+    return setting(
+        default,
+        description=f"HAMi's {hami_name} as this cluster names it (any resource name; the fast "
+        "path and the chart's matchConditions look for it)",
+        check=resource_name_problem,
     )
 
 
+@dataclass(frozen=True, kw_only=True)
 class Settings(FlagSettings):
+    """`vgpu-bridge webhook`'s settings."""
+
     prog: ClassVar[str] = "vgpu-bridge webhook"
 
-    listen: HostPort = Field(default="0.0.0.0:8443", description="HOST:PORT to serve HTTPS on")
-    metrics_listen: HostPort = Field(
-        default="",
+    listen: str = host_port("0.0.0.0:8443", description="HOST:PORT to serve HTTPS on")
+    metrics_listen: str = host_port(
+        "",
         description="HOST:PORT of a plain-HTTP /metrics, /healthz, /readyz (never /mutate); "
         "empty: off",
     )
-    tls_cert_file: str = Field(description="PEM certificate (reloaded when it changes)")
-    tls_key_file: str = Field(description="PEM private key")
-    client_ca_file: str | None = Field(
-        default=None,
+    tls_cert_file: str = setting(description="PEM certificate (reloaded when it changes)")
+    tls_key_file: str = setting(description="PEM private key")
+    client_ca_file: str | None = setting(
+        None,
         description="PEM CA: /mutate and /metrics then answer only clients with a certificate "
         "it signed (configure the API server to present one); unset: any client",
     )
-    kubeconfig: str | None = Field(default=None, description="kubeconfig; in-cluster if unset")
-    profile: Literal["default", "hami"] = Field(
-        default="default", description="driver profile: default or hami"
+    kubeconfig: str | None = setting(None, description="kubeconfig; in-cluster if unset")
+    profile: Literal["default", "hami"] = setting(
+        "default", description="driver profile: default or hami"
     )
-    driver_name: str = Field(
-        default=DEFAULT.driver,
+    driver_name: str = setting(
+        DEFAULT.driver,
         pattern=DRIVER_NAME_PATTERN,
         max_length=DRIVER_NAME_MAX_LENGTH,
         description="our DRA driver's name (a DNS subdomain; the node agent's --driver-name), "
         "also the DeviceClass of the default profile's claims",
     )
-    scheduler: str = Field(default="auto", description="adapter: auto or a name")
-    namespace: str = Field(default="vgpu-bridge", description="our own namespace (never mutated)")
-    excluded_namespaces: str = Field(default="kube-system", description="comma list, never mutated")
-    opt_out_label: str = Field(default="vgpu-bridge.io/ignore", description="label=true skips")
-    sweep_grace_seconds: int = Field(default=600, ge=0, description="unreferenced template age")
-    sweep_interval_seconds: int = Field(default=120, ge=1, description="how often to sweep")
-    max_body_bytes: int = Field(default=3 * 2**20, ge=1024, description="largest request body")
-    max_connections: int = Field(
-        default=1000,
+    scheduler: str = setting("auto", description="adapter: auto or a name")
+    namespace: str = setting("vgpu-bridge", description="our own namespace (never mutated)")
+    excluded_namespaces: str = setting("kube-system", description="comma list, never mutated")
+    opt_out_label: str = setting("vgpu-bridge.io/ignore", description="label=true skips")
+    sweep_grace_seconds: int = setting(600, ge=0, description="unreferenced template age")
+    sweep_interval_seconds: int = setting(120, ge=1, description="how often to sweep")
+    max_body_bytes: int = setting(3 * 2**20, ge=1024, description="largest request body")
+    max_connections: int = setting(
+        1000,
         ge=16,
         le=60000,
         description="open connections; past it the longest-waiting one is closed",
     )
-    request_timeout_seconds: float = Field(
-        default=10, gt=0, le=300, description="a request's head and body must arrive within it"
+    request_timeout_seconds: float = setting(
+        10, gt=0, le=300, description="a request's head and body must arrive within it"
     )
-    idle_timeout_seconds: float = Field(
-        default=60, gt=0, le=3600, description="a keep-alive connection may idle this long"
+    idle_timeout_seconds: float = setting(
+        60, gt=0, le=3600, description="a keep-alive connection may idle this long"
     )
-    workers: int = Field(default=8, ge=1, le=256, description="threads that run admissions")
-    max_templates_per_namespace: int = Field(
-        default=100, ge=1, description="ResourceClaimTemplates the webhook creates per namespace"
+    workers: int = setting(8, ge=1, le=256, description="threads that run admissions")
+    max_templates_per_namespace: int = setting(
+        100, ge=1, description="ResourceClaimTemplates the webhook creates per namespace"
     )
-    default_memory: int = Field(default=0, ge=0, description="MiB; 0 = whole card")
-    default_cores: int = Field(default=0, ge=0, le=100, description="SM percent of a share")
-    default_gpu_num: int = Field(default=1, ge=1, description="GPUs when no count is given")
-    memory_factor: int = Field(default=1, ge=1, description="gpumem unit in MiB")
-    resource_count_name: ResourceName = _hami_name("resource_count_name")
-    resource_memory_name: ResourceName = _hami_name("resource_memory_name")
-    resource_memory_percentage_name: ResourceName = _hami_name("resource_memory_percentage_name")
-    resource_core_name: ResourceName = _hami_name("resource_core_name")
-    resource_priority_name: ResourceName = _hami_name("resource_priority_name")
-    allow_privileged: bool = Field(
-        default=False,
+    default_memory: int = setting(0, ge=0, description="MiB; 0 = whole card")
+    default_cores: int = setting(0, ge=0, le=100, description="SM percent of a share")
+    default_gpu_num: int = setting(1, ge=1, description="GPUs when no count is given")
+    memory_factor: int = setting(1, ge=1, description="gpumem unit in MiB")
+    resource_count_name: str = _hami_name("resource_count_name")
+    resource_memory_name: str = _hami_name("resource_memory_name")
+    resource_memory_percentage_name: str = _hami_name("resource_memory_percentage_name")
+    resource_core_name: str = _hami_name("resource_core_name")
+    resource_priority_name: str = _hami_name("resource_priority_name")
+    allow_privileged: bool = setting(
+        False,
         description="admit GPU pods with a privileged container (HAMi >= 2.10 refuses them: "
         "such a container sees every GPU and escapes its share)",
     )
-    volcano_scheduler_names: str = Field(
-        default="volcano", description="vc-scheduler names, comma list"
-    )
-    volcano_version: str | None = Field(default=None, description="Volcano release, e.g. v1.15.1")
-    kai_scheduler_names: str = Field(default="kai-scheduler", description="KAI scheduler names")
-    kai_version: str | None = Field(default=None, description="KAI build, e.g. v0.18.0")
-    kai_without_capacity: Literal["warn", "refuse"] = Field(
-        default="warn", description="what to do when the KAI build has no consumable capacity"
+    volcano_scheduler_names: str = setting("volcano", description="vc-scheduler names, comma list")
+    volcano_version: str | None = setting(None, description="Volcano release, e.g. v1.15.1")
+    kai_scheduler_names: str = setting("kai-scheduler", description="KAI scheduler names")
+    kai_version: str | None = setting(None, description="KAI build, e.g. v0.18.0")
+    kai_without_capacity: Literal["warn", "refuse"] = setting(
+        "warn", description="what to do when the KAI build has no consumable capacity"
     )
 
     def translator_config(self) -> TranslatorConfig:

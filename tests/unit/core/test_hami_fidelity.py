@@ -7,6 +7,7 @@ and `webhook_test.go`; KAI `gpu_request_validator.go` and `gpu_request_validator
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -227,7 +228,7 @@ def test_a_privileged_container_beside_a_gpu_is_refused(obj: dict[str, Any], pat
     config = TranslatorConfig(resource_count_name="hami.io/gpu")
     (line,) = refusal(obj, config)
     assert f"{path}: is true in a pod that asks for a GPU share" in line
-    assert admitted(obj, config.model_copy(update={"allow_privileged": True})) == ()
+    assert admitted(obj, replace(config, allow_privileged=True)) == ()
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ card, `gpu0`); the claims here must book on that card exactly what HAMi books.
 from __future__ import annotations
 
 import itertools
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ Pod = list[tuple[GpuRequest, ContainerKind]]
 def share(
     memory: int | None, cores: int, *, count: int = 1, priority: int | None = None
 ) -> GpuRequest:
-    percent = 100 if memory is None else None
+    percent = Decimal(100) if memory is None else None
     return GpuRequest(
         count=count, memory_mib=memory, memory_percent=percent, cores=cores, priority=priority
     )
@@ -119,7 +120,7 @@ def test_a_whole_card_in_the_group_makes_the_claim_a_whole_card() -> None:
         pytest.param([init(500, priority=0), app(100, priority=1)], id="other-priority"),
         pytest.param([(share(500, 0), "sidecar"), app(100)], id="sidecar-runs-beside-the-apps"),
         pytest.param(
-            [init(500), (GpuRequest(count=1, memory_percent=50, cores=0), "app")],
+            [init(500), (GpuRequest(count=1, memory_percent=Decimal(50), cores=0), "app")],
             id="percentage-of-a-card",
         ),
     ],

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
-from pydantic import ValidationError
 
 from tests.unit.node.claims import NODE
 from tests.unit.node.fake_api import FakeApi
+from vgpu_bridge.flag_settings import SettingsError
 from vgpu_bridge.node.app import build
 from vgpu_bridge.node.device_health.nvml_source import NvmlHealthOnFirstUse
 from vgpu_bridge.node.gpus import mock_gpus
@@ -23,7 +23,7 @@ MOCK = (
 
 
 def _settings(tmp_path: Path, **extra: object) -> Settings:
-    return Settings.model_validate(
+    return Settings.from_values(
         {"node_name": NODE, "plugin_dir": tmp_path, "registry_dir": tmp_path,
          "cdi_dir": tmp_path / "cdi", "vgpu_dir": tmp_path / "vgpu", "metrics_listen": "",
          "mock_gpus": MOCK, **extra}
@@ -85,7 +85,7 @@ def test_real_cards_are_watched_through_nvml_started_on_first_use(tmp_path: Path
 
 
 def test_a_bad_taint_effect_is_refused_naming_the_setting() -> None:
-    with pytest.raises(ValidationError, match="device_taint_effect"):
+    with pytest.raises(SettingsError, match="device_taint_effect"):
         Settings.from_args(["--node-name", "n1", "--device-taint-effect", "PreferNoSchedule"], {})
     settings = Settings.from_args(["--node-name", "n1"], {"VGPU_BRIDGE_DEVICE_HEALTH": "false"})
     assert not settings.device_health

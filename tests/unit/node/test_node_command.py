@@ -15,7 +15,7 @@ def test_without_a_node_name_it_says_which_flag_and_env_var_is_missing(
     monkeypatch.delenv("VGPU_BRIDGE_NODE_NAME", raising=False)
     result = run_cli(["node"])
     assert result.code == 2
-    assert "--node-name (VGPU_BRIDGE_NODE_NAME): Field required" in result.stderr
+    assert "--node-name (VGPU_BRIDGE_NODE_NAME): required" in result.stderr
     assert "Traceback" not in result.stderr
 
 

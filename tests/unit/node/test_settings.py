@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
+from vgpu_bridge.flag_settings import SettingsError
 from vgpu_bridge.node.settings import Settings
 
 
@@ -42,12 +42,12 @@ def test_every_flag_is_also_an_env_var_and_flags_win() -> None:
 
 
 def test_a_node_name_is_required() -> None:
-    with pytest.raises(ValidationError, match="node_name"):
+    with pytest.raises(SettingsError, match="node_name"):
         Settings.from_env({})
 
 
 @pytest.mark.parametrize("name", ["../../etc", "GPU.example.com", "gpu_x.example.com", "a" * 254])
 def test_a_driver_name_must_be_a_dns_subdomain(name: str) -> None:
     """It names the plugin dir and the registration socket: no path may hide in it."""
-    with pytest.raises(ValidationError, match="driver_name"):
+    with pytest.raises(SettingsError, match="driver_name"):
         Settings.from_args(["--node-name", "n1", "--driver-name", name], {})

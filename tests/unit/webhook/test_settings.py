@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
 
+from vgpu_bridge.flag_settings import SettingsError
 from vgpu_bridge.webhook.settings import Settings
 
 TLS = {"VGPU_BRIDGE_TLS_CERT_FILE": "/tls/crt", "VGPU_BRIDGE_TLS_KEY_FILE": "/tls/key"}
@@ -39,5 +39,5 @@ def test_own_namespace_is_always_excluded() -> None:
     ],
 )
 def test_bad_settings_name_the_field(env: dict[str, str], field: str) -> None:
-    with pytest.raises(ValidationError, match=field):
+    with pytest.raises(SettingsError, match=field):
         Settings.from_env(env)

@@ -4,9 +4,9 @@ name outside HAMi's prefixes (example.com/vgpu) is seen by the fast path (issue 
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
 
 from vgpu_bridge.core import TranslatorConfig
+from vgpu_bridge.flag_settings import SettingsError
 from vgpu_bridge.webhook.fastpath import may_ask_for_gpus
 from vgpu_bridge.webhook.settings import Settings
 
@@ -50,5 +50,5 @@ def test_a_resource_renamed_outside_the_known_prefixes_is_seen_by_the_fast_path(
 
 @pytest.mark.parametrize("name", ["gpu", "hami.io/", "example.com/bad name"])
 def test_a_name_that_is_no_resource_name_is_refused(name: str) -> None:
-    with pytest.raises(ValidationError, match="resource_count_name"):
+    with pytest.raises(SettingsError, match="resource_count_name"):
         Settings.from_env({**TLS, "VGPU_BRIDGE_RESOURCE_COUNT_NAME": name})

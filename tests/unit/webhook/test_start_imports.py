@@ -1,6 +1,7 @@
 """A restarted webhook replica loads only what answering reviews needs: the CLI builds the
-webhook's flags alone, and the Kubernetes client, prometheus_client and structlog load after the
-server is up, in the background (log lines are kept until then). Checked in a fresh interpreter,
+webhook's flags alone, its settings and core's values are plain dataclasses (no pydantic, which
+alone took longer than the rest of a start), and the Kubernetes client, prometheus_client and
+structlog load after the server is up, in the background (log lines are kept until then). Checked in a fresh interpreter,
 as the binary starts, up to the answer to a GPU review that core translates."""
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def loaded() -> set[str]:
         pytest.param("vgpu_bridge.node.settings", id="the-node-agents-settings"),
         pytest.param("prometheus_client", id="the-metrics-library"),
         pytest.param("structlog", id="the-logging-library"),
+        pytest.param("pydantic", id="the-model-library"),
+        pytest.param("pydantic_core", id="its-validator"),
     ],
 )
 def test_the_webhook_start_path_does_not_import(module: str, loaded: set[str]) -> None:
