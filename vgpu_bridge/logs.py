@@ -25,6 +25,8 @@ MAX_PENDING = 10_000  # lines kept before structlog loads; past it, it loads at 
 
 @dataclass(frozen=True, slots=True)
 class _Line:
+    """A line logged before structlog has loaded, kept to be written in order."""
+
     logger: str
     method: str
     event: str

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vgpu_bridge.adapters import AdapterRegistry
 from vgpu_bridge.core import (
@@ -27,13 +27,14 @@ from vgpu_bridge.kube import (
 )
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook import review
-from vgpu_bridge.webhook.event_notes import Admitted, occurrences
-from vgpu_bridge.webhook.events import EventRecorder
 from vgpu_bridge.webhook.fastpath import may_ask_for_gpus, may_name_gpus
 from vgpu_bridge.webhook.metrics import WebhookMetrics
 from vgpu_bridge.webhook.quotas import QuotaGate
 from vgpu_bridge.webhook.settings import Settings
 from vgpu_bridge.webhook.templates import TemplateConflict, TemplateStore
+
+if TYPE_CHECKING:  # attached once the client has loaded (webhook.app.api_workers)
+    from vgpu_bridge.webhook.events import EventRecorder
 
 log = get_logger("vgpu_bridge.webhook")
 RESOURCE_API = "/apis/resource.k8s.io/v1"
@@ -45,6 +46,8 @@ CLAIM_RESOURCES = {
 
 @dataclass(slots=True)
 class _Outcome:
+    """An admission's decision, its answer, and what its log line and Events say."""
+
     decision: str  # translated | unchanged | denied
     body: bytes
     adapter: str = "-"
@@ -136,6 +139,8 @@ class Admitter:
         quiet = outcome.decision == "unchanged" and not outcome.warnings
         if self.events is None or request.dry_run or quiet:
             return
+        from vgpu_bridge.webhook.event_notes import Admitted, occurrences  # loaded with events
+
         meta = request.object.get("metadata")
         namespace = request.namespace or (meta.get("namespace") if isinstance(meta, dict) else None)
         admitted = Admitted(uid=request.uid, object=request.object, namespace=namespace,

@@ -8,6 +8,8 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from functools import partial
+from typing import TYPE_CHECKING
 
 from vgpu_bridge import logs
 from vgpu_bridge.adapters import default_registry
@@ -16,7 +18,6 @@ from vgpu_bridge.core.dialects import hami
 from vgpu_bridge.kube import KubeApi, KubeConfigError
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook.admission import Admitter
-from vgpu_bridge.webhook.events import EventRecorder
 from vgpu_bridge.webhook.inventory import InventoryCache
 from vgpu_bridge.webhook.legacy import legacy_hami_warnings
 from vgpu_bridge.webhook.metrics import WebhookMetrics
@@ -25,6 +26,9 @@ from vgpu_bridge.webhook.restore import TemplateRestorer
 from vgpu_bridge.webhook.server import ProbeServer, TLSFiles, WebhookServer, watch_tls
 from vgpu_bridge.webhook.settings import Settings
 from vgpu_bridge.webhook.templates import Sweeper, TemplateStore
+
+if TYPE_CHECKING:
+    from vgpu_bridge.webhook.events import EventRecorder
 
 log = get_logger("vgpu_bridge.webhook")
 
@@ -64,9 +68,7 @@ def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, S
             inventory=inventory.current,
             memory_factor=config.memory_factor,
         ),
-        events=EventRecorder(api, controller=settings.driver_name,
-                             instance=socket.gethostname(), dropped=metrics.events_dropped),
-    )  # fmt: skip
+    )
     sweeper = Sweeper(api, grace_s=settings.sweep_grace_seconds)
     admitter.metrics.templates_left_behind.set_function(lambda: sweeper.left_behind)
     return admitter, inventory, sweeper
@@ -117,13 +119,15 @@ def api_workers(
     every_s: float,
 ) -> list[threading.Thread]:
     """The threads that follow the API: inventory, template index (and the restorer of deleted
-    templates still in use), quotas, housekeeping, and the one that posts Events."""
+    templates still in use), quotas, housekeeping, and the one that posts Events. Its recorder is
+    made and attached to the admitter here, once the client has loaded: no Event can be posted
+    before, and its module stays off the start path."""
     quotas = [admitter.quotas.cache] if admitter.quotas else []
     restorer = TemplateRestorer(admitter.api, ensure=admitter.store.ensure)
     admitter.store.index.on_deleted = restorer.deleted
-    events = [admitter.events] if admitter.events else []
+    events = attach_events(admitter)
     return [
-        *(threading.Thread(target=e.run, args=(stop,), name="events", daemon=True) for e in events),
+        threading.Thread(target=events.run, args=(stop,), name="events", daemon=True),
         threading.Thread(target=inventory.run, args=(stop,), name="inventory", daemon=True),
         *(threading.Thread(target=q.run, args=(stop,), name="quotas", daemon=True) for q in quotas),
         threading.Thread(
@@ -139,16 +143,30 @@ def api_workers(
     ]
 
 
+def attach_events(admitter: Admitter) -> EventRecorder:
+    """The recorder of Events about the admitter's decisions, attached to it."""
+    from vgpu_bridge.webhook.events import EventRecorder  # off the start path (api_workers)
+
+    recorder = EventRecorder(
+        admitter.api,
+        controller=admitter.settings.driver_name,
+        instance=socket.gethostname(),
+        dropped=admitter.metrics.events_dropped,
+    )
+    admitter.events = recorder
+    return recorder
+
+
 def connect_then_start(
     api: KubeApi,
-    workers: list[threading.Thread],
+    workers: Callable[[], list[threading.Thread]],
     failed: Callable[[KubeConfigError], None],
     *,
     metrics: WebhookMetrics,
 ) -> None:
     """Load structlog (writing the lines kept until now), make the metrics and load the client
-    (the slow parts of a start, done while reviews are already answered), then start the threads
-    that need it; or report why it cannot be loaded."""
+    (the slow parts of a start, done while reviews are already answered), then make and start
+    the threads that need it; or report why it cannot be loaded."""
     logs.load()
     metrics.load()
     try:
@@ -156,13 +174,13 @@ def connect_then_start(
     except KubeConfigError as error:
         failed(error)
         return
-    for worker in workers:
+    for worker in workers():
         worker.start()
 
 
 def background(
     api: KubeApi,
-    following: list[threading.Thread],
+    following: Callable[[], list[threading.Thread]],
     *,
     metrics: WebhookMetrics,
     tls: TLSFiles,
@@ -207,8 +225,13 @@ def serve(settings: Settings) -> int:
         unusable.append(error)
         shut_down()
 
-    following = api_workers(
-        admitter, inventory, sweeper, stop=stop, every_s=settings.sweep_interval_seconds
+    following = partial(
+        api_workers,
+        admitter,
+        inventory,
+        sweeper,
+        stop=stop,
+        every_s=settings.sweep_interval_seconds,
     )
     threads = background(api, following, metrics=admitter.metrics, tls=tls, probes=probes,
                          stop=stop, failed=cannot_connect)  # fmt: skip

@@ -39,6 +39,9 @@ QUICK_BUDGET_S = 0.002
 
 @dataclass(frozen=True, slots=True)
 class Limits:
+    """The server's bounds: open connections, a request's deadline, idle time, body size; and
+    the workers that answer."""
+
     max_connections: int = 1000
     request_timeout_s: float = 10.0
     idle_timeout_s: float = 60.0
@@ -48,6 +51,8 @@ class Limits:
 
 @dataclass(frozen=True, slots=True)
 class Request:
+    """One whole request, read within its deadline."""
+
     head: Head
     body: bytes
     peer: str
@@ -56,6 +61,8 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Reply:
+    """What a route answers."""
+
     status: int
     body: bytes
     content_type: str = "text/plain"

@@ -18,6 +18,8 @@ class BadReview(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class AdmissionRequest:
+    """The fields of an AdmissionReview's request that an admission reads."""
+
     uid: str
     operation: str
     namespace: str | None

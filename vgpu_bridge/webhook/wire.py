@@ -24,6 +24,8 @@ class HttpError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Head:
+    """An HTTP request line and its headers."""
+
     method: str
     target: str
     version: str

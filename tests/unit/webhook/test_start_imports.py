@@ -56,6 +56,7 @@ def loaded() -> set[str]:
         pytest.param("structlog", id="the-logging-library"),
         pytest.param("pydantic", id="the-model-library"),
         pytest.param("pydantic_core", id="its-validator"),
+        pytest.param("vgpu_bridge.webhook.events", id="the-event-recorder"),
     ],
 )
 def test_the_webhook_start_path_does_not_import(module: str, loaded: set[str]) -> None:
