@@ -7,9 +7,11 @@ replica does not wait for the translator's YAML reader or the node agent's setti
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from vgpu_bridge import __version__
 
@@ -19,6 +21,19 @@ COMMANDS = {
     "node": "serve the node agent (DRA kubelet plugin)",
     "status": "which pods share which GPU, what each booked and uses (also `kubectl vgpu status`)",
 }
+
+
+@contextlib.contextmanager
+def long_lived() -> Iterator[None]:
+    """Load what lives as long as the process (modules, classes, settings) with the cyclic
+    collector off, then freeze it. At a webhook start its ~40 passes over the growing heap found
+    nothing to free and took ~15% of the start; frozen, later passes skip those objects too."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
@@ -57,7 +72,8 @@ def _add_webhook_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_webhook(args: argparse.Namespace) -> int:
-    from vgpu_bridge.webhook.app import main  # the I/O shell loads only when asked for
+    with long_lived():
+        from vgpu_bridge.webhook.app import main  # the I/O shell loads only when asked for
 
     return main(args, os.environ)
 
@@ -77,7 +93,8 @@ def _add_node_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_node(args: argparse.Namespace) -> int:
-    from vgpu_bridge.node.app import main  # the I/O shell loads only when asked for
+    with long_lived():
+        from vgpu_bridge.node.app import main  # the I/O shell loads only when asked for
 
     return main(args, os.environ)
 
@@ -111,7 +128,8 @@ _ADD_ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(chosen_command(words)).parse_args(words)
+    with long_lived():
+        args = build_parser(chosen_command(words)).parse_args(words)
     code: int = args.run(args)
     return code
 
