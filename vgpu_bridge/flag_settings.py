@@ -99,11 +99,11 @@ class Rule:
 
     def _number_problem(self, value: float) -> str | None:
         if self.ge is not None and not value >= self.ge:
-            return f"must be at least {self.ge:g}, got {value:g}"
+            return f"must be at least {_shown(self.ge)}, got {_shown(value)}"
         if self.gt is not None and not value > self.gt:
-            return f"must be more than {self.gt:g}, got {value:g}"
+            return f"must be more than {_shown(self.gt)}, got {_shown(value)}"
         if self.le is not None and not value <= self.le:
-            return f"must be at most {self.le:g}, got {value:g}"
+            return f"must be at most {_shown(self.le)}, got {_shown(value)}"
         return None
 
     def _text_problem(self, value: str) -> str | None:
@@ -301,6 +301,11 @@ _NAMES: dict[object, str] = {
 
 def _name(kind: type) -> str:
     return _NAMES.get(kind) or f"a {kind.__name__}"
+
+
+def _shown(number: float) -> str:
+    """An integer in full (2000000, not 2e+06), a float as short as it reads."""
+    return str(number) if isinstance(number, int) else f"{number:g}"
 
 
 def _quoted(value: object, limit: int = 60) -> str:

@@ -61,6 +61,8 @@ def test_defaults_fill_what_is_not_given_and_settings_are_frozen() -> None:
         ({"count": "1.0"}, "count", "must be an integer, got '1.0'"),
         ({"count": "0"}, "count", "must be at least 1, got 0"),
         ({"count": "11"}, "count", "must be at most 10, got 11"),
+        ({"count": "12345678"}, "count", "must be at most 10, got 12345678"),
+        ({"seconds": "-0.5"}, "seconds", "must be more than 0, got -0.5"),
         ({"count": "9" * 5000}, "count", "must be an integer, got '999"),
         ({"seconds": "0"}, "seconds", "must be more than 0, got 0"),
         ({"seconds": "nan"}, "seconds", "must be a finite number, got 'nan'"),
