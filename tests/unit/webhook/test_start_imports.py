@@ -1,8 +1,9 @@
 """A restarted webhook replica loads only what answering reviews needs: the CLI builds the
 webhook's flags alone, its settings and core's values are plain dataclasses (no pydantic, which
 alone took longer than the rest of a start), and the Kubernetes client, prometheus_client and
-structlog load after the server is up, in the background (log lines are kept until then). Checked in a fresh interpreter,
-as the binary starts, up to the answer to a GPU review that core translates."""
+structlog load after the server is up, in the background (log lines are kept until then).
+Checked in a fresh interpreter, as the binary starts, up to the answer to a GPU review that core
+translates."""
 
 from __future__ import annotations
 
