@@ -147,7 +147,7 @@ class FlagSettings:
 
     def __post_init__(self) -> None:
         problems = []
-        for name, kind in self._kinds().items():
+        for name, (kind, rule) in self._specs().items():
             value = getattr(self, name)
             if value is REQUIRED:
                 problems.append((name, "required"))
@@ -158,7 +158,7 @@ class FlagSettings:
                 problems.append((name, str(error)))
                 continue
             object.__setattr__(self, name, value)
-            if value is not None and (reason := self._rule(name).problem(value)) is not None:
+            if value is not None and (reason := rule.problem(value)) is not None:
                 problems.append((name, reason))
         if problems:
             raise SettingsError(problems)
@@ -168,24 +168,18 @@ class FlagSettings:
         return fields(cls)  # type: ignore[arg-type]  # subclasses are dataclasses
 
     @classmethod
-    def _kinds(cls) -> dict[str, Any]:
-        """Each field's type, resolved once per class."""
-        cached: dict[str, Any] | None = cls.__dict__.get("_resolved_kinds")
+    def _specs(cls) -> dict[str, tuple[Any, Rule]]:
+        """Each field's type and rule, by name, resolved once per class."""
+        cached: dict[str, tuple[Any, Rule]] | None = cls.__dict__.get("_resolved_specs")
         if cached is None:
             hints = get_type_hints(cls)
-            cached = {f.name: hints[f.name] for f in cls._fields()}
-            type.__setattr__(cls, "_resolved_kinds", cached)
+            cached = {f.name: (hints[f.name], f.metadata["rule"]) for f in cls._fields()}
+            type.__setattr__(cls, "_resolved_specs", cached)
         return cached
 
     @classmethod
-    def _rule(cls, name: str) -> Rule:
-        (found,) = (f for f in cls._fields() if f.name == name)
-        rule: Rule = found.metadata["rule"]
-        return rule
-
-    @classmethod
     def setting_names(cls) -> tuple[str, ...]:
-        return tuple(cls._kinds())
+        return tuple(cls._specs())
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
@@ -206,7 +200,7 @@ class FlagSettings:
     def from_values(cls, values: Mapping[str, object]) -> Self:
         """Settings from values by field name: text is converted by the field's type; an unknown
         name is refused like a bad value."""
-        unknown = [(name, "unknown setting") for name in values if name not in cls._kinds()]
+        unknown = [(name, "unknown setting") for name in values if name not in cls._specs()]
         if unknown:
             raise SettingsError(unknown)
         return cls(**values)
@@ -214,7 +208,7 @@ class FlagSettings:
     @classmethod
     def from_namespace(cls, args: argparse.Namespace, environ: Mapping[str, str]) -> Self:
         values: dict[str, Any] = {}
-        for name in cls._kinds():
+        for name in cls._specs():
             flag_value = getattr(args, name, None)
             value = flag_value if flag_value is not None else environ.get(ENV_PREFIX + name.upper())
             if value is not None:

@@ -25,14 +25,14 @@ class GpuRequest:
     def __post_init__(self) -> None:
         if self.memory_percent is not None and not isinstance(self.memory_percent, Decimal):
             object.__setattr__(self, "memory_percent", Decimal(self.memory_percent))
-        ranges = (
-            ("count", self.count, 1, None),
-            ("memory_mib", self.memory_mib, 1, None),
-            ("cores", self.cores, 0, 100),
-            ("priority", self.priority, 0, 1),
+        ranges = (  # (field, its value, lowest, highest, None allowed)
+            ("count", self.count, 1, None, False),
+            ("memory_mib", self.memory_mib, 1, None, True),
+            ("cores", self.cores, 0, 100, False),
+            ("priority", self.priority, 0, 1, True),
         )
-        for name, value, low, high in ranges:
-            if value is None and name in ("memory_mib", "priority"):
+        for name, value, low, high, optional in ranges:
+            if value is None and optional:
                 continue
             if type(value) is not int or value < low or (high is not None and value > high):
                 raise ValueError(f"GpuRequest.{name}: {value!r} is out of range")

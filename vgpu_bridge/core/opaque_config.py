@@ -34,8 +34,9 @@ class GpuShareConfig:
     priority: int | None = None
 
     def __post_init__(self) -> None:
-        if self.priority is not None and not _is_priority(self.priority):
-            raise ShareConfigError(_priority_problem(self.priority))
+        priority = self.priority  # strictly 0 or 1: never True, never "1"
+        if priority is not None and not (type(priority) is int and priority in (0, 1)):
+            raise ShareConfigError(f"priority: must be 0 (high) or 1 (low), got {_short(priority)}")
 
     def to_parameters(self) -> dict[str, Any]:
         """The JSON object that goes into `opaque.parameters` (unset fields left out)."""
@@ -45,23 +46,16 @@ class GpuShareConfig:
         return parameters
 
 
-def _is_priority(value: object) -> bool:
-    return type(value) is int and value in (0, 1)  # strictly: not True, not "1"
-
-
-def _priority_problem(value: object) -> str:
-    return f"priority: must be 0 (high) or 1 (low), got {_short(value)}"
-
-
 def _read_v1alpha1(parameters: Mapping[str, Any]) -> GpuShareConfig:
     unknown = [str(name)[:60] for name in parameters if name not in _V1ALPHA1_FIELDS]
     problems = [f"{name}: unknown field" for name in unknown[:5]]
-    priority = parameters.get("priority")
-    if priority is not None and not _is_priority(priority):
-        problems.append(_priority_problem(priority))
+    try:
+        config = GpuShareConfig(priority=parameters.get("priority"))
+    except ShareConfigError as error:
+        problems.append(str(error))
     if problems:
         raise ShareConfigError("; ".join(problems))
-    return GpuShareConfig(priority=priority)
+    return config
 
 
 _V1ALPHA1_FIELDS = frozenset({"apiVersion", "kind", "priority"})
