@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from vgpu_bridge.adapters import AdapterRegistry
@@ -27,7 +28,7 @@ from vgpu_bridge.kube import (
 )
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook import review
-from vgpu_bridge.webhook.fastpath import may_ask_for_gpus, may_name_gpus
+from vgpu_bridge.webhook.fastpath import gpu_key_markers, may_ask_for_gpus, may_name_gpus
 from vgpu_bridge.webhook.metrics import WebhookMetrics
 from vgpu_bridge.webhook.quotas import QuotaGate
 from vgpu_bridge.webhook.settings import Settings
@@ -80,6 +81,10 @@ class Admitter:
     quotas: QuotaGate | None = None  # HAMi's namespace GPU quotas; None: not enforced
     events: EventRecorder | None = None  # Events about decisions; None: none posted
 
+    @cached_property
+    def _gpu_key_markers(self) -> tuple[bytes, ...]:
+        return gpu_key_markers(self.config.resource_names())
+
     def review_body(self, body: bytes) -> tuple[int, bytes]:
         """(HTTP status, body) for one POST /mutate."""
         answer = self._answer(body, quick=False)
@@ -91,7 +96,7 @@ class Admitter:
         GPUs, an object we skip, a malformed review), in time bounded by the body's size; None:
         take `review_body` on a worker. A body naming a GPU key anywhere goes there unread: it
         would be read twice."""
-        if may_name_gpus(body, resource_names=self.config.resource_names()):
+        if may_name_gpus(body, markers=self._gpu_key_markers):
             return None
         return self._answer(body, quick=True)
 

@@ -45,11 +45,16 @@ def may_ask_for_gpus(
     return False
 
 
-def may_name_gpus(body: bytes, *, resource_names: Collection[str] = ()) -> bool:
-    """False when the raw review holds none of the bytes a GPU key starts with (nor a renamed
-    resource name): a cheap look before reading it. Only a shortcut: a key written with JSON
-    escapes is not seen here, and `may_ask_for_gpus` on the parsed object still sees it."""
-    markers = (*GPU_KEY_MARKERS, *(name.encode() for name in resource_names))
+def gpu_key_markers(resource_names: Collection[str] = ()) -> tuple[bytes, ...]:
+    """The bytes a GPU key starts with, and the renamed resource names: made once, looked for in
+    every review's raw bytes (`may_name_gpus`)."""
+    return (*GPU_KEY_MARKERS, *(name.encode() for name in resource_names))
+
+
+def may_name_gpus(body: bytes, *, markers: tuple[bytes, ...] = GPU_KEY_MARKERS) -> bool:
+    """False when the raw review holds none of `markers` (`gpu_key_markers`): a cheap look
+    before reading it. Only a shortcut: a key written with JSON escapes is not seen here, and
+    `may_ask_for_gpus` on the parsed object still sees it."""
     return any(marker in body for marker in markers)
 
 

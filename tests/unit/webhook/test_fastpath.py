@@ -8,7 +8,12 @@ from typing import Any
 import pytest
 
 from vgpu_bridge.core import dialects
-from vgpu_bridge.webhook.fastpath import GPU_KEY_PREFIXES, may_ask_for_gpus, may_name_gpus
+from vgpu_bridge.webhook.fastpath import (
+    GPU_KEY_PREFIXES,
+    gpu_key_markers,
+    may_ask_for_gpus,
+    may_name_gpus,
+)
 
 RESOURCES = sorted(dialects.TRANSLATED_RESOURCES)
 ANNOTATIONS = sorted(set(dialects.ANNOTATIONS.all()) - {dialects.kai.MPS})
@@ -64,5 +69,5 @@ def test_the_byte_look_sees_every_prefix_and_renamed_names_only() -> None:
         assert may_name_gpus(b'{"limits": {"' + prefix.encode() + b'x": 1}}')
     renamed = b'{"limits": {"example.com/vgpu": 1}}'
     assert not may_name_gpus(renamed)
-    assert may_name_gpus(renamed, resource_names=["example.com/vgpu"])
+    assert may_name_gpus(renamed, markers=gpu_key_markers(["example.com/vgpu"]))
     assert not may_name_gpus(b'{"limits": {"cpu": "1", "memory": "1Gi"}}')
