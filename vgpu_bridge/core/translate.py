@@ -17,21 +17,18 @@ from vgpu_bridge.core.claim_groups import ClaimGroup, OwnShare, group_claims
 from vgpu_bridge.core.claims import TEMPLATE_PREFIX, claim_spec, claim_template, template_name
 from vgpu_bridge.core.context import TranslationContext
 from vgpu_bridge.core.dialects import TRANSLATED_ANNOTATIONS, dialects_for
+from vgpu_bridge.core.earlier import earlier_translation
 from vgpu_bridge.core.errors import InvalidRequest
 from vgpu_bridge.core.guardrails import check_pod
-from vgpu_bridge.core.jsonpatch import PatchOp, escape
+from vgpu_bridge.core.jsonpatch import PatchOp, apply_patch, escape
 from vgpu_bridge.core.models import DeviceFilter, GpuRequest, Problems
-from vgpu_bridge.core.names import TRANSLATED_LABEL
+from vgpu_bridge.core.names import CLAIM_PREFIX, OWN_CORES_ENV, OWN_MEMORY_ENV, TRANSLATED_LABEL
 from vgpu_bridge.core.normalise import normalise
 from vgpu_bridge.core.plan import Plan, TranslatedContainer, TranslatedPod
 from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.core.requests import Share, shares
 from vgpu_bridge.core.shapes import MAX_DEPTH, check_shape, deeper_than
 from vgpu_bridge.core.workloads import PodTemplate, namespace_of, object_ref, pod_templates
-
-CLAIM_PREFIX = "gpu-"
-OWN_MEMORY_ENV = "VGPU_CONTAINER_MEMORY_LIMIT"  # libvgpu: lowers CUDA_DEVICE_MEMORY_LIMIT_<i>
-OWN_CORES_ENV = "VGPU_CONTAINER_SM_LIMIT"  # libvgpu: lowers CUDA_DEVICE_SM_LIMIT_<i>
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +74,11 @@ def translate(
             draft.problems.add(key, "required")
     if not draft.problems:
         target = _Target(context, namespace_of(obj), template_prefix, first_available)
-        for template in pod_templates(obj):
+        templates = pod_templates(obj)
+        draft.ops = earlier_translation(templates, dialects_for(context.config))
+        if draft.ops:  # translated before, and asks for GPUs again: translated afresh
+            templates = pod_templates(apply_patch(obj, draft.ops))
+        for template in templates:
             _translate_template(template, target=target, draft=draft)
     if draft.ops and deeper_than(obj):  # the patched copy would be as deep as the object
         draft.problems.add("(root)", f"nests maps and lists deeper than {MAX_DEPTH} levels")

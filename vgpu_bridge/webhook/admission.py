@@ -17,7 +17,6 @@ from vgpu_bridge.core import (
     TranslationContext,
     TranslatorConfig,
 )
-from vgpu_bridge.core.names import TRANSLATED_LABEL
 from vgpu_bridge.core.shapes import check_shape
 from vgpu_bridge.kube import (
     KubeApi,
@@ -154,14 +153,20 @@ class Admitter:
         self.events.record(occurrences(admitted, profile=self.profile))
 
     def _skipped(self, request: review.AdmissionRequest, namespace: str | None) -> bool:
-        labels = (request.object.get("metadata") or {}).get("labels") or {}
+        """Objects we never change: excluded or opted out, a Pod's UPDATE (its claims are
+        immutable), an object being deleted (a refusal would keep its finalizers), and every
+        operation but CREATE and UPDATE. A workload's UPDATE is translated like its CREATE:
+        re-applied from Git, it carries our earlier claims beside its GPU requests again, which
+        core translates afresh (`core.earlier`); without GPU requests it needs nothing."""
+        meta = request.object.get("metadata") or {}
+        labels = meta.get("labels") or {}
         if (
             namespace in self.settings.excluded()
             or labels.get(self.settings.opt_out_label) == "true"
         ):
             return True
-        if request.operation == "UPDATE":  # a pod's claims are immutable; translated ones are done
-            return request.kind == "Pod" or labels.get(TRANSLATED_LABEL) == "true"
+        if request.operation == "UPDATE":
+            return request.kind == "Pod" or meta.get("deletionTimestamp") is not None
         return request.operation != "CREATE" or not request.object
 
     def _admit(self, request: review.AdmissionRequest, *, quick: bool = False) -> _Outcome | None:

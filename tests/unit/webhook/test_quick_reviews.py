@@ -16,7 +16,6 @@ from tests.unit.recording_api import RecordingApi
 from tests.unit.webhook.admitters import admitter_over
 from vgpu_bridge.core import DEFAULT, Inventory
 from vgpu_bridge.core.dialects import hami
-from vgpu_bridge.core.names import TRANSLATED_LABEL
 from vgpu_bridge.webhook.admission import Admitter
 from vgpu_bridge.webhook.connections import Request
 from vgpu_bridge.webhook.quotas import QuotaCache, QuotaGate
@@ -54,8 +53,8 @@ def with_quotas(recorded: RecordingApi) -> Admitter:
 
 ANSWERED_QUICKLY = {
     "a pod without GPUs": review(pod(PLAIN)),
-    "an update of a translated workload": review(
-        {"metadata": {"name": "d", "labels": {TRANSLATED_LABEL: "true"}}, "spec": {}},
+    "an update of a workload being deleted": review(
+        {"metadata": {"name": "d", "deletionTimestamp": "2026-12-03T10:00:00Z"}, "spec": {}},
         kind="Deployment",
         operation="UPDATE",
     ),
