@@ -35,6 +35,7 @@ def nowhere_config(helm: Helm, kube: KubeClient) -> Iterator[str]:
     values = {
         "webhook": {
             "gpuObjectsOnly": True,
+            "workloads": True,  # their matchConditions are tested too
             "namespaceSelectorExpressions": [{"key": SERVED, "operator": "In", "values": ["true"]}],
         }
     }

@@ -226,7 +226,8 @@ def test_webhook_configuration_fails_closed_and_skips_excluded_namespaces(
     defaults: list[Json],
 ) -> None:
     webhooks = webhook_config(defaults)["webhooks"]
-    assert [w["name"] for w in webhooks] == ["pods.vgpu-bridge.io", "workloads.vgpu-bridge.io"]
+    assert [w["name"] for w in webhooks] == ["pods.vgpu-bridge.io"]  # workloads at pod level
+    assert webhooks[0]["rules"][0]["operations"] == ["CREATE"]  # a pod's claims are immutable
     for webhook in webhooks:
         assert webhook["failurePolicy"] == "Fail"
         assert webhook["sideEffects"] == "NoneOnDryRun"
@@ -237,11 +238,16 @@ def test_webhook_configuration_fails_closed_and_skips_excluded_namespaces(
             "operator": "NotIn",
             "values": ["kube-system", "vgpu-bridge"],
         }
-    pods, workloads = webhooks
-    assert pods["rules"][0]["operations"] == ["CREATE"]  # a pod's claims are immutable
+
+
+def test_workloads_toggle_sends_the_workload_kinds_on_create_and_update(helm: Helm) -> None:
+    webhooks = webhook_config(helm.template({"webhook": {"workloads": True}}))["webhooks"]
+    assert [w["name"] for w in webhooks] == ["pods.vgpu-bridge.io", "workloads.vgpu-bridge.io"]
+    workloads = webhooks[1]
     assert {r for rule in workloads["rules"] for r in rule["resources"]} == {
         "deployments", "statefulsets", "daemonsets", "replicasets", "jobs", "cronjobs"
     }  # fmt: skip
+    assert {op for rule in workloads["rules"] for op in rule["operations"]} == {"CREATE", "UPDATE"}
 
 
 def test_volcano_toggle_adds_jobs_and_podgroups(helm: Helm) -> None:

@@ -72,9 +72,10 @@ def registered(
     with running_webhook(kube, e2e_cluster.kubeconfig, workdir, grace_s=600) as webhook:
         values = {
             "webhook": {
+                "workloads": True,  # the workload tests below; the default is pods only
                 "namespaceSelectorExpressions": [
                     {"key": SERVED, "operator": "In", "values": ["true"]}
-                ]
+                ],
             }
         }
         config = one(helm.template(values, namespace=release_ns), "MutatingWebhookConfiguration")
