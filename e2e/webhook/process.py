@@ -56,19 +56,27 @@ def configuration(
     *,
     namespace_label: str = NAMESPACE_LABEL,
     namespace_selector: Json | None = None,
+    workloads: bool = True,
 ) -> Json:
     """Our registration as the chart writes it, for namespaces matching `namespace_selector`
-    (default: labelled ``namespace_label=true``)."""
+    (default: labelled ``namespace_label=true``); `workloads` as the chart's
+    ``webhook.workloads`` (False, the chart's default: only pods and Volcano's objects)."""
     ca_bundle = base64.b64encode(webhook.cert_file.read_bytes()).decode()
-    workloads = ["deployments", "statefulsets", "daemonsets", "replicasets"]
-    rules = [
-        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},
-        {
-            "apiGroups": ["apps"],
-            "apiVersions": ["v1"],
-            "operations": ["CREATE", "UPDATE"],
-            "resources": workloads,
-        },
+    pods = {
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "operations": ["CREATE"],
+        "resources": ["pods"],
+    }
+    kinds = {"apps": ["deployments", "statefulsets", "daemonsets", "replicasets"],
+             "batch": ["jobs", "cronjobs"]}  # fmt: skip
+    rules = [pods] + [
+        {"apiGroups": [group], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+         "resources": plurals}
+        for group, plurals in kinds.items()
+        if workloads
+    ]  # fmt: skip
+    rules += [
         {
             "apiGroups": ["batch.volcano.sh"],
             "apiVersions": ["v1alpha1"],
@@ -116,6 +124,7 @@ def running_webhook(
     namespace_selector: Json | None = None,
     config_name: str | None = None,
     extra_args: Sequence[str] = (),
+    workloads: bool = True,
 ) -> Iterator[WebhookProcess]:
     """Start `vgpu-bridge webhook`, wait for /readyz, register it; undo all of it afterwards.
 
@@ -123,7 +132,8 @@ def running_webhook(
     own label, so two webhook processes of one session never both mutate one namespace), or those
     `namespace_selector` matches; registered as `config_name` (default: a name that sorts before
     Volcano's and KAI's). `grace_s` sets the template sweeper's grace with a 1 s interval (None:
-    the webhook's defaults); ``extra_args`` go to the command line (e.g. ``--volcano-version``).
+    the webhook's defaults); ``extra_args`` go to the command line (e.g. ``--volcano-version``);
+    ``workloads`` registers the workload kinds too (``configuration``).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     cert_file, key_file = write_self_signed(workdir)
@@ -148,7 +158,11 @@ def running_webhook(
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     name = config_name or f"gpu-sharing-e2e-{webhook.port}"
     body = configuration(
-        name, webhook, namespace_label=namespace_label, namespace_selector=namespace_selector
+        name,
+        webhook,
+        namespace_label=namespace_label,
+        namespace_selector=namespace_selector,
+        workloads=workloads,
     )
     try:
         wait_for(
