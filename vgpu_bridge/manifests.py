@@ -4,22 +4,30 @@ Before a document is built, its event stream is read once to bound it: maps and 
 most `MAX_DEPTH` levels (aliases count as the nodes they stand for), and aliases may stand for at
 most `MAX_ALIAS_NODES` nodes in all. A deep document would otherwise exhaust the recursion of the
 YAML/JSON writers, and a few kilobytes of nested aliases ("billion laughs") expand to gigabytes
-when written as JSON.
+when written as JSON. A map that holds a key twice is refused with both lines: YAML says keys are
+unique, and PyYAML would silently keep the last value.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from yaml.constructor import SafeConstructor
 
+from vgpu_bridge.core.errors import SHOWN_CHARS
 from vgpu_bridge.core.shapes import MAX_DEPTH
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+try:
+    from yaml import CSafeLoader as _SafeLoader
+except ImportError:  # PyYAML built without libyaml: the pure-Python reader, slower
+    from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
+
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<: *base`, which may be overridden key by key
 MAX_ALIAS_NODES = 1_000_000  # what aliases may add beyond the nodes written out
 __all__ = ["MAX_ALIAS_NODES", "MAX_DEPTH", "ManifestError", "dump_objects", "load_objects"]
 
@@ -84,7 +92,7 @@ class _Bounds:
 def _check_bounds(text: str, source: str) -> None:
     """Read the event stream once, refusing too deep nesting and alias bombs before building."""
     bounds = _Bounds(source, [], {})
-    for event in yaml.parse(text, Loader=_Loader):
+    for event in yaml.parse(text, Loader=_SafeLoader):
         if isinstance(event, yaml.CollectionStartEvent):
             bounds.start(event.anchor)
         elif isinstance(event, yaml.CollectionEndEvent):
@@ -95,10 +103,72 @@ def _check_bounds(text: str, source: str) -> None:
             bounds.alias(str(event.anchor))
 
 
+class _DuplicateKey(Exception):
+    """A map holds `key` at `at` and already at `first`: (line, column) of the whole stream,
+    1-based. Columns are shown only when both are on one line (flow style, JSON)."""
+
+    def __init__(self, key: object, *, at: tuple[int, int], first: tuple[int, int]) -> None:
+        super().__init__(key, at, first)
+        self.key, self.at, self.first = key, at, first
+
+    def line_for(self, source: str) -> str:
+        text = self.key if isinstance(self.key, str) else repr(self.key)
+        cut = text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
+        key = json.dumps(cut, ensure_ascii=False) if isinstance(self.key, str) else cut
+        (line, column), (first_line, first_column) = self.at, self.first
+        if line != first_line:
+            return f"{source}: line {line}: duplicate key {key} (first at line {first_line})"
+        return (
+            f"{source}: line {line}, column {column}: duplicate key {key} "
+            f"(first at line {first_line}, column {first_column})"
+        )
+
+
+def _maps_under(root: yaml.Node) -> Iterator[yaml.MappingNode]:
+    """Every map node under `root`, each once (an alias is the node it names), in document order."""
+    seen, pending = set[int](), [root]
+    while pending:
+        node = pending.pop()
+        if id(node) in seen or isinstance(node, yaml.ScalarNode):
+            continue
+        seen.add(id(node))
+        children = node.value
+        if isinstance(node, yaml.MappingNode):
+            yield node
+            children = [child for pair in node.value for child in pair]
+        pending.extend(reversed(children))
+
+
+def _check_keys_unique(constructor: SafeConstructor, node: yaml.MappingNode) -> None:
+    """Raise `_DuplicateKey` when two plain keys of `node` are equal once read (`1` and `0x1`
+    are); merge keys and collection keys are left to the constructor."""
+    first_seen: dict[object, tuple[int, int]] = {}
+    for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE_TAG:
+            continue
+        key, mark = constructor.construct_object(key_node), key_node.start_mark
+        at = (mark.line + 1, mark.column + 1)
+        if key in first_seen:
+            raise _DuplicateKey(key, at=at, first=first_seen[key])
+        first_seen[key] = at
+
+
+class _UniqueKeyLoader(_SafeLoader):
+    """The safe loader, refusing a document with a map that holds a key twice, at any depth.
+    Keys are checked on the composed nodes, before a merge key (`<<`) has rewritten any map."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        for mapping in _maps_under(node):
+            _check_keys_unique(self, mapping)
+        return super().construct_document(node)
+
+
 def _documents(text: str, source: str) -> list[Any]:
     try:
         _check_bounds(text, source)
-        return [doc for doc in yaml.load_all(text, Loader=_Loader) if doc is not None]
+        return [doc for doc in yaml.load_all(text, Loader=_UniqueKeyLoader) if doc is not None]
+    except _DuplicateKey as exc:
+        raise ManifestError([exc.line_for(source)]) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "document"

@@ -211,6 +211,67 @@ def test_many_small_documents_count_towards_one_bound() -> None:
         load_objects(doc * 120, source="t")
 
 
+# --- duplicate keys --------------------------------------------------------------------------
+
+HEAD = "apiVersion: v1\nkind: ConfigMap\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        pytest.param(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nkind: Deployment\n",
+            't: line 4: duplicate key "kind" (first at line 2)',
+            id="at the top",
+        ),
+        pytest.param(
+            "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: a\n    resources:\n"
+            "      limits:\n        nvidia.com/gpumem: 100\n        nvidia.com/gpu: 1\n"
+            "        nvidia.com/gpumem: 200\n",
+            't: line 10: duplicate key "nvidia.com/gpumem" (first at line 8)',
+            id="deep in a list item",
+        ),
+        pytest.param(
+            HEAD + "---\n" + HEAD + "data:\n  a: x\n  'a': y\n",
+            't: line 8: duplicate key "a" (first at line 7)',
+            id="in a later document, however quoted",
+        ),
+        pytest.param(
+            HEAD + "data: {1: x, 0x1: y}\n",
+            "t: line 3, column 14: duplicate key 1 (first at line 3, column 8)",
+            id="equal once read, on one line",
+        ),
+        pytest.param(
+            '{"apiVersion": "v1", "kind": "ConfigMap", "kind": "Secret"}',
+            't: line 1, column 43: duplicate key "kind" (first at line 1, column 22)',
+            id="JSON",
+        ),
+        pytest.param(
+            HEAD + "base: &b {x: 1, x: 2}\ndata: *b\n",
+            't: line 3, column 17: duplicate key "x" (first at line 3, column 11)',
+            id="in an anchored map",
+        ),
+    ],
+)
+def test_a_key_written_twice_is_refused_with_both_lines(text: str, line: str) -> None:
+    with pytest.raises(ManifestError) as refused:
+        load_objects(text, source="t")
+    assert refused.value.lines == [line]
+
+
+def test_a_merged_key_may_be_overridden() -> None:
+    text = HEAD + "base: &b {x: 1, y: 2}\ndata:\n  <<: *b\n  x: 3\n"
+    (obj,) = load_objects(text, source="t")
+    assert obj["data"] == {"x": 3, "y": 2}
+
+
+def test_translate_refuses_a_duplicate_key_with_exit_1() -> None:
+    text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n  name: b\n"
+    code, stdout, stderr = translate_text(text)
+    assert (code, stdout) == (1, "")
+    assert stderr == '<stdin>: line 5: duplicate key "name" (first at line 4)\n'
+
+
 # --- contradictions, limits and requests, selector length ------------------------------------
 
 
@@ -223,12 +284,12 @@ def test_many_small_documents_count_towards_one_bound() -> None:
             "nouse-gputype",
         ),
         (
-            {"nvidia.com/use-gputype": "H100,A100-80GB", "nvidia.com/nouse-gputype": "A100"},
+            {"nvidia.com/use-gputype": "A100-40GB,A100-80GB", "nvidia.com/nouse-gputype": "A100"},
             "use-gputype",
             "nouse-gputype",
         ),
         (
-            {"nvidia.com/use-gpuuuid": "GPU-1,GPU-2", "volcano.sh/vgpu-nouse-gpuuuid": "GPU-2"},
+            {"nvidia.com/use-gpuuuid": "GPU-2", "volcano.sh/vgpu-nouse-gpuuuid": "GPU-1,GPU-2"},
             "nvidia.com/use-gpuuuid",
             "volcano.sh/vgpu-nouse-gpuuuid",
         ),
@@ -249,6 +310,23 @@ def test_disjoint_choices_are_still_translated() -> None:
     annotations = {"nvidia.com/use-gputype": "A100", "nvidia.com/nouse-gputype": "H100"}
     code, _, _ = translate_text(json.dumps(gpu_pod(annotations)))
     assert code == 0
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        {"nvidia.com/use-gputype": "H100,A100-80GB", "nvidia.com/nouse-gputype": "A100"},
+        {"nvidia.com/use-gpuuuid": "GPU-1,GPU-2", "volcano.sh/vgpu-nouse-gpuuuid": "GPU-2"},
+    ],
+)
+def test_a_choice_partly_ruled_out_is_translated_with_a_warning(
+    annotations: dict[str, str],
+) -> None:
+    code, _, stderr = translate_text(json.dumps(gpu_pod(annotations)))
+    assert code == 0
+    (line,) = stderr.splitlines()
+    assert line.startswith("warning: Pod/team-a/p: metadata.annotations[nvidia.com/use-gpu")
+    assert "dropped what" in line
 
 
 def test_gpu_requests_that_differ_from_limits_are_refused_naming_the_request() -> None:

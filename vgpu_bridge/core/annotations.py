@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from vgpu_bridge.core.cel import MAX_EXPRESSION_CHARS, selectors_by_choice
@@ -74,7 +75,8 @@ def read_filter(
     problems: Problems,
     warnings: list[str],
 ) -> DeviceFilter:
-    """`use-gputype` & co. as a filter; empty when none is set."""
+    """`use-gputype` & co. as a filter; empty when none is set. A chosen entry that an avoided
+    one rules out is dropped from the choice; the avoided entries stay in it."""
 
     def items(keys: tuple[str, ...], kind: str) -> tuple[str, ...]:
         return _items(
@@ -87,8 +89,32 @@ def read_filter(
         use_uuids=items(ANNOTATIONS.use_uuids, "uuid"),
         avoid_uuids=items(ANNOTATIONS.avoid_uuids, "uuid"),
     )
-    _check_contradictions(device_filter, annotations, meta_path=meta_path, problems=problems)
-    return device_filter
+    return _without_ruled_out(
+        device_filter, annotations, meta_path=meta_path, problems=problems, warnings=warnings
+    )
+
+
+def _without_ruled_out(
+    device_filter: DeviceFilter,
+    annotations: Mapping[str, Any],
+    *,
+    meta_path: str,
+    problems: Problems,
+    warnings: list[str],
+) -> DeviceFilter:
+    """`device_filter` less the chosen entries no GPU can match (`_drop_ruled_out`)."""
+
+    def narrowed(kind: str, chosen: tuple[str, ...], avoided: tuple[str, ...]) -> tuple[str, ...]:
+        use, avoid = (_keys_path(annotations, f"{f}_{kind}s", meta_path) for f in ("use", "avoid"))
+        return _drop_ruled_out(
+            kind, chosen, avoided, paths=(use, avoid), problems=problems, warnings=warnings
+        )
+
+    return replace(
+        device_filter,
+        use_types=narrowed("type", device_filter.use_types, device_filter.avoid_types),
+        use_uuids=narrowed("uuid", device_filter.use_uuids, device_filter.avoid_uuids),
+    )
 
 
 def _keys_path(annotations: Mapping[str, Any], field: str, meta_path: str) -> str:
@@ -97,28 +123,52 @@ def _keys_path(annotations: Mapping[str, Any], field: str, meta_path: str) -> st
     return " and ".join(_path(meta_path, key) for key in present)
 
 
-def _check_contradictions(
-    device_filter: DeviceFilter,
-    annotations: Mapping[str, Any],
+def _rules_out(kind: str, avoided: str, chosen: str) -> bool:
+    """True when every GPU `chosen` can match is one `avoided` rules out. A type matches the
+    product names that contain it, case-insensitively, so a type within it rules out all of
+    them (`A100` rules out `a100-80gb`); a uuid matches exactly itself."""
+    return avoided.lower() in chosen.lower() if kind == "type" else avoided == chosen
+
+
+def _ruled_out(kind: str, chosen: tuple[str, ...], avoided: tuple[str, ...]) -> dict[str, str]:
+    """Each chosen entry that can match no GPU, with the first avoided entry that rules it out."""
+    return {
+        entry: next(a for a in avoided if _rules_out(kind, a, entry))
+        for entry in chosen
+        if any(_rules_out(kind, a, entry) for a in avoided)
+    }
+
+
+def _drop_ruled_out(
+    kind: str,
+    chosen: tuple[str, ...],
+    avoided: tuple[str, ...],
     *,
-    meta_path: str,
+    paths: tuple[str, str],
     problems: Problems,
-) -> None:
-    """A product or uuid both asked for and ruled out can never be chosen: surely a mistake."""
-    types = [
-        (used, avoided)
-        for used in device_filter.use_types
-        for avoided in device_filter.avoid_types
-        if avoided.lower() in used.lower()
-    ]
-    uuids = [(u, u) for u in device_filter.use_uuids if u in device_filter.avoid_uuids]
-    for kind, clashes in (("types", types), ("uuids", uuids)):
-        for used, avoided in clashes:
-            problems.add(
-                _keys_path(annotations, f"use_{kind}", meta_path),
-                f"{used!r} is ruled out by {_keys_path(annotations, f'avoid_{kind}', meta_path)} "
-                f"({avoided!r}): no GPU can be both chosen and avoided",
-            )
+    warnings: list[str],
+) -> tuple[str, ...]:
+    """The chosen entries a GPU can still match. HAMi admits a choice that keeps some
+    (`use-gputype: A100,L4` with `nouse-gputype: A100` picks L4 cards), so the others are
+    dropped with a warning; when the avoided entries rule out every one, it is refused."""
+    lost = _ruled_out(kind, chosen, avoided)
+    if not lost:
+        return chosen
+    use_path, avoid_path = paths
+    which = ", ".join(f"{entry!r} by {by!r}" for entry, by in lost.items())
+    kept = tuple(entry for entry in chosen if entry not in lost)
+    if kept:
+        warnings.append(
+            f"{use_path}: dropped what {avoid_path} rules out ({which}); GPUs are chosen by "
+            + ", ".join(map(repr, kept))
+        )
+        return kept
+    problems.add(
+        use_path,
+        f"{avoid_path} rules out every GPU {kind} it names ({which}): no GPU can be both chosen "
+        "and avoided",
+    )
+    return chosen
 
 
 def check_selector_lengths(

@@ -24,21 +24,27 @@ from vgpu_bridge.core.workloads import object_ref, pod_templates
 QUEUE_LABEL = "kai.scheduler/queue"
 LAST_WITHOUT_CAPACITY = (0, 17, 0)
 FIX_MERGED = "20260825"  # KAI PR #2102, the day main gained consumable capacity
-_PSEUDO = re.compile(r"^0\.(\d{8})\d{6}-[0-9a-f]{12}$")  # Go pseudo-version: 0.yyyymmddhhmmss-sha
+# Go's pseudo-versions (golang.org/x/mod/module, pseudoVersionRE), the date in group 1:
+# `vX.0.0-yyyymmddhhmmss-sha` when no tag precedes the commit, `vX.Y.Z-pre.0.yyyymmddhhmmss-sha`
+# after the pre-release tag vX.Y.Z-pre, `vX.Y.(Z+1)-0.yyyymmddhhmmss-sha` after the tag vX.Y.Z.
+_PSEUDO = re.compile(
+    r"^v?\d+\.(?:0\.0-|\d+\.\d+-(?:[^+]*\.)?0\.)(\d{8})\d{6}-[0-9A-Za-z]+(?:\+[0-9A-Za-z.-]+)?$"
+)
 
 
 def has_consumable_capacity(version: str) -> bool | None:
     """True for KAI builds with PR #2102, False for builds without it, None when the text does not
     tell (not a version, or `git describe` output such as `v0.17.0-12-gabc`, which does not say
-    whether those commits include the fix)."""
+    whether those commits include the fix). A Go pseudo-version names a build of main: its
+    commit's date tells."""
+    pseudo = _PSEUDO.match(version.strip())
+    if pseudo:
+        return pseudo.group(1) >= FIX_MERGED
     base, _, suffix = version.strip().lstrip("v").partition("-")
     try:
         major, minor, patch = (int(p) for p in base.split("."))
     except ValueError:
         return None
-    pseudo = _PSEUDO.match(suffix)
-    if pseudo:  # a build of main: judge by the commit's date
-        return pseudo.group(1) >= FIX_MERGED
     if suffix and suffix.split("-")[0].isdigit():
         return None
     return (major, minor, patch) > LAST_WITHOUT_CAPACITY
