@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import os
-import shutil
 import stat
 import threading
 from collections.abc import Callable, Iterator
@@ -20,8 +19,10 @@ from kubernetes import client
 from tests.integration.node_harness import AgentDirs, agent_dirs, running_agent
 from tests.unit.node.claims import GPUS, NODE, allocated_claim, result
 from vgpu_bridge.kube import KubeApi, KubeError
+from vgpu_bridge.node import claimdirs
 from vgpu_bridge.node.cdi import LIMITS_MOUNT
 from vgpu_bridge.node.claimdirs import trash_dir
+from vgpu_bridge.node.files import remove_tree
 from vgpu_bridge.node.kubeletapi import dra_v1_pb2
 
 Json = dict[str, Any]
@@ -164,21 +165,21 @@ def test_unprepare_of_a_claim_with_300000_files_does_not_hold_back_another_prepa
     removal under the agent's lock, B waits for it: the removal finishes first."""
     api = ClaimsApi(_claim(A, "big"), _claim(B, "neighbour"))
     removal_started, neighbour_answered, removal_done = (threading.Event() for _ in range(3))
-    real_rmtree = shutil.rmtree
+    real_remove_tree = remove_tree
 
-    def held_rmtree(path: Any, *args: Any, **kwargs: Any) -> None:
+    def held_remove_tree(root: Path, path: Path) -> bool:
         if A in str(path):
             removal_started.set()
             neighbour_answered.wait(timeout=10)  # old code: B's Prepare waits on the lock
-        real_rmtree(path, *args, **kwargs)
+        removed = real_remove_tree(root, path)
         if A in str(path):
             removal_done.set()
+        return removed
 
-    held_rmtree.avoids_symlink_attacks = True  # type: ignore[attr-defined]
     with running_agent(on_tmpfs, GPUS, node=NODE, api=api) as agent:
         assert not _prepare(agent, ("team-a", "big", A))[A].error
         _fill(on_tmpfs.layout.shared_dir(A), 300_000)
-        monkeypatch.setattr(shutil, "rmtree", held_rmtree)
+        monkeypatch.setattr(claimdirs, "remove_tree", held_remove_tree)
         errors: dict[str, str] = {}
         unprepare = threading.Thread(
             target=lambda: errors.update(_unprepare(agent, ("team-a", "big", A)))

@@ -95,6 +95,7 @@ class Agent:
             vgpu_dir=self.settings.vgpu_dir,
             host_pids=self.host_pids.found,
             tenant_usage=self.tenant_dirs.usage,
+            sweep_steps=self.tenant_dirs.steps,
             publications=lambda: self.publisher.last,
         )
 
@@ -115,14 +116,15 @@ def build(settings: Settings, api: KubeApi, *, gpus: tuple[Gpu, ...]) -> Agent:
     server = PluginServer(state, driver=profile.driver, dra_socket=settings.dra_socket,
                           registration_socket=settings.registration_socket)  # fmt: skip
     publisher = SlicePublisher(api, node=settings.node_name, profile=profile, gpus=gpus)
-    health = Health(sockets=server.problem, publications=lambda: publisher.last,
-                    max_silence_s=settings.max_publication_silence_s)  # fmt: skip
 
     def claims() -> list[str]:
         return [claim.uid for claim in state.snapshot()]
 
     host_pids = HostPidFiles(claims, vgpu_dir=settings.vgpu_dir)
     tenant_dirs = TenantDirs(layout, claims=claims, gpu_uuids={gpu.uuid for gpu in gpus})
+    health = Health(sockets=server.problem, publications=lambda: publisher.last,
+                    max_silence_s=settings.max_publication_silence_s,
+                    sweep_steps=tenant_dirs.steps)  # fmt: skip
     device_health = health_watcher(settings, publisher, gpus=gpus, driver=profile.driver)
     if device_health is not None:
         registry.register(DeviceHealthCollector(lambda: device_health.taints, gpus=gpus,

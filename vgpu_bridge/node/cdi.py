@@ -23,17 +23,17 @@ limit the spec puts in the environment (`CUDA_DEVICE_MEMORY_LIMIT_<i>`,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
-import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vgpu_bridge.node.allocation import ClaimShares
-from vgpu_bridge.node.files import UnsafeFile, read_regular, remove, write_atomic
+from vgpu_bridge.node.files import UnsafeFile, read_regular, remove, remove_tree, write_atomic
 from vgpu_bridge.node.names import UUID
 
 Json = dict[str, Any]
@@ -229,7 +229,8 @@ def write_spec(text: str, claim_uid: str, layout: CdiLayout) -> None:
     except BaseException:
         remove(layout.limits_path(claim_uid), durable=False)
         if not existed:
-            shutil.rmtree(shared, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the write's error is the one to report
+                remove_tree(shared.parent, shared)
         raise
 
 

@@ -5,7 +5,9 @@ The agent never walks them under its global lock: Unprepare renames a claim's di
 (`<vgpu_dir>/trash/`, one rename, O(1)) under the lock and deletes it after releasing it, and
 every walk here stops after a bound of entries. A bind mount has no quota, so between two rounds
 a tenant can still write what the host disk holds; the agent measures (`measure`), reports and
-removes what is not libvgpu's.
+removes what is not libvgpu's. Deletion (`files.remove_tree`) has no depth limit and never
+follows a link; the sweep's steps run apart, so one that fails stops none of the others, and
+each step's record (`SweepStep`) feeds a metric and `/healthz`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from vgpu_bridge.logs import get_logger
@@ -54,7 +56,8 @@ def trash(layout: CdiLayout, claim_uid: str) -> Path | None:
 
 def empty_trash(layout: CdiLayout, paths: Iterable[Path] | None = None) -> int:
     """Delete `paths` from the trash (all of it when None, e.g. what a killed agent left);
-    how many entries went. Never follows a link."""
+    how many were there. Never follows a link; what cannot be deleted below them is counted and
+    logged (`files.remove_tree`) and stays for the next sweep."""
     root = trash_dir(layout)
     if paths is not None:
         paths = list(paths)
@@ -136,16 +139,30 @@ def _is_board(entry: os.DirEntry[str]) -> bool:
 
 
 SWEEP_PERIOD_S = 30.0
+# /healthz fails when a step has not succeeded for this long: 10 sweeps in a row that failed or
+# a step that hangs (one still running has not succeeded); a long deletion resumes after restart
+MAX_SWEEP_SILENCE_S = 10 * SWEEP_PERIOD_S
 # what libvgpu and the agent put in a claim's dir: the region (225 KiB) and the host-pids file
 EXPECTED_ENTRIES = 8
 EXPECTED_BYTES = 4 * 2**20
 
 
+@dataclass(frozen=True, slots=True)
+class SweepStep:
+    """How one step of the sweep went: when it last succeeded (on the sweeper's clock; None
+    before it first did), how many times it failed, and the last failure."""
+
+    succeeded_at: float | None = None
+    failures: int = 0
+    error: str | None = None
+
+
 class TenantDirs:
-    """One sweep every SWEEP_PERIOD_S, in its own thread (no lock of the agent held): empty the
-    trash (what Unprepare or a killed agent left), clean the priority dir, and measure each
-    prepared claim's dir (`usage`, for the metrics; a warning once per claim over the
-    expected size, again after it came back under)."""
+    """One sweep every SWEEP_PERIOD_S, in its own thread (no lock of the agent held), in steps
+    that each run whatever the others did: empty the trash (what Unprepare or a killed agent
+    left), clean the priority dir, and measure each prepared claim's dir (`usage`, for the
+    metrics; a warning once per claim over the expected size, again after it came back under).
+    A step that raises is logged and counted in `steps`."""
 
     def __init__(
         self,
@@ -153,17 +170,61 @@ class TenantDirs:
         *,
         claims: Callable[[], Iterable[str]],
         gpu_uuids: Collection[str],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`clock` must be the one of the `Health` and the collector reading `steps`."""
         self._layout = layout
         self._claims = claims
         self._gpu_uuids = gpu_uuids
+        self._clock = clock
         self._usage: dict[str, DirUsage] = {}
         self._over: set[str] = set()
+        self._work: dict[str, Callable[[], None]] = {
+            "trash": self._empty_trash,
+            "priority-dir": self._clean_priority_dir,
+            "claim-dirs": self._measure_claim_dirs,
+        }
+        self._steps = {name: SweepStep() for name in self._work}
+        self._steps_lock = threading.Lock()
 
     def sweep(self) -> None:
+        """Run every step, in order, each whatever the others did; never raises."""
+        for name, step in self._work.items():
+            self._run(name, step)
+
+    def steps(self) -> dict[str, SweepStep]:
+        """Each step's record, by name: `trash`, `priority-dir`, `claim-dirs`."""
+        with self._steps_lock:
+            return dict(self._steps)
+
+    def usage(self) -> dict[str, DirUsage]:
+        return dict(self._usage)
+
+    def _run(self, name: str, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except Exception as error:  # any failure: logged, counted, and the next step runs
+            log.exception("a step of the sweep failed; the others go on", step=name)
+            self._record(name, error=f"{type(error).__name__}: {error}")
+        else:
+            self._record(name, error=None)
+
+    def _record(self, name: str, *, error: str | None) -> None:
+        with self._steps_lock:
+            last = self._steps[name]
+            if error is None:
+                self._steps[name] = replace(last, succeeded_at=self._clock())
+            else:
+                self._steps[name] = replace(last, failures=last.failures + 1, error=error)
+
+    def _empty_trash(self) -> None:
         empty_trash(self._layout)
+
+    def _clean_priority_dir(self) -> None:
         for name in clean_priority_dir(self._layout.priority_dir, self._gpu_uuids):
             log.warning("removed a file no GPU's priority board may be", name=name)
+
+    def _measure_claim_dirs(self) -> None:
         usage = {uid: measure(self._layout.shared_dir(uid)) for uid in self._claims()}
         for uid, found in usage.items():
             over = found.entries > EXPECTED_ENTRIES or found.bytes > EXPECTED_BYTES
@@ -177,6 +238,3 @@ class TenantDirs:
                 self._over.discard(uid)
         self._over &= set(usage)
         self._usage = usage
-
-    def usage(self) -> dict[str, DirUsage]:
-        return dict(self._usage)

@@ -11,18 +11,26 @@ read-write into containers, which can put a symlink (to /dev/zero, to a host fil
 huge file under any name there. Such files are opened without following a link, without
 blocking, checked to be regular, and read up to a size bound; anything else is `UnsafeFile`,
 logged once at debug level and counted by reason (`skipped`, exported as a metric).
+
+Removals (`remove_tree`) delete only direct entries of the agent's own directories, and what is
+below them without recursion and without following a link: however deep the tree a container
+made, at most three directories are open at once (`_TreeRemoval`). An entry that cannot be
+removed is counted by errno (`not_deleted`, a metric) and logged; the rest goes all the same.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import itertools
 import os
 import re
-import shutil
+import secrets
 import stat
 import tempfile
 import threading
-from collections import Counter
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from vgpu_bridge.logs import get_logger
@@ -30,14 +38,16 @@ from vgpu_bridge.logs import get_logger
 log = get_logger("vgpu_bridge.node.files")
 
 UNTRUSTED_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+#: a directory below one the agent deletes: never through a link, never a FIFO's open
+UNTRUSTED_DIR_OPEN = UNTRUSTED_OPEN | os.O_DIRECTORY
 
 
 class UnsafeFile(OSError):
     """A file the agent refuses to read: a link, not a regular file, or over its size bound."""
 
 
-class SkippedFiles:
-    """How many untrusted files were refused, by reason (thread-safe)."""
+class CountsByReason:
+    """How many files were refused, or could not be deleted, by reason (thread-safe)."""
 
     def __init__(self) -> None:
         self._counts: Counter[str] = Counter()
@@ -52,7 +62,8 @@ class SkippedFiles:
             return dict(self._counts)
 
 
-skipped = SkippedFiles()
+skipped = CountsByReason()  # untrusted files refused, by reason
+not_deleted = CountsByReason()  # entries below a removed tree left in place, by errno name
 
 
 def read_regular(path: Path, *, max_bytes: int) -> bytes:
@@ -161,21 +172,117 @@ def check_entry(root: Path, path: Path) -> None:
 def remove_tree(root: Path, path: Path) -> bool:
     """Remove `path`, a direct entry of `root`, with everything below it; True when it was there.
     Never follows a link: a symlink entry is unlinked, and the walk below is descriptor-based
-    (Linux's shutil.rmtree opens each directory with O_NOFOLLOW relative to its parent), so a
-    container swapping a directory for a link mid-walk cannot send it outside."""
+    (`_TreeRemoval`), so a container swapping a directory for a link mid-walk cannot send it
+    outside. What cannot be removed (`path` included) is counted in `not_deleted` and logged,
+    never raised: the rest goes all the same. Raises `OutsideRoot`, or OSError when `root`
+    cannot be read."""
     check_entry(root, path)
-    if not shutil.rmtree.avoids_symlink_attacks:  # pragma: no cover - Linux always has it
-        raise OSError("this platform's rmtree follows symlinks; refusing to delete")
+    parent = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return False
-    if not stat.S_ISDIR(mode):
-        os.unlink(path)
-        return True
-    with contextlib.suppress(FileNotFoundError):
-        shutil.rmtree(path)
+        try:
+            os.stat(path.name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        failed = _TreeRemoval(parent, path.name).run()
+    finally:
+        os.close(parent)
+    if failed:
+        log.warning("entries of a removed directory could not be deleted", path=str(path),
+                    not_deleted=failed)  # fmt: skip
     return True
+
+
+class _TreeRemoval:
+    """Removes the entry `name` of the directory open at `parent` without recursion: a file or
+    a link is unlinked; in a directory (the tree's top), each entry that is a directory has its
+    own entries moved up into the top (a rename between two descriptors: they never leave the
+    tree) and is then removed, empty. Each entry moves at most once, so the work is linear in
+    the tree's size, and at most three directories are open at once whatever the tree's depth
+    (no recursion limit, no descriptor limit). An entry that cannot be removed is counted, and
+    the walk goes on."""
+
+    def __init__(self, parent: int, name: str) -> None:
+        self._parent = parent
+        self._name = name
+        self._fresh_names = _fresh_names()
+        self.failed = 0
+
+    def run(self) -> int:
+        """Remove the entry; how many entries (it included) could not be removed."""
+        try:
+            _remove_entry(self._parent, self._name, self._empty)
+        except OSError as error:
+            self._count(error)
+        return self.failed
+
+    def _empty(self, top: int) -> None:
+        pending = deque(os.listdir(top))
+        while pending:
+            name = pending.popleft()
+            try:
+                _remove_entry(top, name, lambda below: pending.extend(self._move_up(below, top)))
+            except OSError as error:
+                self._count(error)
+
+    def _move_up(self, directory: int, top: int) -> list[str]:
+        """Move the entries of `directory` into `top` under fresh names; those names."""
+        moved = []
+        for name in os.listdir(directory):
+            fresh = next(self._fresh_names)
+            try:
+                os.rename(name, fresh, src_dir_fd=directory, dst_dir_fd=top)
+            except FileNotFoundError:
+                continue
+            except OSError as error:
+                self._count(error)
+                continue
+            moved.append(fresh)
+        return moved
+
+    def _count(self, error: OSError) -> None:
+        self.failed += 1
+        reason = errno.errorcode.get(error.errno or 0, type(error).__name__)
+        not_deleted.add(reason)
+        log.debug("could not delete an entry", error=str(error), reason=reason)
+
+
+def _remove_entry(parent: int, name: str, empty: Callable[[int], None]) -> None:
+    """Unlink `name` in `parent`; if it is a directory, open it (never through a link), `empty`
+    it by its descriptor and remove it. A name already gone is fine."""
+    with contextlib.suppress(FileNotFoundError):
+        try:
+            os.unlink(name, dir_fd=parent)
+            return
+        except IsADirectoryError:
+            pass
+        directory = _open_directory(parent, name)
+        if directory is None:  # swapped for a link or a file since: unlink that
+            os.unlink(name, dir_fd=parent)
+            return
+        try:
+            empty(directory)
+        finally:
+            os.close(directory)
+        os.rmdir(name, dir_fd=parent)
+
+
+def _open_directory(parent: int, name: str) -> int | None:
+    """A descriptor of the directory `name` in `parent`; None when it is no directory (a link
+    swapped in: O_NOFOLLOW refuses it, never follows it)."""
+    try:
+        return os.open(name, UNTRUSTED_DIR_OPEN, dir_fd=parent)
+    except NotADirectoryError:
+        return None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return None
+        raise
+
+
+def _fresh_names() -> Iterator[str]:
+    """Names for the entries `_TreeRemoval` moves up, unlike any a container would guess."""
+    token = secrets.token_hex(8)
+    return (f".vgpu-bridge-deleting.{token}.{n}" for n in itertools.count())
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -7,17 +7,23 @@ It answers 503 with a one-line JSON reason when
   succeeds, then from the last one. A failed publication alone is not a reason: the next resync
   tries again, and restarting the agent during a short API-server outage would only take the
   kubelet plugin away; failures that last past the grace (a wedged client, a revoked
-  credential) are, and the reason names the last error. A stuck publisher is caught the same way.
+  credential) are, and the reason names the last error. A stuck publisher is caught the same way;
+- a step of the sweep of container-writable dirs (`claimdirs.TenantDirs`: the trash, the
+  priority dir, the claim dirs' sizes) has not succeeded for MAX_SWEEP_SILENCE_S (300 s, 10
+  sweeps), counted the same way; a step that keeps raising and one that hangs look alike. What
+  a step could not delete (an entry the kernel refuses to remove) is no reason: restarting would
+  not remove it either; it is counted (`vgpu_bridge_tenant_entries_not_deleted_total`).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from vgpu_bridge.logs import get_logger
+from vgpu_bridge.node.claimdirs import MAX_SWEEP_SILENCE_S, SweepStep
 from vgpu_bridge.node.publisher import Publication
 
 HEALTHZ = "/healthz"
@@ -31,13 +37,18 @@ class Health:
         sockets: Callable[[], str | None],
         publications: Callable[[], Publication | None],
         max_silence_s: float,
+        sweep_steps: Callable[[], Mapping[str, SweepStep]] = dict,
+        max_sweep_silence_s: float = MAX_SWEEP_SILENCE_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`sockets`: why the gRPC servers do not serve, or None; `publications`: how the last
-        publication ended (None before the first); `clock` must be the publisher's."""
+        publication ended (None before the first); `sweep_steps`: how each step of the sweep
+        went (`TenantDirs.steps`); `clock` must be the publisher's and the sweeper's."""
         self._sockets = sockets
         self._publications = publications
         self._max_silence_s = max_silence_s
+        self._sweep_steps = sweep_steps
+        self._max_sweep_silence_s = max_sweep_silence_s
         self._clock = clock
         self._started_at = clock()
 
@@ -46,6 +57,9 @@ class Health:
         trouble = self._sockets()
         if trouble is not None:
             return trouble
+        return self._unpublished() or self._stuck_sweep_step()
+
+    def _unpublished(self) -> str | None:
         last = self._publications()
         succeeded_at = None if last is None else last.succeeded_at
         silent = self._clock() - (self._started_at if succeeded_at is None else succeeded_at)
@@ -56,6 +70,18 @@ class Health:
                 f"no ResourceSlice publication has succeeded for {silent:.0f} s {since} "
                 f"(allowed: {self._max_silence_s:g} s){error}"
             )
+        return None
+
+    def _stuck_sweep_step(self) -> str | None:
+        for name, step in sorted(self._sweep_steps().items()):
+            since = self._started_at if step.succeeded_at is None else step.succeeded_at
+            silent = self._clock() - since
+            if silent > self._max_sweep_silence_s:
+                error = "" if step.error is None else f"; last error: {step.error}"
+                return (
+                    f"the sweep's {name} step has not succeeded for {silent:.0f} s "
+                    f"(allowed: {self._max_sweep_silence_s:g} s; {step.failures} failures){error}"
+                )
         return None
 
 

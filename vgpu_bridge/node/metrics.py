@@ -27,8 +27,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from vgpu_bridge.node.cdi import SHARED_REGION_FILE, claim_dir
-from vgpu_bridge.node.claimdirs import DirUsage
-from vgpu_bridge.node.files import skipped
+from vgpu_bridge.node.claimdirs import DirUsage, SweepStep
+from vgpu_bridge.node.files import not_deleted, skipped
 from vgpu_bridge.node.gpus import Gpu
 from vgpu_bridge.node.health import Health, with_healthz
 from vgpu_bridge.node.hostpids import HostPidTable
@@ -226,12 +226,29 @@ class AgentCollector(Collector):
 
 
 class TenantFilesCollector(Collector):
-    """What containers put where the agent looks: refused files, and each claim dir's size."""
+    """What containers put where the agent looks: refused files, entries it could not delete,
+    each claim dir's size, and how each step of the sweep of those dirs went (seconds since it
+    last succeeded, counted from the collector's creation until it first does; failures)."""
 
-    def __init__(self, usage: Callable[[], Mapping[str, DirUsage]]) -> None:
+    def __init__(
+        self,
+        usage: Callable[[], Mapping[str, DirUsage]],
+        sweep_steps: Callable[[], Mapping[str, SweepStep]] = dict,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`clock` must be the sweeper's (`SweepStep` times are read on it)."""
         self._usage = usage
+        self._sweep_steps = sweep_steps
+        self._clock = clock
+        self._started_at = clock()
 
     def collect(self) -> Iterator[Metric]:
+        yield from self._files()
+        yield from self._claim_dirs()
+        yield from self._sweep()
+
+    def _files(self) -> Iterator[Metric]:
         refused = CounterMetricFamily(
             "vgpu_bridge_untrusted_files_refused",
             "files in container-writable dirs the agent refused to read (a link, a FIFO, ...)",
@@ -239,6 +256,16 @@ class TenantFilesCollector(Collector):
         )
         for reason, count in sorted(skipped.counts().items()):
             refused.add_metric([reason], count)
+        left = CounterMetricFamily(
+            "vgpu_bridge_tenant_entries_not_deleted",
+            "entries of container-writable trees the agent failed to delete, by errno (each try)",
+            labels=["reason"],
+        )
+        for reason, count in sorted(not_deleted.counts().items()):
+            left.add_metric([reason], count)
+        yield from (refused, left)
+
+    def _claim_dirs(self) -> Iterator[Metric]:
         entries = GaugeMetricFamily(
             "vgpu_bridge_claim_dir_entries",
             "entries in a claim's shared-region dir (a lower bound past the walk's limit)",
@@ -250,7 +277,25 @@ class TenantFilesCollector(Collector):
         for uid, usage in sorted(self._usage().items()):
             entries.add_metric([uid], usage.entries)
             used.add_metric([uid], usage.bytes)
-        yield from (refused, entries, used)
+        yield from (entries, used)
+
+    def _sweep(self) -> Iterator[Metric]:
+        failures = CounterMetricFamily(
+            "vgpu_bridge_node_sweep_failures",
+            "times a step of the sweep of container-writable dirs raised",
+            labels=["step"],
+        )
+        age = GaugeMetricFamily(
+            "vgpu_bridge_node_sweep_seconds_since_success",
+            "seconds since a step of the sweep of container-writable dirs last succeeded",
+            labels=["step"],
+        )
+        now = self._clock()
+        for name, step in sorted(self._sweep_steps().items()):
+            failures.add_metric([name], step.failures)
+            since = self._started_at if step.succeeded_at is None else step.succeeded_at
+            age.add_metric([name], max(now - since, 0.0))
+        yield from (failures, age)
 
 
 class CallMetrics:
@@ -296,15 +341,17 @@ def serve_metrics(
     vgpu_dir: Path,
     host_pids: Callable[[str], HostPidTable],
     tenant_usage: Callable[[], Mapping[str, DirUsage]] = dict,
+    sweep_steps: Callable[[], Mapping[str, SweepStep]] = dict,
     publications: Callable[[], Publication | None] = lambda: None,
 ) -> MetricsServer | None:
     """Serve `/metrics` and `/healthz` on `host_port` from a daemon thread; the server (stop it
-    with `.shutdown()`), or None when disabled. `publications`: the publisher's `last`."""
+    with `.shutdown()`), or None when disabled. `publications`: the publisher's `last`;
+    `tenant_usage` and `sweep_steps`: the sweeper's (`TenantDirs.usage`, `.steps`)."""
     if host_port is None:
         return None
     registry.register(AgentCollector(health, publications))
     registry.register(NodeCollector(state, gpus, node=node, vgpu_dir=vgpu_dir, host_pids=host_pids))
-    registry.register(TenantFilesCollector(tenant_usage))
+    registry.register(TenantFilesCollector(tenant_usage, sweep_steps))
     server = MetricsServer(host_port)
     server.set_app(with_healthz(make_wsgi_app(registry), health))
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()

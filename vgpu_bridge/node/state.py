@@ -261,7 +261,7 @@ class DeviceState:
             trashed = self._commit_new(claims, new, results) if new else []
         finally:
             self._lock.release()
-        claimdirs.empty_trash(self._layout, trashed)
+        self._empty_trash(trashed)
         return results
 
     def _commit_new(
@@ -314,8 +314,17 @@ class DeviceState:
                     results = dict.fromkeys(results, f"cannot write the checkpoint: {error}")
                 else:
                     self._claims = claims
-        claimdirs.empty_trash(self._layout, trashed)
+        self._empty_trash(trashed)
         return results
+
+    def _empty_trash(self, trashed: list[Path]) -> None:
+        """Delete the call's claim dirs from the trash, after the lock. No claim's answer
+        depends on it: what cannot go now is logged and left to the sweep (`claimdirs`)."""
+        try:
+            claimdirs.empty_trash(self._layout, trashed)
+        except Exception:  # whatever a tenant's tree does, the call's claims are answered
+            log.exception("cannot empty the trash; the sweep tries again",
+                          paths=[str(path) for path in trashed])  # fmt: skip
 
     def _remove_claim_files(self, uid: str, trashed: list[Path]) -> str | None:
         """Remove the claim's spec and limits file, move its dir to the trash; the error."""
