@@ -112,6 +112,7 @@ def _translate_template(template: PodTemplate, *, target: _Target, draft: _Draft
     if not problems:
         listed = [{"name": c, "resourceClaimTemplateName": n} for c, n in claims.items()]
         draft.ops.extend(_pod_ops(template, listed))
+        draft.ops.extend(_toleration_ops(template, {k for s in found for k in s.raw.resource_keys}))
         draft.translated.append(TranslatedPod(template, tuple(translated)))
 
 
@@ -296,6 +297,29 @@ def _own_share_ops(share: Share, own: OwnShare | None, *, count: int) -> list[Pa
     if isinstance(share.container.body.get("env"), list):
         return [{"op": "add", "path": f"{pointer}/-", "value": e} for e in env]
     return [{"op": "add", "path": pointer, "value": env}]
+
+
+def _toleration_ops(template: PodTemplate, removed: set[str]) -> list[PatchOp]:
+    """For a workload's pod template, the tolerations the ExtendedResourceToleration admission
+    plugin would give its pods for the extended resources translation removed (key: the resource
+    name, operator Exists, effect NoSchedule): its pods no longer request them, so the plugin
+    gives them none, and they would stay off GPU nodes tainted `nvidia.com/gpu:NoSchedule`. A Pod
+    has them already (the plugin runs before webhooks), where the cluster runs the plugin."""
+    if template.spec_pointer == "/spec":
+        return []
+    listed = template.spec.get("tolerations")
+    present = listed if isinstance(listed, list) else []
+    wanted = [
+        toleration
+        for key in sorted(removed)
+        if (toleration := {"key": key, "operator": "Exists", "effect": "NoSchedule"}) not in present
+    ]
+    pointer = f"{template.spec_pointer}/tolerations"
+    if not wanted:
+        return []
+    if isinstance(listed, list):
+        return [{"op": "add", "path": f"{pointer}/-", "value": t} for t in wanted]
+    return [{"op": "add", "path": pointer, "value": wanted}]
 
 
 def _pod_ops(template: PodTemplate, claims: list[dict[str, str]]) -> list[PatchOp]:
