@@ -320,3 +320,40 @@ def test_metrics_service_can_be_node_port_31995(helm: Helm) -> None:
     ]
     selector = one(objects, "DaemonSet")["spec"]["selector"]["matchLabels"]
     assert metrics["spec"]["selector"] == selector
+
+
+def agent_pod_spec(objects: list[Json]) -> Json:
+    spec: Json = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+    return spec
+
+
+def test_agent_runs_only_on_gpu_nodes_and_tolerates_gpu_taints_by_default(
+    defaults: list[Json],
+) -> None:
+    spec = agent_pod_spec(defaults)
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert [t["matchExpressions"] for t in terms["nodeSelectorTerms"]] == [
+        [
+            {
+                "key": "feature.node.kubernetes.io/pci-10de.present",
+                "operator": "In",
+                "values": ["true"],
+            }
+        ],
+        [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}],
+    ]  # any one of them: terms are ORed
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
+        "tolerations"
+    ]
+
+
+def test_agent_affinity_set_by_the_user_replaces_the_gpu_node_labels(helm: Helm) -> None:
+    own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "pool", "operator": "In", "values": ["a100"]}]}]}}}  # fmt: skip
+    assert agent_pod_spec(helm.template({"agent": {"affinity": own}}))["affinity"] == own
+
+
+def test_agent_runs_anywhere_with_mock_gpus_or_no_gpu_node_labels(helm: Helm) -> None:
+    assert "affinity" not in agent_pod_spec(helm.template(MOCK))
+    assert "affinity" not in agent_pod_spec(helm.template({"agent": {"gpuNodeLabels": []}}))
