@@ -11,10 +11,11 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from tests.abuse.fake_api import FakeApi
-from tests.abuse.hostile import FIELD_LINE, Case, cases
+from tests.abuse.hostile import BAD_CLAIM_NAMES, FIELD_LINE, Case, cases, gpu_pod, review
 from tests.abuse.probe import Prober
 from tests.abuse.processes import non_json_lines, tail
 from tests.abuse.webhook_client import Client, Webhook
+from vgpu_bridge.core import DEFAULT
 
 INPUTS = 10_000
 WORKERS = 4
@@ -113,6 +114,41 @@ def test_ten_thousand_hostile_reviews_are_each_answered_without_5xx_and_denials_
     assert webhook.admit_normal_pod()["allowed"] is True
     assert not api.unsafe_requests(), api.unsafe_requests()[:10]
     assert not non_json_lines(webhook.log_file), non_json_lines(webhook.log_file)[:10]
+
+
+def opted_out_privileged_pod(claim: dict[str, str]) -> bytes:
+    pod = gpu_pod({"cpu": "1"}, labels={"vgpu-bridge.io/ignore": "true"})
+    pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", **claim}]
+    return json.dumps(review(pod)).encode()
+
+
+def test_the_opt_out_label_does_not_lift_the_guardrails_of_a_claim_of_our_class(
+    webhook: Webhook, api: FakeApi
+) -> None:
+    """Guardrails follow the claim, not the label (issue 25): an opted-out privileged pod that
+    names a claim of our class, one that does not exist yet, or a hostile name, is refused naming
+    the field, and no hostile name reaches an API URL."""
+    ours = {"name": "g", "exactly": {"deviceClassName": DEFAULT.device_class}}
+    with api.lock:
+        api.claims["opted-out-ours"] = {"spec": {"devices": {"requests": [ours]}}}
+    claims = [{"resourceClaimName": "opted-out-ours"}, {"resourceClaimTemplateName": "later"}]
+    claims += [{"resourceClaimName": name} for name in BAD_CLAIM_NAMES]
+    client = Client(webhook)
+    try:
+        for claim in claims:
+            status, data, _ = client.post(opted_out_privileged_pod(claim), "application/json")
+            assert status == 200, (claim, data[:300])
+            response = json.loads(data)["response"]
+            assert response["allowed"] is False, (claim, response)
+            message = response["status"]["message"]
+            assert "spec.containers[0].securityContext.privileged" in message, (claim, message)
+            assert "spec.resourceClaims[0]." in message, (claim, message)
+    finally:
+        client.close()
+        with api.lock:
+            del api.claims["opted-out-ours"]
+    assert not api.unsafe_requests(), api.unsafe_requests()[:10]
 
 
 def test_a_foreign_drivers_unparseable_slice_does_not_keep_the_webhook_unready(

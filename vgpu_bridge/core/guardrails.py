@@ -1,5 +1,6 @@
 """Pods HAMi refuses at admission even when their request reads well (hami.md §2.1,
-HAMi `pkg/scheduler/webhook.go`): checked only for pod templates that ask for a GPU."""
+HAMi `pkg/scheduler/webhook.go`): checked for pod templates that ask for a GPU, and by the
+webhook for any pod that names a claim of our DeviceClass (guardrails follow the claim)."""
 
 from __future__ import annotations
 

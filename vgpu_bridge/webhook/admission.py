@@ -17,8 +17,13 @@ from vgpu_bridge.core import (
     TranslationContext,
     TranslatorConfig,
 )
+from vgpu_bridge.core.errors import FieldError
+from vgpu_bridge.core.guardrails import check_pod
+from vgpu_bridge.core.models import Problems
 from vgpu_bridge.core.shapes import check_shape
+from vgpu_bridge.core.workloads import object_ref, pod_templates
 from vgpu_bridge.kube import (
+    Json,
     KubeApi,
     KubeError,
     api_path,
@@ -153,21 +158,23 @@ class Admitter:
         self.events.record(occurrences(admitted, profile=self.profile))
 
     def _skipped(self, request: review.AdmissionRequest, namespace: str | None) -> bool:
-        """Objects we never change: excluded or opted out, a Pod's UPDATE (its claims are
-        immutable), an object being deleted (a refusal would keep its finalizers), and every
-        operation but CREATE and UPDATE. A workload's UPDATE is translated like its CREATE:
-        re-applied from Git, it carries our earlier claims beside its GPU requests again, which
-        core translates afresh (`core.earlier`); without GPU requests it needs nothing."""
+        """Objects we never look at: excluded, a Pod's UPDATE (its claims are immutable), an
+        object being deleted (a refusal would keep its finalizers), and every operation but
+        CREATE and UPDATE. A workload's UPDATE is translated like its CREATE: re-applied from
+        Git, it carries our earlier claims beside its GPU requests again, which core translates
+        afresh (`core.earlier`); without GPU requests it needs nothing. An object that opted out
+        is not skipped: it is only left untranslated (`_untranslated`)."""
         meta = request.object.get("metadata") or {}
-        labels = meta.get("labels") or {}
-        if (
-            namespace in self.settings.excluded()
-            or labels.get(self.settings.opt_out_label) == "true"
-        ):
+        if namespace in self.settings.excluded():
             return True
         if request.operation == "UPDATE":
             return request.kind == "Pod" or meta.get("deletionTimestamp") is not None
         return request.operation != "CREATE" or not request.object
+
+    def _opted_out(self, request: review.AdmissionRequest) -> bool:
+        """Labelled to be left untranslated; what it claims is still checked."""
+        labels = (request.object.get("metadata") or {}).get("labels") or {}
+        return bool(labels.get(self.settings.opt_out_label) == "true")
 
     def _admit(self, request: review.AdmissionRequest, *, quick: bool = False) -> _Outcome | None:
         """The decision; None when `quick` and it would take a translation or an API call."""
@@ -179,17 +186,14 @@ class Admitter:
         namespace = request.namespace or meta.get("namespace")
         if self._skipped(request, namespace):
             return _Outcome("unchanged", review.allow(request.uid))
+        obj = {**request.object, "metadata": {**meta, "namespace": namespace}}
         renamed = self.config.resource_names()
-        if not may_ask_for_gpus(request.kind, request.object, resource_names=renamed):
-            if quick and self._quota_counts(request, request.object):
-                return None  # counting its share may read the API
-            reasons = self._quota_reasons(request, namespace, request.object)
-            if reasons:  # a pod made from a translated template still books its share
-                return _denied(request.uid, reasons)
-            return _Outcome("unchanged", review.allow(request.uid))
+        if self._opted_out(request) or not may_ask_for_gpus(
+            request.kind, request.object, resource_names=renamed
+        ):
+            return self._untranslated(request, namespace, obj, quick=quick)
         if quick:
             return None
-        obj = {**request.object, "metadata": {**meta, "namespace": namespace}}
         adapter = self.registry.pick(obj, self.settings.scheduler)
         context = TranslationContext(
             config=self.config, profile=self.profile, inventory=self.inventory()
@@ -198,12 +202,13 @@ class Admitter:
             plan = adapter.translate(obj, context=context)
         except InvalidRequest as exc:
             return _denied(request.uid, exc.lines(), adapter.name)
+        if not plan.changes_object:
+            return self._untranslated(
+                request, namespace, obj, adapter=adapter.name, warnings=list(plan.warnings)
+            )
         names = [t["metadata"]["name"] for t in plan.templates]
-        reasons = self._placement_reasons(plan, namespace) if plan.changes_object else []
+        reasons = self._placement_reasons(plan, namespace)
         reasons = reasons or self._quota_reasons(request, namespace, obj, plan)
-        if not plan.changes_object and not reasons:
-            body = review.allow(request.uid, warnings=plan.warnings)
-            return _Outcome("unchanged", body, adapter.name, warnings=list(plan.warnings))
         if not reasons and not request.dry_run:
             try:
                 self.store.ensure(str(namespace), plan.templates)
@@ -214,6 +219,92 @@ class Admitter:
         warnings = [*plan.warnings, *self.legacy_warnings]
         body = review.allow(request.uid, patch=plan.patch, warnings=warnings)
         return _Outcome("translated", body, adapter.name, names, plan, warnings=warnings)
+
+    def _untranslated(
+        self,
+        request: review.AdmissionRequest,
+        namespace: object,
+        pod: dict[str, Any],
+        *,
+        quick: bool = False,
+        adapter: str = "-",
+        warnings: list[str] | None = None,
+    ) -> _Outcome | None:
+        """An object left as it is (opted out, asking for no GPU, or with nothing to translate).
+        A pod among them that names claims of our class is held to what a translated GPU pod
+        is held to: core's guardrails, then the namespace's GPU quotas. None when `quick` and
+        that may read the API."""
+        if quick and self._may_read_claims(request, pod):
+            return None
+        reasons = self._claimed_pod_reasons(request, namespace, pod)
+        reasons = reasons or self._quota_reasons(request, namespace, pod)
+        if reasons:  # e.g. a pod made from a translated template still books its share
+            return _denied(request.uid, reasons, adapter)
+        body = review.allow(request.uid, warnings=warnings or ())
+        return _Outcome("unchanged", body, adapter, warnings=warnings or [])
+
+    def _may_read_claims(self, request: review.AdmissionRequest, pod: dict[str, Any]) -> bool:
+        """Whether judging this untranslated object may read the API: only a pod that names
+        claims, and only when quotas count it or a guardrail would refuse it were they ours."""
+        if request.kind != "Pod" or not _claim_refs(pod):
+            return False
+        return self._quota_counts(request, pod) or bool(self._guardrail_problems(pod))
+
+    def _claimed_pod_reasons(
+        self, request: review.AdmissionRequest, namespace: object, pod: dict[str, Any]
+    ) -> list[str]:
+        """Why a pod we do not translate is refused by core's guardrails (privileged containers,
+        spec.nodeName) because it names a claim or template of our class, however it came to
+        (the opt-out label, a hand-written claim, a template of ours named directly). A claim we
+        cannot read counts as ours: it may be made so after the pod. Dry runs too: reads only."""
+        if request.kind != "Pod" or not _claim_refs(pod):
+            return []
+        problems = self._guardrail_problems(pod)
+        if not problems:  # nothing to refuse, whatever its claims: no API call
+            return []
+        why = self._claims_held_to_guardrails(pod, namespace)
+        if not why:
+            return []
+        return InvalidRequest(object_ref(pod), [*problems.errors, *why]).lines()
+
+    def _guardrail_problems(self, pod: Mapping[str, Any]) -> Problems:
+        problems = Problems()
+        for template in pod_templates(pod):
+            check_pod(template, config=self.config, problems=problems)
+        return problems
+
+    def _claims_held_to_guardrails(
+        self, pod: Mapping[str, Any], namespace: object
+    ) -> list[FieldError]:
+        """The claims the pod names that are of our class, or cannot be read to tell."""
+        problem = dns_label_problem(namespace) if namespace else "required"
+        if problem or not isinstance(namespace, str):
+            return [FieldError("metadata.namespace", f"{problem}, so its claims cannot be read")]
+        found = []
+        for path, resource, name in _claim_refs(pod):
+            reason = self._guardrail_claim_reason(resource, name, namespace)
+            if reason:
+                found.append(FieldError(path, reason))
+        return found
+
+    def _guardrail_claim_reason(self, resource: str, name: str, namespace: str) -> str | None:
+        kind, device_class = resource[:-1], self.profile.device_class
+        problem = dns_subdomain_problem(name)
+        if problem:
+            return f"{problem}, so whether it claims devices of class {device_class} is unknown"
+        claim = self._read(api_path(RESOURCE_API, "namespaces", namespace, resource, name))
+        if claim is None:
+            return (
+                f"{kind} {name} does not exist, so whether it claims devices of class "
+                f"{device_class} cannot be checked; create it before the pod"
+            )
+        if not self._of_our_class(claim):
+            return None
+        return (
+            f"{kind} {name} claims devices of class {device_class}, so the pod is held to the "
+            f"guardrails of a GPU pod, translated or not ({self.settings.opt_out_label}=true "
+            "only skips translation)"
+        )
 
     def _quota_reasons(
         self,
@@ -281,12 +372,20 @@ class Admitter:
         return []
 
     def _claims_our_class(self, path: str) -> bool:
+        found = self._read(path)
+        return found is not None and self._of_our_class(found)
+
+    def _read(self, path: str) -> Json | None:
+        """The claim or template at `path`; None when it does not exist."""
         try:
-            found = self.api.get(path)
+            return self.api.get(path)
         except KubeError as exc:
             if exc.status == 404:
-                return False
+                return None
             raise
+
+    def _of_our_class(self, found: Json) -> bool:
+        """Whether a claim or template requests devices of our DeviceClass."""
         spec = found.get("spec", {})
         spec = spec.get("spec", spec)  # a template wraps the claim spec once more
         requests = spec.get("devices", {}).get("requests") or []
@@ -295,3 +394,16 @@ class Admitter:
             s.get("deviceClassName") for r in requests for s in r.get("firstAvailable") or ()
         }
         return self.profile.device_class in classes
+
+
+def _claim_refs(pod: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(field path, API resource, name) of each claim and claim template a pod names."""
+    spec = pod.get("spec")
+    entries = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
+    refs = []
+    for index, entry in enumerate(entries or ()):
+        for key, resource in CLAIM_RESOURCES.items():
+            name = entry.get(key) if isinstance(entry, Mapping) else None
+            if isinstance(name, str):
+                refs.append((f"spec.resourceClaims[{index}].{key}", resource, name))
+    return refs

@@ -27,6 +27,11 @@ GPU = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000}
 CLAIMED = {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "vgpu-web-1a2b"}]}
 
 
+def privileged(obj: dict[str, Any]) -> dict[str, Any]:
+    obj["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    return obj
+
+
 def pod(limits: dict[str, Any], *, labels: Any = None, **spec: Any) -> dict[str, Any]:
     container = {"name": "main", "image": "x", "resources": {"limits": limits}}
     meta = {"name": "p", "labels": labels or {}}
@@ -62,6 +67,9 @@ ANSWERED_QUICKLY = {
     "no AdmissionReview": b'{"kind": "Pod"}',
     "no JSON": b"\xff\xfe",
     "a pod naming claims, quotas not enforced": review(pod(PLAIN, **CLAIMED)),
+    "an opted-out pod naming claims, nothing a guardrail refuses": review(
+        pod(PLAIN, labels={"vgpu-bridge.io/ignore": "true"}, **CLAIMED)
+    ),
 }
 
 
@@ -81,6 +89,10 @@ GIVES_UP = {
     "a pod that opted out, naming GPUs (read once, by a worker)": review(
         pod(GPU, labels={"vgpu-bridge.io/ignore": "true"})
     ),
+    "a privileged pod naming claims (a claim of our class brings the guardrails)": review(
+        privileged(pod(PLAIN, labels={"vgpu-bridge.io/ignore": "true"}, **CLAIMED))
+    ),
+    "a pod bound by nodeName naming claims": review(pod(PLAIN, nodeName="node-1", **CLAIMED)),
     "a pod asking for a GPU by annotation": review(
         {**pod(PLAIN), "metadata": {"name": "p", "annotations": {"nvidia.com/use-gputype": "A100"}}}
     ),

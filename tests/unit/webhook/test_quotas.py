@@ -131,6 +131,25 @@ def test_a_pod_made_from_a_translated_template_is_counted_too(recorded: Recordin
     )
 
 
+def test_an_opted_out_pod_naming_our_template_is_counted_all_the_same(
+    recorded: RecordingApi,
+) -> None:
+    """The opt-out label skips translation, not the quota: the claim it names is ours."""
+    namespace_holds(recorded, [quota("team-gpu", **{"limits.nvidia.com/gpu": "1"})],
+                    [held(1, "1Gi", 0)])  # fmt: skip
+    request = {"deviceClassName": DEFAULT.device_class, "count": 1}
+    recorded.objects[f"{TEMPLATES}/vgpu-0123456789abcdef"] = {
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}}}
+    }
+    claims = [{"name": "gpu", "resourceClaimTemplateName": "vgpu-0123456789abcdef"}]
+    obj = pod({"nvidia.com/gpu": 1}, resourceClaims=claims)
+    obj["metadata"]["labels"] = {"vgpu-bridge.io/ignore": "true"}
+    assert message(answer(admitter_for(recorded), obj)) == (
+        "exceeded quota team-gpu: limits.nvidia.com/gpu: requested 1, used 1, limited 1"
+    )
+    assert recorded.made("POST") == []
+
+
 def test_a_pod_naming_a_missing_template_under_a_gpu_quota_is_refused(
     recorded: RecordingApi,
 ) -> None:
