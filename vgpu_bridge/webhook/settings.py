@@ -61,7 +61,10 @@ class Settings(FlagSettings):
     scheduler: str = setting("auto", description="adapter: auto or a name")
     namespace: str = setting("vgpu-bridge", description="our own namespace (never mutated)")
     excluded_namespaces: str = setting("kube-system", description="comma list, never mutated")
-    opt_out_label: str = setting("vgpu-bridge.io/ignore", description="label=true: not translated (claims of our class are still checked)")
+    opt_out_label: str = setting(
+        "vgpu-bridge.io/ignore",
+        description="label=true: not translated (claims of our class are still checked)",
+    )
     sweep_grace_seconds: int = setting(600, ge=0, description="unreferenced template age")
     sweep_interval_seconds: int = setting(120, ge=1, description="how often to sweep")
     max_body_bytes: int = setting(3 * 2**20, ge=1024, description="largest request body")
