@@ -15,8 +15,7 @@ import pytest
 from e2e.cluster import KubeClient, KubeletStandIn, LocalCluster
 from e2e.volcano.build import VolcanoBuild, ensure_binary
 from e2e.volcano.components import Volcano, install_crds, running_volcano
-from e2e.waiting import wait_for
-from e2e.webhook.helpers import create_pod, gpu_pod
+from e2e.webhook.helpers import serve_namespace
 from e2e.webhook.our_driver import RESOURCE, Card, publish, withdraw
 from e2e.webhook.process import WebhookProcess, running_webhook
 from vgpu_bridge.core import DEFAULT
@@ -101,15 +100,7 @@ def vns(
 
     On failure, the tails of the Volcano and webhook logs are printed (pytest shows them).
     """
-    kube.patch(
-        f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {NAMESPACE_LABEL: "true"}}}
-    )
-    probe = gpu_pod("probe", {"nvidia.com/gpu": 1})
-    wait_for(
-        lambda: "resourceClaims" in create_pod(kube, namespace, probe, dry_run=True)["spec"],
-        timeout_s=20,
-        what="the webhook to be called for the namespace",
-    )
+    serve_namespace(kube, namespace, NAMESPACE_LABEL)
     yield namespace
     assert volcano.alive(), "a Volcano component exited during the test"
     for name, log in {**volcano.logs(), "webhook": volcano_webhook.log_file}.items():

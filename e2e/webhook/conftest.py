@@ -9,8 +9,7 @@ import pytest
 
 from e2e.cluster import KubeClient, KubeletStandIn, LocalCluster
 from e2e.node.agent import GrpcPreparer, PreparerByNode
-from e2e.waiting import wait_for
-from e2e.webhook.helpers import create_pod, gpu_pod
+from e2e.webhook.helpers import serve_namespace
 from e2e.webhook.our_driver import Card, serve_cards
 from e2e.webhook.process import NAMESPACE_LABEL, WebhookProcess, running_webhook
 
@@ -66,12 +65,5 @@ def ns(
 ) -> str:
     """A test namespace the webhook is registered for; its pods are prepared by the agents."""
     kubelet_standin.preparer = _our_agents[1]
-    patch = {"metadata": {"labels": {NAMESPACE_LABEL: "true"}}}
-    kube.patch(f"/api/v1/namespaces/{namespace}", patch)
-    probe = gpu_pod("probe", {"nvidia.com/gpu": 1})
-    wait_for(
-        lambda: "resourceClaims" in create_pod(kube, namespace, probe, dry_run=True)["spec"],
-        timeout_s=20,
-        what="the webhook to be called for the namespace",
-    )
+    serve_namespace(kube, namespace, NAMESPACE_LABEL)
     return namespace

@@ -15,7 +15,7 @@ from e2e.cluster import KubeClient, LocalCluster
 from e2e.cluster.client import ApiError, Json
 from e2e.dra_objects import resource_slice
 from e2e.waiting import wait_for
-from e2e.webhook.helpers import RESOURCE, create_pod, gpu_pod, templates
+from e2e.webhook.helpers import RESOURCE, create_pod, gpu_pod, serve_namespace, templates
 from e2e.webhook.process import WebhookProcess, running_webhook
 from vgpu_bridge.core import DEFAULT, TranslationContext, translate
 from vgpu_bridge.kube import KubeApi
@@ -43,13 +43,7 @@ def strict_webhook(
 
 @pytest.fixture
 def strict_ns(kube: KubeClient, namespace: str, strict_webhook: WebhookProcess) -> str:
-    kube.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {LABEL: "true"}}})
-    probe = gpu_pod("probe", {"nvidia.com/gpu": 1})
-    wait_for(
-        lambda: "resourceClaims" in create_pod(kube, namespace, probe, dry_run=True)["spec"],
-        timeout_s=20,
-        what="the webhook to be called for the namespace",
-    )
+    serve_namespace(kube, namespace, LABEL)
     return namespace
 
 

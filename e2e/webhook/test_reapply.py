@@ -26,7 +26,7 @@ from e2e.dra_objects import quantity
 from e2e.pods import claim_of, only_result
 from e2e.waiting import wait_for
 from e2e.webhook.conftest import GRACE_S
-from e2e.webhook.helpers import create_pod, gpu_pod, templates
+from e2e.webhook.helpers import serve_namespace, templates
 from e2e.webhook.process import WebhookProcess, running_webhook
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("kubelet_standin")]
@@ -62,15 +62,7 @@ def gitops_ns(request: pytest.FixtureRequest, kube: KubeClient, level: str) -> s
     namespace = str(request.getfixturevalue("namespace"))
     request.getfixturevalue("_our_agents")  # the kubelet stand-in prepares through our agents
     request.getfixturevalue("kubelet_standin").preparer = request.getfixturevalue("_our_agents")[1]
-    kube.patch(
-        f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {POD_LEVEL_LABEL: "true"}}}
-    )
-    probe = gpu_pod("probe", {"nvidia.com/gpu": 1})
-    wait_for(
-        lambda: "resourceClaims" in create_pod(kube, namespace, probe, dry_run=True)["spec"],
-        timeout_s=20,
-        what="the pod-level webhook to be called for the namespace",
-    )
+    serve_namespace(kube, namespace, POD_LEVEL_LABEL)
     return namespace
 
 
