@@ -156,6 +156,11 @@ class SweepStep:
     failures: int = 0
     error: str | None = None
 
+    def silent_for(self, *, now: float, started_at: float) -> float:
+        """Seconds since it last succeeded; before it first did, since `started_at` (when the
+        reader, `/healthz` or the metrics, began watching)."""
+        return now - (started_at if self.succeeded_at is None else self.succeeded_at)
+
 
 class TenantDirs:
     """One sweep every SWEEP_PERIOD_S, in its own thread (no lock of the agent held), in steps

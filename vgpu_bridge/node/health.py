@@ -74,8 +74,7 @@ class Health:
 
     def _stuck_sweep_step(self) -> str | None:
         for name, step in sorted(self._sweep_steps().items()):
-            since = self._started_at if step.succeeded_at is None else step.succeeded_at
-            silent = self._clock() - since
+            silent = step.silent_for(now=self._clock(), started_at=self._started_at)
             if silent > self._max_sweep_silence_s:
                 error = "" if step.error is None else f"; last error: {step.error}"
                 return (

@@ -293,8 +293,7 @@ class TenantFilesCollector(Collector):
         now = self._clock()
         for name, step in sorted(self._sweep_steps().items()):
             failures.add_metric([name], step.failures)
-            since = self._started_at if step.succeeded_at is None else step.succeeded_at
-            age.add_metric([name], max(now - since, 0.0))
+            age.add_metric([name], max(step.silent_for(now=now, started_at=self._started_at), 0.0))
         yield from (failures, age)
 
 
