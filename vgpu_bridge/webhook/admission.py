@@ -234,33 +234,26 @@ class Admitter:
         A pod among them that names claims of our class is held to what a translated GPU pod
         is held to: core's guardrails, then the namespace's GPU quotas. None when `quick` and
         that may read the API."""
-        if quick and self._may_read_claims(request, pod):
-            return None
-        reasons = self._claimed_pod_reasons(request, namespace, pod)
+        claimed = request.kind == "Pod" and bool(_claim_refs(pod))
+        problems = self._guardrail_problems(pod) if claimed else Problems()
+        if quick and claimed and (problems or self._quota_counts(request, pod)):
+            return None  # reading its claims may take the API
+        reasons = self._claimed_pod_reasons(namespace, pod, problems)
         reasons = reasons or self._quota_reasons(request, namespace, pod)
         if reasons:  # e.g. a pod made from a translated template still books its share
             return _denied(request.uid, reasons, adapter)
         body = review.allow(request.uid, warnings=warnings or ())
         return _Outcome("unchanged", body, adapter, warnings=warnings or [])
 
-    def _may_read_claims(self, request: review.AdmissionRequest, pod: dict[str, Any]) -> bool:
-        """Whether judging this untranslated object may read the API: only a pod that names
-        claims, and only when quotas count it or a guardrail would refuse it were they ours."""
-        if request.kind != "Pod" or not _claim_refs(pod):
-            return False
-        return self._quota_counts(request, pod) or bool(self._guardrail_problems(pod))
-
     def _claimed_pod_reasons(
-        self, request: review.AdmissionRequest, namespace: object, pod: dict[str, Any]
+        self, namespace: object, pod: dict[str, Any], problems: Problems
     ) -> list[str]:
-        """Why a pod we do not translate is refused by core's guardrails (privileged containers,
-        spec.nodeName) because it names a claim or template of our class, however it came to
-        (the opt-out label, a hand-written claim, a template of ours named directly). A claim we
-        cannot read counts as ours: it may be made so after the pod. Dry runs too: reads only."""
-        if request.kind != "Pod" or not _claim_refs(pod):
-            return []
-        problems = self._guardrail_problems(pod)
-        if not problems:  # nothing to refuse, whatever its claims: no API call
+        """Why a pod we do not translate, with `problems` by core's guardrails (privileged
+        containers, spec.nodeName), is refused because it names a claim or template of our
+        class, however it came to (the opt-out label, a hand-written claim, a template of ours
+        named directly). A claim we cannot read counts as ours: it may be made so after the pod.
+        Dry runs too: reads only. No problems: no API call."""
+        if not problems:
             return []
         why = self._claims_held_to_guardrails(pod, namespace)
         if not why:
