@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from typing import Any
 
 from tests.unit.recording_api import RecordingApi
 from vgpu_bridge.adapters import default_registry
@@ -34,3 +36,17 @@ def admitter_over(
         metrics=WebhookMetrics(),
         quotas=quotas,
     )
+
+
+def pod_response(
+    admitter: Admitter, obj: dict[str, Any], *, namespace: str = "team-a", dry_run: bool = False
+) -> dict[str, Any]:
+    """The AdmissionReview response to a Pod's CREATE of `obj` in `namespace`."""
+    kind = {"group": "", "version": "v1", "kind": "Pod"}
+    request = {"uid": "u-1", "kind": kind, "operation": "CREATE", "namespace": namespace,
+               "object": obj, "dryRun": dry_run}  # fmt: skip
+    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    status, data = admitter.review_body(json.dumps(body).encode())
+    assert status == 200, data
+    response: dict[str, Any] = json.loads(data)["response"]
+    return response

@@ -6,15 +6,13 @@ KubeApi and a recorder."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
 from tests.unit.recording_api import RecordingApi
-from tests.unit.webhook.admitters import admitter_over
+from tests.unit.webhook.admitters import admitter_over, pod_response
 from vgpu_bridge.core import DEFAULT, TranslatorConfig
-from vgpu_bridge.webhook.admission import Admitter
 
 RESOURCE_API = "/apis/resource.k8s.io/v1/namespaces/team-a"
 OURS = "vgpu-0123456789abcdef"
@@ -61,19 +59,6 @@ def template_claim(name: str = OURS) -> dict[str, Any]:
     return {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": name}]}
 
 
-def answer(
-    admitter: Admitter, obj: dict[str, Any], *, namespace: str = "team-a", dry_run: bool = False
-) -> dict[str, Any]:
-    kind = {"group": "", "version": "v1", "kind": "Pod"}
-    request = {"uid": "u-1", "kind": kind, "operation": "CREATE", "namespace": namespace,
-               "object": obj, "dryRun": dry_run}  # fmt: skip
-    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-    status, data = admitter.review_body(json.dumps(body).encode())
-    assert status == 200, data
-    response: dict[str, Any] = json.loads(data)["response"]
-    return response
-
-
 def refusal(response: dict[str, Any]) -> str:
     assert response["allowed"] is False, response
     return str(response["status"]["message"])
@@ -117,7 +102,7 @@ def test_a_pod_naming_a_template_of_our_class_is_held_to_the_gpu_guardrails(
     recorded: RecordingApi, obj: dict[str, Any], why: str
 ) -> None:
     has_template(recorded, OURS)
-    message = refusal(answer(admitter_over(recorded), obj))
+    message = refusal(pod_response(admitter_over(recorded), obj))
     assert f"Pod/team-a/p: {why}" in message
     assert (
         f"spec.resourceClaims[0].resourceClaimTemplateName: resourceclaimtemplate {OURS} claims "
@@ -131,7 +116,7 @@ def test_an_opted_out_privileged_pod_naming_a_hand_written_claim_of_our_class_is
     has_claim(recorded, "mine")
     claims = [{"name": "gpu", "resourceClaimName": "mine"}]
     obj = pod(labels=OPTED_OUT, security=PRIVILEGED, resourceClaims=claims)
-    message = refusal(answer(admitter_over(recorded), obj))
+    message = refusal(pod_response(admitter_over(recorded), obj))
     assert "spec.containers[0].securityContext.privileged: is true" in message
     assert "spec.resourceClaims[0].resourceClaimName: resourceclaim mine claims devices" in message
 
@@ -141,7 +126,7 @@ def test_an_opted_out_pod_naming_a_claim_of_another_class_is_admitted_unchanged(
 ) -> None:
     has_template(recorded, "nic", device_class="rdma.example.com")
     obj = pod(labels=OPTED_OUT, security=PRIVILEGED, nodeName="node-1", **template_claim("nic"))
-    assert admitted_unchanged(answer(admitter_over(recorded), obj))
+    assert admitted_unchanged(pod_response(admitter_over(recorded), obj))
 
 
 def test_an_opted_out_pod_with_gpu_keys_and_no_claims_stays_untranslated(
@@ -149,7 +134,7 @@ def test_an_opted_out_pod_with_gpu_keys_and_no_claims_stays_untranslated(
 ) -> None:
     """That is what opting out means: HAMi's keys are left for whoever else reads them."""
     obj = pod(GPU, labels=OPTED_OUT, security=PRIVILEGED)
-    assert admitted_unchanged(answer(admitter_over(recorded), obj))
+    assert admitted_unchanged(pod_response(admitter_over(recorded), obj))
     assert recorded.calls == []
 
 
@@ -161,7 +146,7 @@ def test_a_privileged_pod_naming_a_claim_that_does_not_exist_is_refused(
     assert (
         "spec.resourceClaims[0].resourceClaimTemplateName: resourceclaimtemplate later does not "
         "exist"
-    ) in refusal(answer(admitter_over(recorded), obj))
+    ) in refusal(pod_response(admitter_over(recorded), obj))
 
 
 def test_a_claim_name_that_is_no_dns_subdomain_is_refused_without_a_look_up(
@@ -169,7 +154,7 @@ def test_a_claim_name_that_is_no_dns_subdomain_is_refused_without_a_look_up(
 ) -> None:
     obj = pod(labels=OPTED_OUT, security=PRIVILEGED, **template_claim("../../x"))
     assert "spec.resourceClaims[0].resourceClaimTemplateName: " in refusal(
-        answer(admitter_over(recorded), obj)
+        pod_response(admitter_over(recorded), obj)
     )
     assert recorded.calls == []
 
@@ -177,7 +162,7 @@ def test_a_claim_name_that_is_no_dns_subdomain_is_refused_without_a_look_up(
 def test_a_pod_the_guardrails_would_admit_costs_no_look_up(recorded: RecordingApi) -> None:
     has_template(recorded, OURS)
     assert admitted_unchanged(
-        answer(admitter_over(recorded), pod(labels=OPTED_OUT, **template_claim()))
+        pod_response(admitter_over(recorded), pod(labels=OPTED_OUT, **template_claim()))
     )
     assert recorded.calls == []
 
@@ -186,19 +171,19 @@ def test_an_administrator_may_allow_privileged_claimed_pods(recorded: RecordingA
     has_template(recorded, OURS)
     admitter = admitter_over(recorded, config=TranslatorConfig(allow_privileged=True))
     obj = pod(labels=OPTED_OUT, security=PRIVILEGED, **template_claim())
-    assert admitted_unchanged(answer(admitter, obj))
+    assert admitted_unchanged(pod_response(admitter, obj))
 
 
 def test_a_dry_run_is_refused_alike_and_only_reads(recorded: RecordingApi) -> None:
     has_template(recorded, OURS)
     obj = pod(labels=OPTED_OUT, security=PRIVILEGED, **template_claim())
     assert "securityContext.privileged" in refusal(
-        answer(admitter_over(recorded), obj, dry_run=True)
+        pod_response(admitter_over(recorded), obj, dry_run=True)
     )
     assert {call.method for call in recorded.calls} == {"GET"}
 
 
 def test_an_excluded_namespace_is_not_looked_at(recorded: RecordingApi) -> None:
     obj = pod(labels=OPTED_OUT, security=PRIVILEGED, **template_claim())
-    assert admitted_unchanged(answer(admitter_over(recorded), obj, namespace="kube-system"))
+    assert admitted_unchanged(pod_response(admitter_over(recorded), obj, namespace="kube-system"))
     assert recorded.calls == []

@@ -4,11 +4,10 @@ card count; the denial names the quota and the numbers. Against a real KubeApi a
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from tests.unit.recording_api import RecordingApi
-from tests.unit.webhook.admitters import admitter_over
+from tests.unit.webhook.admitters import admitter_over, pod_response
 from vgpu_bridge.core import DEFAULT, Inventory, TranslatorConfig
 from vgpu_bridge.core.dialects import hami
 from vgpu_bridge.webhook.admission import Admitter
@@ -60,17 +59,6 @@ def pod(limits: dict[str, Any], **spec: Any) -> dict[str, Any]:
             "spec": {"containers": [container], **spec}}  # fmt: skip
 
 
-def answer(admitter: Admitter, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
-    kind = {"group": "", "version": "v1", "kind": "Pod"}
-    request = {"uid": "u-1", "kind": kind, "operation": "CREATE", "namespace": "team-a",
-               "object": obj, "dryRun": dry_run}  # fmt: skip
-    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-    status, data = admitter.review_body(json.dumps(body).encode())
-    assert status == 200, data
-    response: dict[str, Any] = json.loads(data)["response"]
-    return response
-
-
 def message(response: dict[str, Any]) -> str:
     assert response["allowed"] is False, response
     return str(response["status"]["message"])
@@ -81,7 +69,7 @@ def test_a_pod_past_the_memory_quota_is_refused_naming_the_quota_and_the_numbers
 ) -> None:
     namespace_holds(recorded, [quota("team-gpu", **{"limits.nvidia.com/gpumem": "10000"})],
                     [held(1, "5000Mi", 0), held(1, "3000Mi", 0)])  # fmt: skip
-    response = answer(admitter_for(recorded), pod({"nvidia.com/gpumem": 3000}))
+    response = pod_response(admitter_for(recorded), pod({"nvidia.com/gpumem": 3000}))
     assert message(response) == (
         "exceeded quota team-gpu: limits.nvidia.com/gpumem: requested 3000, used 8000, "
         "limited 10000"
@@ -91,7 +79,7 @@ def test_a_pod_past_the_memory_quota_is_refused_naming_the_quota_and_the_numbers
 def test_a_pod_that_fits_its_quota_is_translated(recorded: RecordingApi) -> None:
     namespace_holds(recorded, [quota("team-gpu", **{"limits.nvidia.com/gpumem": "10000"})],
                     [held(1, "7000Mi", 0)])  # fmt: skip
-    response = answer(admitter_for(recorded), pod({"nvidia.com/gpumem": 3000}))
+    response = pod_response(admitter_for(recorded), pod({"nvidia.com/gpumem": 3000}))
     assert response["allowed"] is True
     assert "patch" in response
 
@@ -100,7 +88,7 @@ def test_the_card_count_and_cores_are_counted_per_device(recorded: RecordingApi)
     hard = {"requests.nvidia.com/gpu": "2", "limits.nvidia.com/gpucores": "100"}
     namespace_holds(recorded, [quota("cards", **hard)], [held(1, "1Gi", 60)])
     limits = {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 1000, "nvidia.com/gpucores": 30}
-    assert message(answer(admitter_for(recorded), pod(limits))).split("; ") == [
+    assert message(pod_response(admitter_for(recorded), pod(limits))).split("; ") == [
         "exceeded quota cards: limits.nvidia.com/gpucores: requested 60, used 60, limited 100",
         "exceeded quota cards: requests.nvidia.com/gpu: requested 2, used 1, limited 2",
     ]
@@ -109,7 +97,9 @@ def test_the_card_count_and_cores_are_counted_per_device(recorded: RecordingApi)
 def test_gpumem_quota_is_in_gpumem_units_under_a_memory_factor(recorded: RecordingApi) -> None:
     namespace_holds(recorded, [quota("team-gpu", **{"limits.nvidia.com/gpumem": "5000"})],
                     [held(1, "8000Mi", 0)])  # fmt: skip
-    response = answer(admitter_for(recorded, memory_factor=2), pod({"nvidia.com/gpumem": 1500}))
+    response = pod_response(
+        admitter_for(recorded, memory_factor=2), pod({"nvidia.com/gpumem": 1500})
+    )
     assert message(response) == (
         "exceeded quota team-gpu: limits.nvidia.com/gpumem: requested 1500, used 4000, limited 5000"
     )
@@ -125,7 +115,7 @@ def test_a_pod_made_from_a_translated_template_is_counted_too(recorded: Recordin
         "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}}}
     }
     claims = [{"name": "gpu", "resourceClaimTemplateName": "vgpu-0123456789abcdef"}]
-    response = answer(admitter_for(recorded), pod({"cpu": "1"}, resourceClaims=claims))
+    response = pod_response(admitter_for(recorded), pod({"cpu": "1"}, resourceClaims=claims))
     assert message(response) == (
         "exceeded quota team-gpu: limits.nvidia.com/gpu: requested 1, used 1, limited 1"
     )
@@ -144,7 +134,7 @@ def test_an_opted_out_pod_naming_our_template_is_counted_all_the_same(
     claims = [{"name": "gpu", "resourceClaimTemplateName": "vgpu-0123456789abcdef"}]
     obj = pod({"nvidia.com/gpu": 1}, resourceClaims=claims)
     obj["metadata"]["labels"] = {"vgpu-bridge.io/ignore": "true"}
-    assert message(answer(admitter_for(recorded), obj)) == (
+    assert message(pod_response(admitter_for(recorded), obj)) == (
         "exceeded quota team-gpu: limits.nvidia.com/gpu: requested 1, used 1, limited 1"
     )
     assert recorded.made("POST") == []
@@ -155,7 +145,7 @@ def test_a_pod_naming_a_missing_template_under_a_gpu_quota_is_refused(
 ) -> None:
     namespace_holds(recorded, [quota("team-gpu", **{"limits.nvidia.com/gpu": "4"})], [])
     claims = [{"name": "gpu", "resourceClaimTemplateName": "not-there"}]
-    response = answer(admitter_for(recorded), pod({}, resourceClaims=claims))
+    response = pod_response(admitter_for(recorded), pod({}, resourceClaims=claims))
     assert "template not-there does not exist" in message(response)
 
 
@@ -163,20 +153,20 @@ def test_a_whole_card_of_unknown_size_cannot_be_counted_against_a_memory_quota(
     recorded: RecordingApi,
 ) -> None:
     namespace_holds(recorded, [quota("team-gpu", **{"limits.nvidia.com/gpumem": "10000"})], [])
-    response = answer(admitter_for(recorded), pod({"nvidia.com/gpu": 1}))
+    response = pod_response(admitter_for(recorded), pod({"nvidia.com/gpu": 1}))
     assert "a whole card's memory is unknown" in message(response)
 
 
 def test_a_pod_without_gpus_or_claims_costs_no_api_call(recorded: RecordingApi) -> None:
     namespace_holds(recorded, [quota("team-gpu", **{"limits.nvidia.com/gpu": "0"})], [])
-    response = answer(admitter_for(recorded), pod({"cpu": "1"}))
+    response = pod_response(admitter_for(recorded), pod({"cpu": "1"}))
     assert response["allowed"] is True
     assert recorded.calls == []
 
 
 def test_a_namespace_without_gpu_quotas_lists_no_claims(recorded: RecordingApi) -> None:
     namespace_holds(recorded, [quota("cpu-only", **{"limits.cpu": "4"})], [held(9, "80Gi", 100)])
-    response = answer(admitter_for(recorded), pod({"nvidia.com/gpumem": 3000}))
+    response = pod_response(admitter_for(recorded), pod({"nvidia.com/gpumem": 3000}))
     assert response["allowed"] is True
     assert asked_for(recorded) == [QUOTAS]
 
@@ -186,14 +176,14 @@ def test_a_synced_cache_answers_without_listing_quotas(recorded: RecordingApi) -
     admitter = admitter_for(recorded)
     assert admitter.quotas is not None
     admitter.quotas.cache.replace([quota("cpu-only", **{"limits.cpu": "4"})])
-    assert answer(admitter, pod({"nvidia.com/gpumem": 3000}))["allowed"] is True
+    assert pod_response(admitter, pod({"nvidia.com/gpumem": 3000}))["allowed"] is True
     assert asked_for(recorded) == []
 
 
 def test_a_dry_run_books_nothing_and_is_not_counted(recorded: RecordingApi) -> None:
     """`--dry-run=server` needs no API call; the real create is counted."""
     namespace_holds(recorded, [quota("team-gpu", **{"limits.nvidia.com/gpu": "0"})], [])
-    response = answer(admitter_for(recorded), pod({"nvidia.com/gpumem": 3000}), dry_run=True)
+    response = pod_response(admitter_for(recorded), pod({"nvidia.com/gpumem": 3000}), dry_run=True)
     assert response["allowed"] is True
     assert recorded.calls == []
 
@@ -229,7 +219,7 @@ def test_a_claim_written_by_hand_is_paid_for_by_its_first_pod(recorded: Recordin
                     [held(1, "4Gi", 0), big])  # fmt: skip
     recorded.objects[f"{CLAIMS}/big"] = big
     claims = [{"name": "gpu", "resourceClaimName": "big"}]
-    response = answer(admitter_for(recorded), pod({"cpu": "1"}, resourceClaims=claims))
+    response = pod_response(admitter_for(recorded), pod({"cpu": "1"}, resourceClaims=claims))
     assert message(response) == (
         "exceeded quota team-gpu: limits.nvidia.com/gpumem: requested 8192, used 4096, "
         "limited 10240"
@@ -243,7 +233,7 @@ def test_a_pod_sharing_a_claim_in_use_books_nothing_new(recorded: RecordingApi) 
                     [shared])  # fmt: skip
     recorded.objects[f"{CLAIMS}/shared"] = shared
     claims = [{"name": "gpu", "resourceClaimName": "shared"}]
-    assert answer(admitter_for(recorded), pod({}, resourceClaims=claims))["allowed"] is True
+    assert pod_response(admitter_for(recorded), pod({}, resourceClaims=claims))["allowed"] is True
 
 
 def test_gpu_quotas_reads_volcanos_names_beside_hamis_but_no_percentage() -> None:
@@ -263,7 +253,7 @@ def test_a_volcano_memory_quota_counts_every_claim_per_device(recorded: Recordin
     hard = {"requests.volcano.sh/vgpu-memory": "10000", "requests.volcano.sh/vgpu-number": "8"}
     namespace_holds(recorded, [quota("vc", **hard)], [held(1, "5000Mi", 0), held(1, "2000Mi", 0)])
     limits = {"volcano.sh/vgpu-number": 2, "volcano.sh/vgpu-memory": 2000}
-    assert message(answer(admitter_for(recorded), pod(limits))) == (
+    assert message(pod_response(admitter_for(recorded), pod(limits))) == (
         "exceeded quota vc: requests.volcano.sh/vgpu-memory: requested 4000, used 7000, "
         "limited 10000"
     )
