@@ -1,7 +1,8 @@
 """`vgpu-bridge node`: `build` wires the parts (starting nothing), `run` starts them and serves
 until SIGTERM; tests build the same agent and start it themselves.
 
-Start-up order: GPUs (mock file or NVML), the checkpoint (recovered), the DRA socket, then the
+Start-up order: GPUs (mock file or NVML; on a node where NVML lists none the agent waits for
+one, healthy and idle: `no_gpu.py`), the checkpoint (recovered), the DRA socket, then the
 registration socket, the HTTP server (/metrics, /healthz), then the slices (republished on every
 start and checked every resync period), then the periodic cleanup of prepared claims whose
 ResourceClaim is gone, every `--device-health-seconds` the cards' health (an unhealthy card's
@@ -37,6 +38,7 @@ from vgpu_bridge.node.health import Health
 from vgpu_bridge.node.hostpids import PERIOD_S as HOST_PIDS_PERIOD_S
 from vgpu_bridge.node.hostpids import HostPidFiles
 from vgpu_bridge.node.metrics import CallMetrics, MetricsServer, serve_metrics
+from vgpu_bridge.node.no_gpu import wait_for_gpus
 from vgpu_bridge.node.publisher import SlicePublisher
 from vgpu_bridge.node.settings import Settings
 from vgpu_bridge.node.slices import DeviceTaint
@@ -48,10 +50,6 @@ log = get_logger("vgpu_bridge.node")
 def profile_for(settings: Settings) -> DriverProfile:
     """Our profile, under the driver name this agent was given."""
     return our_profile(settings.driver_name)
-
-
-def discover(settings: Settings) -> tuple[Gpu, ...]:
-    return mock_gpus(settings.mock_gpus) if settings.mock_gpus else nvml_gpus()
 
 
 def every(seconds: float, stop: threading.Event, what: str, work: Callable[[], object]) -> None:
@@ -174,11 +172,8 @@ def workers(agent: Agent, stop: threading.Event) -> list[threading.Thread]:
     ]
 
 
-def run(agent: Agent, *, stop: threading.Event) -> int:
-    """Start `agent`, serve until `stop` (set by SIGTERM/SIGINT on the main thread), shut down."""
-    metrics = agent.start()
-    for worker in workers(agent, stop):
-        worker.start()
+def stop_on_signals(stop: threading.Event) -> None:
+    """SIGTERM and SIGINT set `stop` (only the main thread can install handlers)."""
 
     def shut_down(signum: int, _frame: object) -> None:
         stop.set()
@@ -186,6 +181,15 @@ def run(agent: Agent, *, stop: threading.Event) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, shut_down)
         signal.signal(signal.SIGINT, shut_down)
+
+
+def run(agent: Agent, *, stop: threading.Event) -> int:
+    """Start `agent`, serve until `stop` (set by SIGTERM/SIGINT on the main thread), shut down."""
+    metrics = agent.start()
+    for worker in workers(agent, stop):
+        worker.start()
+
+    stop_on_signals(stop)
     log.info("node agent started", node=agent.settings.node_name, driver=agent.profile.driver,
              gpus=len(agent.gpus), mock=agent.settings.mock_gpus is not None)  # fmt: skip
     stop.wait()
@@ -197,10 +201,20 @@ def run(agent: Agent, *, stop: threading.Event) -> int:
 
 
 def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
-    gpus = discover(settings)
+    """Mock GPUs at once; NVML's once it lists a GPU (`no_gpu`: the agent waits, healthy and
+    idle, on a node without one); then the agent, until `stop` or SIGTERM."""
+    stop = stop or threading.Event()
+    gpus = mock_gpus(settings.mock_gpus) if settings.mock_gpus else None
     configure_json_logging()
+    if gpus is None:
+        stop_on_signals(stop)
+        gpus = wait_for_gpus(nvml_gpus, stop=stop, recheck_s=settings.gpu_wait_seconds,
+                             host_port=settings.metrics_host_port)  # fmt: skip
+        if gpus is None:
+            log.info("node agent stopped while waiting for a GPU")
+            return 0
     api = KubeApi.connect(settings.kubeconfig)
-    return run(build(settings, api, gpus=gpus), stop=stop or threading.Event())
+    return run(build(settings, api, gpus=gpus), stop=stop)
 
 
 def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:

@@ -57,6 +57,9 @@ class Settings(FlagSettings):
         description="taint unhealthy cards in the slices (NVML XID events and lost GPUs; "
         "files under <plugin-dir>/mock-health with mock GPUs)",
     )
+    gpu_wait_seconds: float = setting(
+        60, gt=0, description="on a node where NVML lists no GPU, how often to look again"
+    )
     device_health_seconds: float = setting(
         5, gt=0, description="how often the cards' health is checked"
     )

@@ -1,0 +1,111 @@
+"""A node where NVML finds no GPU: the agent waits there instead of crash-looping.
+
+The DaemonSet runs only on nodes labelled as GPU nodes by default, but labels can be wrong, a
+pool can be mixed, and the GPU operator often installs the driver after DaemonSets start. Exiting
+would crash-loop the pod and fire `VgpuBridgeAgentDown`; publishing would offer the scheduler
+nothing. So, until NVML lists at least one GPU, the agent:
+
+- logs once why it waits (NVML unavailable, or no GPU listed), and once when it stops waiting;
+- registers no kubelet plugin and publishes no ResourceSlice (nothing can be allocated here);
+- answers `/healthz` 200 with `{"status": "ok", "waiting": <why>}` and serves `/metrics` with
+  `vgpu_bridge_agent_waiting_for_gpus 1` and `vgpu_bridge_agent_healthy 1`, so no alert fires;
+- looks again every `--gpu-wait-seconds` (60 s by default) and starts as usual once GPUs appear.
+
+Mock GPUs never wait: a bad mock list is a configuration error and the agent exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from vgpu_bridge.logs import get_logger
+from vgpu_bridge.node.gpus import Gpu, GpuDiscoveryError
+from vgpu_bridge.node.health import HEALTHZ
+from vgpu_bridge.node.metrics import MetricsServer
+
+log = get_logger("vgpu_bridge.node.no_gpu")
+
+
+def why_no_gpus(find: Callable[[], tuple[Gpu, ...]]) -> tuple[tuple[Gpu, ...], str | None]:
+    """The GPUs `find` lists, and None; or nothing and why there is nothing to serve."""
+    try:
+        gpus = find()
+    except GpuDiscoveryError as error:
+        return (), str(error)
+    return (gpus, None) if gpus else ((), "NVML lists no GPU on this node")
+
+
+class _WaitingCollector(Collector):
+    def __init__(self) -> None:
+        self.waiting = True
+
+    def collect(self) -> Iterator[Metric]:
+        waiting = GaugeMetricFamily(
+            "vgpu_bridge_agent_waiting_for_gpus",
+            "1 while the agent waits for NVML to list a GPU (nothing published or registered)",
+        )
+        waiting.add_metric([], 1 if self.waiting else 0)
+        healthy = GaugeMetricFamily(
+            "vgpu_bridge_agent_healthy", "1 when /healthz answers 200, 0 when it answers 503"
+        )
+        healthy.add_metric([], 1)
+        yield from (waiting, healthy)
+
+
+def _waiting_app(registry: CollectorRegistry, reason: Callable[[], str]) -> WSGIApplication:
+    metrics = make_wsgi_app(registry)
+
+    def dispatch(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != HEALTHZ:
+            served: Iterable[bytes] = metrics(environ, start_response)
+            return served
+        body = json.dumps({"status": "ok", "waiting": reason()}).encode() + b"\n"
+        start_response("200 OK", [("Content-Type", "application/json"),
+                                  ("Content-Length", str(len(body)))])  # fmt: skip
+        return [body]
+
+    return dispatch
+
+
+def wait_for_gpus(
+    find: Callable[[], tuple[Gpu, ...]],
+    *,
+    stop: threading.Event,
+    recheck_s: float,
+    host_port: tuple[str, int] | None,
+) -> tuple[Gpu, ...] | None:
+    """The GPUs `find` lists, at once or after waiting for them; None when `stop` is set first.
+    While waiting, `/healthz` and `/metrics` are served on `host_port` (freed before returning,
+    so the agent can serve there next)."""
+    gpus, reason = why_no_gpus(find)
+    if reason is None:
+        return gpus
+    log.warning("no GPU on this node: waiting for one; nothing is published or registered",
+                reason=reason, recheck_seconds=recheck_s)  # fmt: skip
+    collector = _WaitingCollector()
+    server = None
+    if host_port is not None:
+        registry = CollectorRegistry()
+        registry.register(collector)
+        server = MetricsServer(host_port)
+        server.set_app(_waiting_app(registry, lambda: reason or ""))
+        threading.Thread(target=server.serve_forever, name="metrics-waiting", daemon=True).start()
+    try:
+        while not stop.wait(recheck_s):
+            gpus, reason = why_no_gpus(find)
+            if reason is None:
+                log.info("GPUs found: starting", gpus=len(gpus))
+                return gpus
+        return None
+    finally:
+        collector.waiting = False
+        if server is not None:
+            server.shutdown()
+            server.server_close()
