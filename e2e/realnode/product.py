@@ -26,7 +26,13 @@ from vgpu_bridge.core import DEFAULT
 RESOURCE = "/apis/resource.k8s.io/v1"
 LABEL = "e2e.vgpu-bridge.io/realnode-webhook"
 NAMESPACE = "realnode"
-GPU = {"uuid": "GPU-realnode-0000", "productName": "NVIDIA H100 80GB HBM3", "memory": "80Gi"}
+# A UUID as NVML writes them: the fake libcuda in the pod reports the GPU NVIDIA_VISIBLE_DEVICES
+# names, and libvgpu finds the limits the agent keyed by this UUID (or refuses the GPU).
+GPU = {
+    "uuid": "GPU-e2e00000-4ea1-4000-8000-000000000000",
+    "productName": "NVIDIA H100 80GB HBM3",
+    "memory": "80Gi",
+}
 
 
 @dataclass(frozen=True)

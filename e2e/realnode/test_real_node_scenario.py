@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from e2e.cluster.client import Json
 from e2e.realnode.agent import CONTAINER_LIBVGPU, vgpu_dir
 from e2e.realnode.node import CUDA_IMAGE
-from e2e.realnode.product import RESOURCE, Product, delete_and_unprepare, parse
+from e2e.realnode.product import GPU, RESOURCE, Product, delete_and_unprepare, parse
 from e2e.realnode.spike import node_pod, pod_log
 from e2e.waiting import wait_for
 from vgpu_bridge.core import DEFAULT
@@ -136,7 +136,8 @@ def _assert_limits_file_mounted_read_only(host_pid: int, mib: int) -> None:
     """The container sees the agent's limits file at LIMITS_MOUNT, mounted read-only (seen from
     the host through the container process's root and mount table)."""
     seen = Path(f"/proc/{host_pid}/root{LIMITS_MOUNT}").read_text().splitlines()
-    assert seen[:2] == ["vgpu-bridge-limits 1", f"CUDA_DEVICE_MEMORY_LIMIT_0={mib}m"], seen
+    limit = f"CUDA_DEVICE_MEMORY_LIMIT_{GPU['uuid']}={mib}m"
+    assert seen[:2] == ["vgpu-bridge-limits 2", limit], seen
     mounts = Path(f"/proc/{host_pid}/mountinfo").read_text().splitlines()
     (mount,) = [line.split() for line in mounts if line.split()[4] == LIMITS_MOUNT]
     assert "ro" in mount[5].split(","), mount

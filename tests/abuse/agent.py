@@ -133,9 +133,9 @@ def claim(api: FakeApi, name: str, *, device: str = "gpu-0") -> dra_v1_pb2.Claim
 
 
 @contextmanager
-def running_agent(dirs: AgentDirs, api: FakeApi) -> Iterator[Agent]:
+def running_agent(dirs: AgentDirs, api: FakeApi, *, mock_gpus: str = MOCK_GPUS) -> Iterator[Agent]:
     mock = dirs.base / "gpus.yaml"
-    mock.write_text(MOCK_GPUS)
+    mock.write_text(mock_gpus)
     port = free_port()
     log_file = dirs.base / f"agent-{port}.log"
     args = command(

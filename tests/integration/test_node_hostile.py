@@ -208,9 +208,9 @@ def test_prepare_writes_the_limits_file_the_spec_mounts_and_unprepare_removes_it
     with running_agent(nested, GPUS, node=NODE, api=api) as agent:
         _prepare(agent, ("team-a", "c", A))
         assert limits.read_text() == (
-            "vgpu-bridge-limits 1\n"
-            "CUDA_DEVICE_MEMORY_LIMIT_0=3000m\n"
-            "CUDA_DEVICE_SM_LIMIT_0=30\n"
+            "vgpu-bridge-limits 2\n"
+            "CUDA_DEVICE_MEMORY_LIMIT_GPU-aaaa=3000m\n"
+            "CUDA_DEVICE_SM_LIMIT_GPU-aaaa=30\n"
             "CUDA_DEVICE_MEMORY_SHARED_CACHE=/usr/local/vgpu/shared/vgpu.cache\n"
             "CUDA_TASK_PRIORITY=1\n"
         )
@@ -233,7 +233,7 @@ def test_start_up_puts_back_a_lost_limits_file_and_removes_orphans(nested: Agent
     wanted = limits.read_bytes()
     limits.unlink()
     orphan = nested.layout.limits_path(B)
-    orphan.write_text("vgpu-bridge-limits 1\n")
+    orphan.write_text("vgpu-bridge-limits 2\n")
     not_ours = nested.layout.limits_dir / "notes.txt"
     not_ours.write_text("kept")
     with running_agent(nested, GPUS, node=NODE, api=api):

@@ -14,11 +14,15 @@ there, under whatever user it runs as (not sticky, so fs.protected_regular never
 others' `O_CREAT` open of that file). Building is pure; writing is atomic.
 
 The limits file (`<vgpu_dir>/limits/<uid>.conf`, 0444, in a root-owned 0755 dir no container
-can write) says the claim's limits once more, where the container cannot change them: the spec
-mounts it read-only at LIMITS_MOUNT, and libvgpu trusts it over the environment (the environment
-may only lower a limit). Format: the line `vgpu-bridge-limits 1`, then one `KEY=VALUE` line per
-limit the spec puts in the environment (`CUDA_DEVICE_MEMORY_LIMIT_<i>`,
-`CUDA_DEVICE_SM_LIMIT_<i>`, `CUDA_TASK_PRIORITY`), at most LIMITS_MAX_BYTES in all.
+can write) says the claim's limits once more, where the container cannot change them, keyed by
+GPU UUID (the tenant picks CUDA ordinals: CUDA_VISIBLE_DEVICES reorders them): the spec mounts it
+read-only at LIMITS_MOUNT, and libvgpu takes each visible device's limits from it by the UUID
+the driver reports, refusing any device it does not name (a second claim's device in the same
+container, whose own file could not be mounted at the same path). Format (version 2, read by
+native/vgpu/src/limits_file.c): the line `vgpu-bridge-limits 2`, then per GPU of the claim
+`CUDA_DEVICE_MEMORY_LIMIT_<uuid>=<MiB>m` and `CUDA_DEVICE_SM_LIMIT_<uuid>=<percent>` (two shares
+of one GPU in one claim add up, cores at most 100), then `CUDA_DEVICE_MEMORY_SHARED_CACHE` and
+`CUDA_TASK_PRIORITY` as the spec sets them; at most LIMITS_MAX_BYTES in all.
 """
 
 from __future__ import annotations
@@ -57,15 +61,15 @@ LIMITS_DIR = "limits"  # in the host's vgpu dir: one limits file per claim, root
 LIMITS_DIR_MODE = 0o755
 LIMITS_FILE_MODE = 0o444
 LIMITS_MOUNT = "/etc/vgpu-bridge/limits.conf"
-LIMITS_HEADER = "vgpu-bridge-limits 1"
+LIMITS_HEADER = "vgpu-bridge-limits 2"
 LIMITS_MAX_BYTES = 4096
 LIMITS_FILE_PATTERN = rf"({UUID.pattern})\.conf"
-# What the limits file carries: each limit, the priority, and the claim's region (so a process
-# cannot leave the claim's shared accounting by pointing its own variable at a private file).
-LIMIT_KEY = re.compile(
-    r"CUDA_DEVICE_MEMORY_LIMIT_[0-9]+|CUDA_DEVICE_SM_LIMIT_[0-9]+|CUDA_TASK_PRIORITY"
-    r"|CUDA_DEVICE_MEMORY_SHARED_CACHE"
-)
+# What the limits file carries beside each GPU's limits: the priority, and the claim's region (so
+# a process cannot leave the claim's shared accounting by pointing its variable at its own file).
+CLAIM_KEYS = ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "CUDA_TASK_PRIORITY")
+# A GPU UUID as libvgpu accepts it in a key (NVML's are "GPU-" and 36 hex digits and dashes)
+GPU_UUID = re.compile(r"GPU-[A-Za-z0-9-]{1,59}")
+MEMORY_VALUE = re.compile(r"([0-9]+)m")
 
 
 def claim_dir(vgpu_dir: Path, claim_uid: str) -> Path:
@@ -200,17 +204,44 @@ def spec_text(spec: Json) -> str:
 
 
 def limits_text(spec: Json) -> str:
-    """The limits file for a spec: its limit variables, shares in order, then the region and
-    the priority."""
+    """The limits file for a spec: each GPU's limits by UUID, in share order, then the region and
+    the priority. ValueError for a spec whose GPUs libvgpu could not be told apart."""
     devices = spec.get("devices") or []
-    edits = [d.get("containerEdits") or {} for d in devices] + [spec.get("containerEdits") or {}]
-    lines = [
-        e for edit in edits for e in edit.get("env", []) if LIMIT_KEY.fullmatch(e.split("=")[0])
-    ]
-    text = "\n".join([LIMITS_HEADER, *lines, ""])
+    common = _env(spec.get("containerEdits") or {})
+    uuids = common.get("NVIDIA_VISIBLE_DEVICES", "").split(",") if devices else []
+    if len(uuids) != len(devices):
+        raise ValueError(f"the spec names {len(uuids)} GPU UUIDs for {len(devices)} devices")
+    per_gpu: dict[str, tuple[int, int]] = {}
+    for index, (device, uuid) in enumerate(zip(devices, uuids, strict=True)):
+        if not GPU_UUID.fullmatch(uuid):
+            raise ValueError(f"GPU uuid {uuid!r}: libvgpu keys limits by GPU-<letters, digits, ->")
+        env = _env(device.get("containerEdits") or {})
+        memory = MEMORY_VALUE.fullmatch(env.get(f"CUDA_DEVICE_MEMORY_LIMIT_{index}", ""))
+        cores = env.get(f"CUDA_DEVICE_SM_LIMIT_{index}", "")
+        if memory is None or not cores.isdigit():
+            raise ValueError(f"device {index} of the spec has no memory or SM limit")
+        mib, percent = per_gpu.get(uuid, (0, 0))
+        per_gpu[uuid] = (mib + int(memory.group(1)), min(100, percent + int(cores)))
+    lines = [LIMITS_HEADER]
+    for uuid, (mib, percent) in per_gpu.items():
+        lines += [
+            f"CUDA_DEVICE_MEMORY_LIMIT_{uuid}={mib}m",
+            f"CUDA_DEVICE_SM_LIMIT_{uuid}={percent}",
+        ]
+    lines += [f"{key}={common[key]}" for key in CLAIM_KEYS if key in common]
+    text = "\n".join([*lines, ""])
     if len(text.encode()) > LIMITS_MAX_BYTES:
         raise ValueError(f"the limits file would be {len(text)} bytes, over {LIMITS_MAX_BYTES}")
     return text
+
+
+def _env(edits: Json) -> dict[str, str]:
+    """A container edit's environment as a mapping (the first of a repeated name)."""
+    found: dict[str, str] = {}
+    for entry in edits.get("env") or ():
+        key, _, value = str(entry).partition("=")
+        found.setdefault(key, value)
+    return found
 
 
 def write_spec(text: str, claim_uid: str, layout: CdiLayout) -> None:
@@ -270,9 +301,13 @@ def spec_is_current(text: str, claim_uid: str, layout: CdiLayout) -> bool:
         (layout.priority_dir, PRIORITY_DIR_MODE),
         (layout.limits_dir, LIMITS_DIR_MODE),
     )
+    try:
+        limits = limits_text(json.loads(text))
+    except ValueError:  # not writable either: Prepare reports it
+        return False
     return (
         on_disk == text
-        and _limits_are(layout.limits_path(claim_uid), limits_text(json.loads(text)))
+        and _limits_are(layout.limits_path(claim_uid), limits)
         and all(_is_dir_of_mode(path, mode) for path, mode in dirs)
     )
 

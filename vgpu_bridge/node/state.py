@@ -34,6 +34,7 @@ from vgpu_bridge.node.cdi import (
     LIMITS_FILE_PATTERN,
     CdiLayout,
     build_spec,
+    limits_text,
     remove_spec,
     spec_is_current,
     spec_text,
@@ -137,7 +138,10 @@ class DeviceState:
                     continue
                 try:
                     write_spec(claim.cdi_spec, uid, self._layout)
-                except OSError as error:  # Prepare of this claim retries (and reports) it
+                except (
+                    OSError,
+                    ValueError,
+                ) as error:  # Prepare of this claim retries (and reports) it
                     log.error("cannot rewrite CDI spec", claim_uid=uid, error=str(error))
                     continue
                 log.info("rewrote CDI spec", claim_uid=uid, namespace=claim.namespace,
@@ -402,13 +406,18 @@ class DeviceState:
         shares = claim_shares(
             claim, uid=ref.uid, node=self._node, profile=self._profile, gpus=self._gpus
         )
+        spec = build_spec(shares, self._layout)
+        try:
+            limits_text(spec)  # libvgpu must be able to tell this claim's GPUs apart
+        except ValueError as error:
+            raise ClaimError(f"cannot write the limits file: {error}") from None
         return PreparedClaim(
             uid=ref.uid,
             namespace=ref.namespace,
             name=ref.name,
             devices=self._devices(shares),
             priority=shares.priority,
-            cdi_spec=spec_text(build_spec(shares, self._layout)),
+            cdi_spec=spec_text(spec),
         )
 
     def _prepare_new(self, claim: Json, ref: ClaimRef) -> PreparedClaim:
@@ -439,5 +448,5 @@ class DeviceState:
             return
         try:
             write_spec(claim.cdi_spec, claim.uid, self._layout)
-        except OSError as error:
+        except (OSError, ValueError) as error:
             raise ClaimError(f"cannot rewrite the CDI spec: {error}") from None

@@ -212,14 +212,21 @@ static uint64_t lower_of(uint64_t a, uint64_t b)
  * where it shares its claim with other containers of the pod (an init container and the app that
  * follows it). The webhook puts them in the pod's env, where CDI's CUDA_* edits cannot replace
  * them; they only ever lower the claim's limits. A bad value fails closed like the claim's own. */
+int vgpu_config_container_share(struct vgpu_config *own, char *const *envp)
+{
+	int rc;
+
+	memset(own, 0, sizeof(*own));
+	rc = parse_limits(own, envp, "VGPU_CONTAINER_MEMORY_LIMIT", true);
+	rc |= parse_limits(own, envp, "VGPU_CONTAINER_SM_LIMIT", false);
+	return rc ? -1 : 0;
+}
+
 static int lower_to_container_share(struct vgpu_config *cfg, char *const *envp)
 {
 	struct vgpu_config own;
-	int rc;
+	int rc = vgpu_config_container_share(&own, envp);
 
-	memset(&own, 0, sizeof(own));
-	rc = parse_limits(&own, envp, "VGPU_CONTAINER_MEMORY_LIMIT", true);
-	rc |= parse_limits(&own, envp, "VGPU_CONTAINER_SM_LIMIT", false);
 	if (rc && !cfg->failed) {
 		memcpy(cfg->error, own.error, sizeof(cfg->error));
 		cfg->failed = true;
@@ -230,7 +237,7 @@ static int lower_to_container_share(struct vgpu_config *cfg, char *const *envp)
 			cfg->sm_limit[i] = (unsigned int)lower_of(cfg->sm_limit[i] >= 100 ? 0 : cfg->sm_limit[i],
 								 own.sm_limit[i]);
 	}
-	return rc ? -1 : 0;
+	return rc;
 }
 
 static int parse_log_level(const char *v)
@@ -320,7 +327,14 @@ void vgpu_config_settle(struct vgpu_config *cfg)
 		cfg->any_mem_limit |= cfg->mem_limit[i] != 0;
 		cfg->any_sm_limit |= cfg->sm_limit[i] != 0;
 	}
-	cfg->gate_launches = cfg->any_sm_limit || cfg->priority_dir[0] != '\0';
+	for (int i = 0; i < cfg->file_devices; i++) {
+		if (cfg->file_sm[i] >= 100)
+			cfg->file_sm[i] = 0;
+		cfg->any_mem_limit |= cfg->file_mem[i] != 0;
+		cfg->any_sm_limit |= cfg->file_sm[i] != 0;
+	}
+	/* with a limits file, a launch checks that its device is one the file names */
+	cfg->gate_launches = cfg->any_sm_limit || cfg->priority_dir[0] != '\0' || cfg->limits_file;
 }
 
 int vgpu_config_parse(struct vgpu_config *cfg, char *const *envp)

@@ -1,6 +1,7 @@
 /* One device index space: CUDA ordinals and NVML handles both map to region devices by UUID. */
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "region.h"
 #include "vgpu.h"
@@ -29,14 +30,89 @@ int vgpu_dev_uuid(CUdevice dev, char *buf, size_t len)
 	return 0;
 }
 
+/* The tighter of two limits where 0 means none. */
+static uint64_t tighter(uint64_t a, uint64_t b)
+{
+	return a == 0 ? b : b == 0 || a < b ? a : b;
+}
+
+/* With a limits file: the file's slot of CUDA ordinal `dev`, found by its UUID; -1 when the file
+ * does not name it (logged once per device) or its UUID cannot be read (not remembered: the
+ * driver may not be initialised yet). */
+static int file_slot_of(CUdevice dev)
+{
+	static int slot_plus2[VGPU_MAX_DEVICES]; /* 0: not looked up; 1: not in the file */
+	char uuid[VGPU_UUID_LEN];
+	int v, expected = 0;
+
+	if (dev < 0 || dev >= VGPU_MAX_DEVICES)
+		return -1;
+	if ((v = __atomic_load_n(&slot_plus2[dev], __ATOMIC_ACQUIRE)) != 0)
+		return v - 2;
+	if (vgpu_dev_uuid(dev, uuid, sizeof(uuid)) < 0)
+		return -1;
+	v = vgpu_file_slot(&vgpu_cfg, uuid) + 2;
+	if (__atomic_compare_exchange_n(&slot_plus2[dev], &expected, v, false, __ATOMIC_ACQ_REL,
+					__ATOMIC_ACQUIRE) && v == 1)
+		LOG_ERR("CUDA device %d (%s) is not in %s: no memory and no launches on it (fail "
+			"closed)", (int)dev, uuid, VGPU_LIMITS_FILE);
+	return v - 2;
+}
+
+bool vgpu_dev_denied(CUdevice dev)
+{
+	return vgpu_cfg.limits_file && file_slot_of(dev) < 0;
+}
+
+bool vgpu_nvml_denied(nvmlDevice_t device)
+{
+	char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+
+	return vgpu_cfg.limits_file &&
+	       (real_nvmlDeviceGetUUID(device, uuid, sizeof(uuid)) != NVML_SUCCESS ||
+		vgpu_file_slot(&vgpu_cfg, uuid) < 0);
+}
+
 uint64_t vgpu_mem_limit(CUdevice dev)
 {
-	return dev >= 0 && dev < VGPU_MAX_DEVICES ? vgpu_cfg.mem_limit[dev] : 0;
+	int slot;
+
+	if (dev < 0 || dev >= VGPU_MAX_DEVICES)
+		return 0;
+	if (!vgpu_cfg.limits_file)
+		return vgpu_cfg.mem_limit[dev];
+	return (slot = file_slot_of(dev)) < 0 ? 0
+					      : tighter(vgpu_cfg.file_mem[slot], vgpu_cfg.mem_limit[dev]);
 }
 
 unsigned int vgpu_sm_limit(CUdevice dev)
 {
-	return dev >= 0 && dev < VGPU_MAX_DEVICES ? vgpu_cfg.sm_limit[dev] : 0;
+	int slot;
+
+	if (dev < 0 || dev >= VGPU_MAX_DEVICES)
+		return 0;
+	if (!vgpu_cfg.limits_file)
+		return vgpu_cfg.sm_limit[dev];
+	return (slot = file_slot_of(dev)) < 0
+		       ? 0
+		       : (unsigned int)tighter(vgpu_cfg.file_sm[slot], vgpu_cfg.sm_limit[dev]);
+}
+
+bool vgpu_launch_denied(void)
+{
+	static int all_named; /* 0: not known yet; 1: every visible device is named; 2: not */
+	int state = __atomic_load_n(&all_named, __ATOMIC_ACQUIRE), count = 0;
+	CUdevice dev;
+
+	if (!vgpu_cfg.limits_file || state == 1)
+		return false;
+	if (state == 0 && real_cuDeviceGetCount(&count) == CUDA_SUCCESS) {
+		state = 1;
+		for (int d = 0; d < count; d++)
+			state = vgpu_dev_denied(d) ? 2 : state;
+		__atomic_store_n(&all_named, state, __ATOMIC_RELEASE);
+	}
+	return state != 1 && (dev = vgpu_current_device()) >= 0 && vgpu_dev_denied(dev);
 }
 
 int vgpu_dev_index(CUdevice dev)
@@ -82,6 +158,15 @@ int vgpu_nvml_dev_index(nvmlDevice_t device, uint64_t *limit)
 				ordinal = d;
 	} else if (index < VGPU_MAX_DEVICES) {
 		ordinal = (int)index;
+	}
+	if (vgpu_cfg.limits_file) { /* by UUID; the ordinal only for the container's own share */
+		int slot = vgpu_file_slot(&vgpu_cfg, uuid);
+		if (slot < 0)
+			return -1;
+		*limit = tighter(vgpu_cfg.file_mem[slot], ordinal >= 0 ? vgpu_cfg.mem_limit[ordinal] : 0);
+		return vgpu_region_device(uuid, *limit,
+					  (unsigned int)tighter(vgpu_cfg.file_sm[slot],
+								ordinal >= 0 ? vgpu_cfg.sm_limit[ordinal] : 0));
 	}
 	if (ordinal < 0)
 		return vgpu_region_device(uuid, 0, 0); /* not this process's device: usage only */

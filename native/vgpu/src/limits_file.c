@@ -1,20 +1,32 @@
 /*
  * The limits file: the claim's limits as the node agent wrote them, mounted read-only into the
  * container at VGPU_LIMITS_FILE (compiled in: a path from the environment would let a process
- * name a file of its own). When it is there it is the ceiling, and the environment may only
- * lower a limit, or make the priority lower (a larger number). Version 1:
- *     vgpu-bridge-limits 1
- *     KEY=VALUE                  one per line, the environment's names and value syntax:
- *     CUDA_DEVICE_MEMORY_LIMIT[_<i>], CUDA_DEVICE_SM_LIMIT[_<i>], CUDA_TASK_PRIORITY,
- *     CUDA_DEVICE_MEMORY_SHARED_CACHE (the claim's region: the environment's is then ignored)
- * At most 4096 bytes; blank lines allowed. Absent (ENOENT, ENOTDIR): the environment alone.
- * Anything else (a link, a FIFO, unreadable, too long, another header, an unknown or repeated
- * key, a bad value): fail closed, naming the file.
+ * name a file of its own). Version 2 keys every device by its GPU UUID, because the tenant
+ * controls CUDA ordinals (CUDA_VISIBLE_DEVICES reorders them, and CUDA's own enumeration need
+ * not follow the allocation):
+ *     vgpu-bridge-limits 2
+ *     CUDA_DEVICE_MEMORY_LIMIT_<uuid>=<bytes>    the environment's value syntax; <uuid> is
+ *     CUDA_DEVICE_SM_LIMIT_<uuid>=<percent>      "GPU-" and letters, digits and '-' (at most 63)
+ *     CUDA_TASK_PRIORITY=<0..1000>
+ *     CUDA_DEVICE_MEMORY_SHARED_CACHE=<path>     the claim's region (the environment's is ignored)
+ * one KEY=VALUE per line, at most 16 devices and 4096 bytes; blank lines allowed. When the file
+ * is there it decides: each device the process sees is looked up by cuDeviceGetUuid (NVML
+ * devices by nvmlDeviceGetUUID); a device the file does not name gets no memory and no
+ * launches (vgpu_dev_denied), never an unlimited share. The environment's
+ * CUDA_DEVICE_MEMORY_LIMIT[_<i>] and CUDA_DEVICE_SM_LIMIT[_<i>] do not apply (they name devices by
+ * ordinal; the node agent's CDI spec still sets them for HAMi-style tools that read them); the
+ * container's own share (VGPU_CONTAINER_*) may only lower a device's limit, and the environment
+ * may only make the priority lower (a larger number).
+ * Absent (ENOENT, ENOTDIR): the environment alone. Anything else (a link, a FIFO, unreadable,
+ * too long, another header (version 1 included), an unknown or repeated key, a bad value): fail
+ * closed, naming the file.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,7 +34,9 @@
 
 #define LIMITS_MAX_BYTES 4096
 #define LIMITS_MAX_SETTINGS 256
-#define LIMITS_HEADER "vgpu-bridge-limits 1"
+#define LIMITS_HEADER "vgpu-bridge-limits 2"
+#define MEM_KEY "CUDA_DEVICE_MEMORY_LIMIT_"
+#define SM_KEY "CUDA_DEVICE_SM_LIMIT_"
 
 static int file_fail(struct vgpu_config *cfg, const char *path, int line, const char *why)
 {
@@ -66,22 +80,41 @@ static int read_limits(const char *path, char *buf, size_t *len, const char **wh
 	return *why ? -1 : 1;
 }
 
+/* The UUID a per-device key names, or NULL when `setting` is not one. */
+static const char *device_key_uuid(const char *setting)
+{
+	if (strncmp(setting, MEM_KEY, strlen(MEM_KEY)) == 0)
+		return setting + strlen(MEM_KEY);
+	if (strncmp(setting, SM_KEY, strlen(SM_KEY)) == 0)
+		return setting + strlen(SM_KEY);
+	return NULL;
+}
+
+/* "GPU-" then 1..59 letters, digits or '-', up to `end`. */
+static bool uuid_token(const char *u, const char *end)
+{
+	if (end - u < 5 || end - u >= VGPU_UUID_LEN || strncmp(u, "GPU-", 4) != 0)
+		return false;
+	for (const char *c = u + 4; c < end; c++)
+		if (!isalnum((unsigned char)*c) && *c != '-')
+			return false;
+	return true;
+}
+
 /* Length of the key of a KEY=VALUE setting, or 0 when it is not one the file may set. */
 static size_t known_key(const char *setting)
 {
-	static const char *const keys[] = {"CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT",
-					   "CUDA_TASK_PRIORITY", "CUDA_DEVICE_MEMORY_SHARED_CACHE"};
+	static const char *const keys[] = {"CUDA_TASK_PRIORITY", "CUDA_DEVICE_MEMORY_SHARED_CACHE"};
 	size_t klen = strcspn(setting, "=");
+	const char *uuid = device_key_uuid(setting);
 
 	if (setting[klen] != '=')
 		return 0;
-	for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
-		size_t n = strlen(keys[k]);
-		if (strncmp(setting, keys[k], n) != 0)
-			continue;
-		if (klen == n || (k < 2 && klen > n && setting[n] == '_')) /* per device: limits only */
+	if (uuid != NULL)
+		return uuid_token(uuid, setting + klen) ? klen : 0;
+	for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+		if (klen == strlen(keys[k]) && strncmp(setting, keys[k], klen) == 0)
 			return klen;
-	}
 	return 0;
 }
 
@@ -107,12 +140,15 @@ static int split_settings(char *text, size_t len, char **settings, const char **
 		size_t klen;
 		if ((next = strchr(line, '\n')) != NULL)
 			*next++ = '\0';
-		if (lineno == 1 && strcmp(line, LIMITS_HEADER) != 0)
+		if (lineno == 1 && strcmp(line, "vgpu-bridge-limits 1") == 0)
+			*why = "version 1 (limits by CUDA ordinal) is not accepted: the first line must be "
+			       "\"" LIMITS_HEADER "\" (limits by GPU UUID)";
+		else if (lineno == 1 && strcmp(line, LIMITS_HEADER) != 0)
 			*why = "the first line is not \"" LIMITS_HEADER "\"";
 		else if (lineno == 1 || *line == '\0')
 			continue;
 		else if ((klen = known_key(line)) == 0)
-			*why = "not a KEY=VALUE line with a limit's name";
+			*why = "not a KEY=VALUE line with a limit's name (per device: _GPU-<uuid>)";
 		else if (repeated(settings, n, line, klen))
 			*why = "the key is set twice";
 		else if (n == LIMITS_MAX_SETTINGS)
@@ -126,34 +162,79 @@ static int split_settings(char *text, size_t len, char **settings, const char **
 	return 0;
 }
 
-/* The tighter of two limits where 0 means none. */
-static uint64_t tighter(uint64_t a, uint64_t b)
+int vgpu_file_slot(const struct vgpu_config *cfg, const char *uuid)
 {
-	return a == 0 ? b : b == 0 || a < b ? a : b;
+	for (int i = 0; i < cfg->file_devices; i++)
+		if (strcasecmp(cfg->file_uuid[i], uuid) == 0)
+			return i;
+	return -1;
 }
 
-/* The environment's values in cfg, capped by the file's; one warning per kind it tried to raise. */
-static void cap_by_file(struct vgpu_config *cfg, const struct vgpu_config *file, bool file_region,
-			const char *path)
+/* The per-device settings into file->file_*; the others are moved to the front of `settings`
+ * (still NULL-terminated) for vgpu_config_parse_limits. 0, or -1 with *why set. */
+static int parse_devices(struct vgpu_config *file, char **settings, const char **why)
 {
-	int mem_raised = -1, sm_raised = -1;
+	static char reason[256];
+	bool mem_set[VGPU_MAX_DEVICES] = {false}, sm_set[VGPU_MAX_DEVICES] = {false};
+	char **rest = settings;
 
-	for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
-		if (cfg->mem_limit[i] != tighter(cfg->mem_limit[i], file->mem_limit[i]) && mem_raised < 0)
-			mem_raised = cfg->mem_limit[i] ? i : mem_raised;
-		if (cfg->sm_limit[i] != tighter(cfg->sm_limit[i], file->sm_limit[i]) && sm_raised < 0)
-			sm_raised = cfg->sm_limit[i] ? i : sm_raised;
-		cfg->mem_limit[i] = tighter(cfg->mem_limit[i], file->mem_limit[i]);
-		cfg->sm_limit[i] = (unsigned int)tighter(cfg->sm_limit[i], file->sm_limit[i]);
+	for (char **s = settings; *s; s++) {
+		const char *uuid = device_key_uuid(*s), *eq = strchr(*s, '='), *bad = NULL;
+		char name[VGPU_UUID_LEN];
+		bool mem;
+		int slot;
+
+		if (uuid == NULL) {
+			*rest++ = *s;
+			continue;
+		}
+		mem = strncmp(*s, MEM_KEY, strlen(MEM_KEY)) == 0;
+		snprintf(name, sizeof(name), "%.*s", (int)(eq - uuid), uuid);
+		if ((slot = vgpu_file_slot(file, name)) < 0) {
+			if (file->file_devices == VGPU_MAX_DEVICES) {
+				*why = "more than 16 devices";
+				return -1;
+			}
+			slot = file->file_devices++;
+			snprintf(file->file_uuid[slot], VGPU_UUID_LEN, "%s", name);
+		}
+		if (mem ? mem_set[slot] : sm_set[slot])
+			bad = "the device is named twice (UUIDs compare without case)";
+		else if (mem ? vgpu_parse_bytes(eq + 1, &file->file_mem[slot], &bad) == 0
+			     : vgpu_parse_percent(eq + 1, &file->file_sm[slot], &bad) == 0)
+			bad = NULL;
+		if (bad) {
+			snprintf(reason, sizeof(reason), "%.*s=\"%.60s\": %s", (int)(eq - *s), *s, eq + 1,
+				 bad);
+			*why = reason;
+			return -1;
+		}
+		(mem ? mem_set : sm_set)[slot] = true;
 	}
-	if (mem_raised >= 0 || sm_raised >= 0 || cfg->priority < file->priority)
-		fprintf(stderr, "libvgpu: the environment asks for more than %s allows (%s%s%s%s%s); "
-				"the file's values apply\n", path, mem_raised >= 0 ? "memory" : "",
-			mem_raised >= 0 && sm_raised >= 0 ? ", " : "", sm_raised >= 0 ? "SM" : "",
-			(mem_raised >= 0 || sm_raised >= 0) && cfg->priority < file->priority ? ", " : "",
-			cfg->priority < file->priority ? "priority" : "");
-	if (cfg->priority < file->priority)
+	*rest = NULL;
+	return 0;
+}
+
+/* The file decides each device's limits: the environment keeps only the container's own share
+ * (VGPU_CONTAINER_*), its priority if lower, and none of its region. */
+static void apply_file(struct vgpu_config *cfg, const struct vgpu_config *file, bool file_region,
+		       char *const *envp)
+{
+	struct vgpu_config own;
+
+	vgpu_config_container_share(&own, envp); /* a bad value already failed cfg */
+	memcpy(cfg->mem_limit, own.mem_limit, sizeof(cfg->mem_limit));
+	for (int i = 0; i < VGPU_MAX_DEVICES; i++)
+		cfg->sm_limit[i] = own.sm_limit[i] >= 100 ? 0 : own.sm_limit[i];
+	cfg->file_devices = file->file_devices;
+	memcpy(cfg->file_uuid, file->file_uuid, sizeof(cfg->file_uuid));
+	memcpy(cfg->file_mem, file->file_mem, sizeof(cfg->file_mem));
+	memcpy(cfg->file_sm, file->file_sm, sizeof(cfg->file_sm));
+	if (cfg->priority < file->priority) {
+		fprintf(stderr, "libvgpu: the environment asks for a higher priority than the limits "
+				"file allows; the file's applies\n");
 		cfg->priority = file->priority;
+	}
 	if (file_region)
 		memcpy(cfg->shared_cache, file->shared_cache, sizeof(cfg->shared_cache));
 }
@@ -168,17 +249,25 @@ int vgpu_config_load(struct vgpu_config *cfg, char *const *envp, const char *pat
 
 	if ((read = read_limits(path, text, &len, &why)) == 0)
 		return rc;
+	cfg->limits_file = true; /* from here on, even failed: no device is looked up by ordinal */
 	if (read < 0)
 		return file_fail(cfg, path, 0, why);
 	if ((line = split_settings(text, len, settings, &why)) != 0)
 		return file_fail(cfg, path, line, why);
+	memset(&file, 0, sizeof(file));
+	struct vgpu_config devices = file;
+	if (parse_devices(&devices, settings, &why) < 0)
+		return file_fail(cfg, path, 0, why);
 	if (vgpu_config_parse_limits(&file, settings) < 0)
 		return file_fail(cfg, path, 0, file.error);
+	file.file_devices = devices.file_devices;
+	memcpy(file.file_uuid, devices.file_uuid, sizeof(file.file_uuid));
+	memcpy(file.file_mem, devices.file_mem, sizeof(file.file_mem));
+	memcpy(file.file_sm, devices.file_sm, sizeof(file.file_sm));
 	bool file_region = false;
 	for (char **s = settings; *s; s++)
 		file_region |= strncmp(*s, "CUDA_DEVICE_MEMORY_SHARED_CACHE=", 32) == 0;
-	cap_by_file(cfg, &file, file_region, path);
+	apply_file(cfg, &file, file_region, envp);
 	vgpu_config_settle(cfg);
-	cfg->limits_file = true;
 	return rc;
 }

@@ -203,6 +203,8 @@ static CUresult charge_begin(struct charge *c, CUdevice dev, uint64_t bytes)
 	c->bytes = 0;
 	if (dev < 0)
 		return CUDA_SUCCESS; /* no context: the driver reports the error */
+	if (vgpu_dev_denied(dev))
+		return CUDA_ERROR_INVALID_DEVICE; /* not the claim's device: no memory at all */
 	c->didx = vgpu_dev_index(dev);
 	if (c->didx < 0)
 		return limit ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
@@ -493,6 +495,10 @@ CUresult cuMemGetInfo_v2(size_t *free_, size_t *total)
 	if (r != CUDA_SUCCESS || free_ == NULL || total == NULL)
 		return r;
 	dev = vgpu_current_device();
+	if (vgpu_dev_denied(dev)) {
+		*free_ = *total = 0;
+		return CUDA_ERROR_INVALID_DEVICE;
+	}
 	if ((limit = vgpu_mem_limit(dev)) == 0 || (didx = vgpu_dev_index(dev)) < 0)
 		return r;
 	t = *total;
@@ -509,6 +515,8 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 	CUresult r;
 
 	VGPU_ENTER();
+	if (vgpu_dev_denied(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
 	r = real_cuDeviceTotalMem_v2(bytes, dev);
 	if (r == CUDA_SUCCESS && bytes && (limit = vgpu_mem_limit(dev)) != 0)
 		*bytes = (size_t)min_u64(limit, *bytes);
@@ -535,7 +543,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 	nvmlReturn_t r;
 
 	vgpu_init();
-	if (vgpu_cfg.failed)
+	if (vgpu_cfg.failed || vgpu_nvml_denied(device))
 		return NVML_ERROR_NO_PERMISSION;
 	r = real_nvmlDeviceGetMemoryInfo(device, memory);
 	if (r == NVML_SUCCESS && memory)
@@ -548,7 +556,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
 	nvmlReturn_t r;
 
 	vgpu_init();
-	if (vgpu_cfg.failed)
+	if (vgpu_cfg.failed || vgpu_nvml_denied(device))
 		return NVML_ERROR_NO_PERMISSION;
 	r = real_nvmlDeviceGetMemoryInfo_v2(device, memory);
 	if (r == NVML_SUCCESS && memory &&

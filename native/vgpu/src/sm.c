@@ -263,17 +263,28 @@ static void throttle(uint64_t units, int graph)
 		vgpu_sleep_ns(wait < MAX_SLEEP_NS ? wait : MAX_SLEEP_NS);
 }
 
-/* Everything a launch waits for, in order: a priority-0 task on the device, then the SM share.
- * Without either configured, one branch. */
-static inline void gate(uint64_t units, int graph)
+/* Everything a launch waits for, in order: with a limits file, a device it names (else the
+ * launch is refused), a priority-0 task on the device, then the SM share. Without any of them
+ * configured, one branch. */
+static inline CUresult gate(uint64_t units, int graph)
 {
 	if (!vgpu_cfg.gate_launches)
-		return;
+		return CUDA_SUCCESS;
+	if (vgpu_launch_denied())
+		return CUDA_ERROR_INVALID_DEVICE;
 	if (vgpu_cfg.priority_dir[0])
 		vgpu_priority_launch();
 	if (vgpu_cfg.any_sm_limit)
 		throttle(units, graph);
+	return CUDA_SUCCESS;
 }
+
+#define GATE(units, graph)                                                                         \
+	do {                                                                                       \
+		CUresult gated_ = gate(units, graph);                                              \
+		if (gated_ != CUDA_SUCCESS)                                                        \
+			return gated_;                                                             \
+	} while (0)
 
 static uint64_t blocks(unsigned int x, unsigned int y, unsigned int z)
 {
@@ -283,28 +294,28 @@ static uint64_t blocks(unsigned int x, unsigned int y, unsigned int z)
 CUresult cuLaunchKernel VGPU_LAUNCH_PARAMS
 {
 	VGPU_ENTER();
-	gate(blocks(gridDimX, gridDimY, gridDimZ) * blocks(blockDimX, blockDimY, blockDimZ), 0);
+	GATE(blocks(gridDimX, gridDimY, gridDimZ) * blocks(blockDimX, blockDimY, blockDimZ), 0);
 	return real_cuLaunchKernel VGPU_LAUNCH_ARGS;
 }
 
 CUresult cuLaunchKernel_ptsz VGPU_LAUNCH_PARAMS
 {
 	VGPU_ENTER();
-	gate(blocks(gridDimX, gridDimY, gridDimZ) * blocks(blockDimX, blockDimY, blockDimZ), 0);
+	GATE(blocks(gridDimX, gridDimY, gridDimZ) * blocks(blockDimX, blockDimY, blockDimZ), 0);
 	return real_cuLaunchKernel_ptsz VGPU_LAUNCH_ARGS;
 }
 
 CUresult cuLaunchCooperativeKernel VGPU_COOP_PARAMS
 {
 	VGPU_ENTER();
-	gate(blocks(gridDimX, gridDimY, gridDimZ) * blocks(blockDimX, blockDimY, blockDimZ), 0);
+	GATE(blocks(gridDimX, gridDimY, gridDimZ) * blocks(blockDimX, blockDimY, blockDimZ), 0);
 	return real_cuLaunchCooperativeKernel VGPU_COOP_ARGS;
 }
 
 CUresult cuLaunchCooperativeKernel_ptsz VGPU_COOP_PARAMS
 {
 	VGPU_ENTER();
-	gate(blocks(gridDimX, gridDimY, gridDimZ) * blocks(blockDimX, blockDimY, blockDimZ), 0);
+	GATE(blocks(gridDimX, gridDimY, gridDimZ) * blocks(blockDimX, blockDimY, blockDimZ), 0);
 	return real_cuLaunchCooperativeKernel_ptsz VGPU_COOP_ARGS;
 }
 
@@ -319,7 +330,7 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **ker
 			  void **extra)
 {
 	VGPU_ENTER();
-	gate(config_units(config), 0);
+	GATE(config_units(config), 0);
 	return real_cuLaunchKernelEx(config, f, kernelParams, extra);
 }
 
@@ -327,20 +338,20 @@ CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void 
 			       void **extra)
 {
 	VGPU_ENTER();
-	gate(config_units(config), 0);
+	GATE(config_units(config), 0);
 	return real_cuLaunchKernelEx_ptsz(config, f, kernelParams, extra);
 }
 
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
 	VGPU_ENTER();
-	gate(0, 1);
+	GATE(0, 1);
 	return real_cuGraphLaunch(hGraphExec, hStream);
 }
 
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
 	VGPU_ENTER();
-	gate(0, 1);
+	GATE(0, 1);
 	return real_cuGraphLaunch_ptsz(hGraphExec, hStream);
 }

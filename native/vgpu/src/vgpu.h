@@ -11,6 +11,7 @@
 
 #define VGPU_EXPORT __attribute__((visibility("default")))
 #define VGPU_MAX_DEVICES 16
+#define VGPU_UUID_LEN 64 /* "GPU-" and 36 characters, with room to spare */
 
 /* ---- configuration (config.c): read once from the environment ---- */
 enum vgpu_log_level { VGPU_LOG_ERROR = 0, VGPU_LOG_WARN = 1, VGPU_LOG_INFO = 2, VGPU_LOG_DEBUG = 3 };
@@ -25,8 +26,16 @@ struct vgpu_config {
 	int log_level;
 	bool any_mem_limit; /* some device has a memory limit */
 	bool any_sm_limit;  /* some device has an SM limit */
-	bool gate_launches; /* launches do work before the driver call: an SM limit or a board */
-	bool limits_file;  /* the limits come from VGPU_LIMITS_FILE, the environment only lowered them */
+	bool gate_launches; /* launches do work before the driver call: SM limit, board, limits file */
+	bool limits_file;  /* VGPU_LIMITS_FILE is there: its devices, by UUID, and no others */
+	/* The limits file's devices (version 2, keyed by GPU UUID). With the file, mem_limit and
+	 * sm_limit above hold only the container's own share (VGPU_CONTAINER_*, by ordinal): a
+	 * device's limit is the file's for its UUID, lowered by those; a device the file does not
+	 * name gets no memory and no launches (vgpu_dev_denied). */
+	int file_devices;
+	char file_uuid[VGPU_MAX_DEVICES][VGPU_UUID_LEN];
+	uint64_t file_mem[VGPU_MAX_DEVICES];     /* bytes, 0 = no limit */
+	unsigned int file_sm[VGPU_MAX_DEVICES];  /* percent, 0 = no limit */
 	bool failed;       /* an unparseable limit: hooks refuse work (fail closed) */
 	char error[512];   /* first problem found, as printed */
 };
@@ -47,6 +56,9 @@ int vgpu_config_load(struct vgpu_config *cfg, char *const *envp, const char *pat
 /* The limits file's settings (KEY=VALUE array): limits, priority and region only, every bad value
  * (priority included) an error. */
 int vgpu_config_parse_limits(struct vgpu_config *cfg, char *const *settings);
+/* VGPU_CONTAINER_MEMORY_LIMIT[_<i>] and VGPU_CONTAINER_SM_LIMIT[_<i>] alone, into own->*_limit
+ * (100% SM left as 100); 0, or -1 with own->error. */
+int vgpu_config_container_share(struct vgpu_config *own, char *const *envp);
 /* Derived fields (100% SM = none, any_*_limit, gate_launches) after the limits changed. */
 void vgpu_config_settle(struct vgpu_config *cfg);
 /* `<n>[k|m|g|t|Ki|Mi|Gi|Ti][B]` (k/m/g are binary, as HAMi users expect), decimals allowed with a
@@ -122,6 +134,16 @@ unsigned int vgpu_sm_limit(CUdevice dev);
 /* Memory limit for an NVML handle: looks its UUID up in the region, then falls back to treating
  * the NVML index as the CUDA ordinal. Returns the region device index or -1. */
 int vgpu_nvml_dev_index(nvmlDevice_t device, uint64_t *limit);
+/* With a limits file: true for a CUDA ordinal / NVML device whose UUID the file does not name
+ * (or whose UUID cannot be read). Such a device gets no memory and no launches (fail closed);
+ * the first refusal per device is logged with its UUID. Without a file: false. */
+bool vgpu_dev_denied(CUdevice dev);
+bool vgpu_nvml_denied(nvmlDevice_t device);
+/* Before a launch: true when a limits file is there and the current context's device is one it
+ * does not name (one branch once every visible device is known to be named). */
+bool vgpu_launch_denied(void);
+/* The file's device slot for `uuid` (case-insensitive), or -1. */
+int vgpu_file_slot(const struct vgpu_config *cfg, const char *uuid);
 void vgpu_format_uuid(const CUuuid *u, char *buf, size_t len);
 int vgpu_dev_uuid(CUdevice dev, char *buf, size_t len);
 

@@ -14,6 +14,9 @@
 
 #include "limits_ns.h"
 
+/* 1 GiB on the fake driver's device 0 (tests/fake/fake.h) */
+#define FILE_1GI "vgpu-bridge-limits 2\nCUDA_DEVICE_MEMORY_LIMIT_GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae00=1Gi\n"
+
 static char region[4096]; /* the container's region, from the environment */
 
 static void the_container_limit_is_1gi(void)
@@ -42,7 +45,7 @@ static void child_is_held(void)
 static void a_child_with_its_own_limit_variable_escapes_unless_the_limits_file_is_there(void)
 {
 	in_a_container(NULL, child_escapes);
-	in_a_container("vgpu-bridge-limits 1\nCUDA_DEVICE_MEMORY_LIMIT=1Gi\n", child_is_held);
+	in_a_container(FILE_1GI, child_is_held);
 }
 
 /* (b) A child with a region file of its own: the container's other processes' usage is not in it,
@@ -85,7 +88,7 @@ static void a_private_region_file_escapes_unless_the_limits_file_names_the_regio
 	char text[4300];
 
 	in_a_container(NULL, private_region_escapes);
-	snprintf(text, sizeof(text), "vgpu-bridge-limits 1\nCUDA_DEVICE_MEMORY_LIMIT=1Gi\n"
+	snprintf(text, sizeof(text), FILE_1GI
 				     "CUDA_DEVICE_MEMORY_SHARED_CACHE=%s\n", region);
 	in_a_container(text, private_region_is_ignored);
 }
@@ -126,7 +129,7 @@ static void dlmopen_escapes(void)
 
 static void the_driver_loaded_with_dlmopen_is_not_hooked_even_with_the_limits_file(void)
 {
-	in_a_container("vgpu-bridge-limits 1\nCUDA_DEVICE_MEMORY_LIMIT=1Gi\n", dlmopen_escapes);
+	in_a_container(FILE_1GI, dlmopen_escapes);
 }
 
 int main(int argc, char **argv)

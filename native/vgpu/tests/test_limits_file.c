@@ -5,7 +5,10 @@
  * CUDA_DEVICE_MEMORY_SHARED_CACHE set to a fresh region and TEST_TMP to a scratch dir. */
 #include "limits_ns.h"
 
-#define FILE_1GI "vgpu-bridge-limits 1\nCUDA_DEVICE_MEMORY_LIMIT=1Gi\n"
+/* The fake driver's devices (tests/fake/fake.h): physical index in the last byte. */
+#define U0 "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae00"
+#define U1 "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae01"
+#define FILE_1GI "vgpu-bridge-limits 2\nCUDA_DEVICE_MEMORY_LIMIT_" U0 "=1Gi\n"
 
 static const char *err_file(const char *name)
 {
@@ -32,10 +35,8 @@ static int file_has(const char *path, const char *needle)
 static void raising_is_ignored(void)
 {
 	static const char *const raise[] = {"CUDA_DEVICE_MEMORY_LIMIT=8Gi", "CUDA_DEVICE_MEMORY_LIMIT_0=8Gi", NULL};
-	const char *err = err_file("raise");
 
-	CHECK_EQ(run_alloc_worker(2 * GiB, raise, err), ALLOC_OUT_OF_MEMORY);
-	CHECK(file_has(err, "the environment asks for more than " VGPU_LIMITS_FILE));
+	CHECK_EQ(run_alloc_worker(2 * GiB, raise, NULL), ALLOC_OUT_OF_MEMORY);
 	CHECK_EQ(run_alloc_worker(768 * MiB, raise, NULL), ALLOC_OK);
 }
 
@@ -44,17 +45,107 @@ static void the_environment_cannot_raise_a_limit_of_the_file(void)
 	in_a_container(FILE_1GI, raising_is_ignored);
 }
 
-static void lowering_wins(void)
+/* The file keys devices by UUID: the environment's ordinal-keyed limits name devices the tenant
+ * numbers, so they do not apply under it (SECURITY.md); a lower priority still does. */
+static void ordinal_limits_do_not_apply(void)
 {
 	static const char *const lower[] = {"CUDA_DEVICE_MEMORY_LIMIT=256m", NULL};
 
-	CHECK_EQ(run_alloc_worker(512 * MiB, lower, NULL), ALLOC_OUT_OF_MEMORY);
-	CHECK_EQ(run_alloc_worker(128 * MiB, lower, NULL), ALLOC_OK);
+	CHECK_EQ(run_alloc_worker(512 * MiB, lower, NULL), ALLOC_OK);
+	CHECK_EQ(run_alloc_worker(2 * GiB, lower, NULL), ALLOC_OUT_OF_MEMORY);
 }
 
-static void the_environment_may_lower_a_limit_of_the_file(void)
+static void the_environments_limits_by_ordinal_do_not_apply_under_the_file(void)
 {
-	in_a_container(FILE_1GI, lowering_wins);
+	in_a_container(FILE_1GI, ordinal_limits_do_not_apply);
+}
+
+/* In the child of in_a_container: the fake driver with two devices, CUDA seeing `visible`. */
+static void two_devices(const char *visible)
+{
+	CHECK(setenv("FAKE_CUDA_DEVICES", "2", 1) == 0);
+	CHECK(setenv("CUDA_VISIBLE_DEVICES", visible, 1) == 0);
+}
+
+static CUresult alloc_on(int ordinal, uint64_t bytes)
+{
+	CUdeviceptr p;
+
+	CHECK(ctx_on(ordinal) == 0);
+	return cuMemAlloc_v2(&p, bytes);
+}
+
+/* Issue #25 item 2: a claim of 4 GiB on one card and 1 GiB on another, the tenant reordering
+ * CUDA_VISIBLE_DEVICES=1,0. Ordinal 0 is the 1 GiB card and keeps 1 GiB; ordinal 1 has 4 GiB. */
+static void limits_follow_the_uuid(void)
+{
+	two_devices("1,0");
+	CHECK_EQ(alloc_on(0, 2 * GiB), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(total_mem(), GiB);
+	CHECK_EQ(alloc_on(0, 768 * MiB), CUDA_SUCCESS);
+	CHECK_EQ(alloc_on(1, 3 * GiB), CUDA_SUCCESS);
+	CHECK_EQ(alloc_on(1, 2 * GiB), CUDA_ERROR_OUT_OF_MEMORY); /* 3 of its 4 GiB in use */
+	CHECK_EQ(total_mem(), 4 * GiB);
+}
+
+static void a_reordered_cuda_visible_devices_keeps_each_cards_own_limit(void)
+{
+	in_a_container("vgpu-bridge-limits 2\nCUDA_DEVICE_MEMORY_LIMIT_" U0 "=4Gi\n"
+		       "CUDA_DEVICE_MEMORY_LIMIT_" U1 "=1Gi\n", limits_follow_the_uuid);
+}
+
+/* Issue #25 item 3: a container with two claims' devices gets one claim's limits file; the
+ * other claim's device (U1 here) is not in it: no memory, no launches, no NVML view, a log line
+ * naming its UUID. The named device works as before. */
+static void the_unnamed_device_gets_nothing(void)
+{
+	const char *err = err_file("unnamed");
+	int fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	nvmlDevice_t h0, h1;
+	nvmlMemory_t m;
+	size_t bytes = 0;
+	CUdevice d1;
+
+	CHECK(fd >= 0 && dup2(fd, 2) == 2);
+	two_devices("0,1");
+	CHECK_EQ(alloc_on(1, MiB), CUDA_ERROR_INVALID_DEVICE);
+	CHECK_EQ(launch_kind("kernel", NULL), CUDA_ERROR_INVALID_DEVICE);
+	CHECK_EQ(launch_kind("graph", NULL), CUDA_ERROR_INVALID_DEVICE);
+	CHECK_EQ(free_mem(), (size_t)-1);
+	CHECK(cuDeviceGet(&d1, 1) == CUDA_SUCCESS);
+	CHECK_EQ(cuDeviceTotalMem_v2(&bytes, d1), CUDA_ERROR_INVALID_DEVICE);
+	CHECK(nvmlInit_v2() == NVML_SUCCESS && nvmlDeviceGetHandleByIndex_v2(1, &h1) == NVML_SUCCESS &&
+	      nvmlDeviceGetHandleByIndex_v2(0, &h0) == NVML_SUCCESS);
+	CHECK_EQ(nvmlDeviceGetMemoryInfo(h1, &m), NVML_ERROR_NO_PERMISSION);
+	CHECK(nvmlDeviceGetMemoryInfo(h0, &m) == NVML_SUCCESS && m.total == GiB);
+	CHECK_EQ(alloc_on(0, 512 * MiB), CUDA_SUCCESS);
+	CHECK_EQ(launch_kind("kernel", NULL), CUDA_SUCCESS);
+	CHECK_EQ(alloc_on(0, 768 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK(file_has(err, U1) && file_has(err, "is not in " VGPU_LIMITS_FILE));
+}
+
+static void a_device_the_limits_file_does_not_name_gets_no_memory_and_no_launches(void)
+{
+	in_a_container(FILE_1GI, the_unnamed_device_gets_nothing);
+}
+
+/* The e2e tiers' containers: the fake driver plays the GPUs NVIDIA_VISIBLE_DEVICES names (as the
+ * container runtime would expose them), so the UUIDs libvgpu looks up are the node agent's. */
+#define E2E_A "GPU-e2e00000-0000-4000-8000-00000000000a"
+#define E2E_B "GPU-e2e00000-0000-4000-8000-00000000000b"
+static void the_runtimes_devices(void)
+{
+	CHECK(setenv("NVIDIA_VISIBLE_DEVICES", E2E_A "," E2E_B, 1) == 0);
+	CHECK(unsetenv("CUDA_VISIBLE_DEVICES") == 0 && unsetenv("FAKE_CUDA_DEVICES") == 0);
+	CHECK_EQ(alloc_on(0, MiB), CUDA_ERROR_INVALID_DEVICE);
+	CHECK_EQ(alloc_on(1, 2 * GiB), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(alloc_on(1, 768 * MiB), CUDA_SUCCESS);
+}
+
+static void the_fake_driver_plays_the_gpus_nvidia_visible_devices_names(void)
+{
+	in_a_container("vgpu-bridge-limits 2\nCUDA_DEVICE_MEMORY_LIMIT_" E2E_B "=1Gi\n",
+		       the_runtimes_devices);
 }
 
 /* An app container sharing its init container's claim (sized for the init's 1 GiB): its own
@@ -87,8 +178,8 @@ static void refused_naming_the_file(void)
 
 static void a_malformed_file_fails_closed(void)
 {
-	in_a_container("vgpu-bridge-limits 2\nCUDA_DEVICE_MEMORY_LIMIT=1Gi\n", refused_naming_the_file);
-	in_a_container("vgpu-bridge-limits 1\nCUDA_DEVICE_MEMORY_LIMIT_16=1Gi\n", refused_naming_the_file);
+	in_a_container("vgpu-bridge-limits 1\nCUDA_DEVICE_MEMORY_LIMIT_0=1Gi\n", refused_naming_the_file);
+	in_a_container("vgpu-bridge-limits 2\nCUDA_DEVICE_MEMORY_LIMIT_0=1Gi\n", refused_naming_the_file);
 }
 
 /* In place of the file: a link to a good file the tenant could have written. */
@@ -96,7 +187,7 @@ static void a_link_there(void)
 {
 	int fd = open(LIMITS_DIR "/elsewhere", O_WRONLY | O_CREAT, 0444);
 
-	CHECK(fd >= 0 && write(fd, "vgpu-bridge-limits 1\n", 21) == 21 && close(fd) == 0);
+	CHECK(fd >= 0 && write(fd, "vgpu-bridge-limits 2\n", 21) == 21 && close(fd) == 0);
 	CHECK(symlink(LIMITS_DIR "/elsewhere", VGPU_LIMITS_FILE) == 0);
 	refused_naming_the_file();
 }
@@ -115,11 +206,35 @@ static void a_link_or_fifo_in_place_of_the_file_fails_closed_without_hanging(voi
 	in_a_container("", a_fifo_there);
 }
 
+/* "contain FILE PROGRAM [ARG...]": PROGRAM in a private mount namespace where FILE (say, one the
+ * node agent wrote) is the limits file at VGPU_LIMITS_FILE, for tests outside this program
+ * (tests/abuse). Exit status 125 when that cannot be set up. */
+static int contain(const char *file, char **argv)
+{
+	static char text[8192];
+	FILE *f = fopen(file, "r");
+	size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+
+	if (f == NULL || ferror(f) || fclose(f) != 0) {
+		perror(file);
+		return 125;
+	}
+	text[n] = '\0';
+	if (limits_ns_enter() < 0 || put_limits_file(text) < 0)
+		return 125;
+	execv(argv[0], argv);
+	perror(argv[0]);
+	return 125;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct check_case cases[] = {
 		CASE(the_environment_cannot_raise_a_limit_of_the_file),
-		CASE(the_environment_may_lower_a_limit_of_the_file),
+		CASE(the_environments_limits_by_ordinal_do_not_apply_under_the_file),
+		CASE(a_reordered_cuda_visible_devices_keeps_each_cards_own_limit),
+		CASE(a_device_the_limits_file_does_not_name_gets_no_memory_and_no_launches),
+		CASE(the_fake_driver_plays_the_gpus_nvidia_visible_devices_names),
 		CASE(a_container_sharing_a_claim_keeps_its_own_lower_share),
 		CASE(a_malformed_file_fails_closed),
 		CASE(a_link_or_fifo_in_place_of_the_file_fails_closed_without_hanging),
@@ -127,5 +242,7 @@ int main(int argc, char **argv)
 
 	if (argc == 3 && strcmp(argv[1], "alloc") == 0)
 		return alloc_worker(argv[2]);
+	if (argc >= 4 && strcmp(argv[1], "contain") == 0)
+		return contain(argv[2], argv + 3);
 	return check_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]));
 }

@@ -248,38 +248,55 @@ static const char *write_limits(const char *name, const char *text, size_t len)
 	return path;
 }
 
+#define U0 "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae00"
+#define U1 "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae01"
 #define LIMITS_1GI_50                                                                            \
-	"vgpu-bridge-limits 1\nCUDA_DEVICE_MEMORY_LIMIT_0=1Gi\nCUDA_DEVICE_MEMORY_LIMIT_1=2Gi\n"  \
-	"CUDA_DEVICE_SM_LIMIT_0=50\nCUDA_TASK_PRIORITY=1\n"
+	"vgpu-bridge-limits 2\nCUDA_DEVICE_MEMORY_LIMIT_" U0 "=1Gi\nCUDA_DEVICE_MEMORY_LIMIT_" U1    \
+	"=2Gi\nCUDA_DEVICE_SM_LIMIT_" U0 "=50\nCUDA_TASK_PRIORITY=1\n"
 
-static void the_limits_file_is_a_ceiling_the_environment_may_only_lower(void)
+/* Version 2 names devices by UUID; the environment's ordinal-keyed limits do not apply under it
+ * (the tenant picks the ordinals), in either direction; a lower priority still does. */
+static void the_limits_file_keys_devices_by_uuid_and_the_environments_limits_do_not_apply(void)
 {
 	const char *path = write_limits("limits.conf", LIMITS_1GI_50, strlen(LIMITS_1GI_50));
 	char *raise[] = {"CUDA_DEVICE_MEMORY_LIMIT=8Gi", "CUDA_DEVICE_SM_LIMIT_0=90",
 			 "CUDA_TASK_PRIORITY=0", NULL};
 	char *lower[] = {"CUDA_DEVICE_MEMORY_LIMIT_0=512m", "CUDA_DEVICE_SM_LIMIT=25",
 			 "CUDA_TASK_PRIORITY=3", NULL};
-	char *none[] = {"CUDA_DEVICE_MEMORY_LIMIT_0=0", "CUDA_DEVICE_SM_LIMIT_0=100", NULL};
 	struct vgpu_config c;
 
 	CHECK(vgpu_config_load(&c, raise, path) == 0);
 	CHECK(!c.failed && c.limits_file);
-	CHECK_EQ(c.mem_limit[0], GiB);         /* 8Gi from the environment: ignored */
-	CHECK_EQ(c.mem_limit[1], 2 * GiB);
-	CHECK_EQ(c.mem_limit[2], 8 * GiB);     /* the file has no limit there: the env's is lower */
-	CHECK_EQ(c.sm_limit[0], 50);
+	CHECK_EQ(c.file_devices, 2);
+	CHECK_EQ(vgpu_file_slot(&c, U0), 0);
+	CHECK_EQ(vgpu_file_slot(&c, "gpu-A0A1A2A3-A4A5-A6A7-A8A9-AAABACADAE01"), 1); /* any case */
+	CHECK_EQ(vgpu_file_slot(&c, "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae02"), -1);
+	CHECK_EQ(c.file_mem[0], GiB);
+	CHECK_EQ(c.file_mem[1], 2 * GiB);
+	CHECK_EQ(c.file_sm[0], 50);
+	CHECK_EQ(c.file_sm[1], 0);
+	CHECK_EQ(c.mem_limit[0], 0);           /* 8Gi from the environment: not applied */
+	CHECK_EQ(c.mem_limit[2], 0);
+	CHECK_EQ(c.sm_limit[0], 0);
 	CHECK_EQ(c.priority, 1);               /* 0 would be higher than the claim's */
 	CHECK(c.any_mem_limit && c.any_sm_limit && c.gate_launches);
 	CHECK(vgpu_config_load(&c, lower, path) == 0);
-	CHECK_EQ(c.mem_limit[0], 512 * MiB);
-	CHECK_EQ(c.mem_limit[1], 2 * GiB);
-	CHECK_EQ(c.mem_limit[2], 0);
-	CHECK_EQ(c.sm_limit[0], 25);
-	CHECK_EQ(c.sm_limit[1], 25);
+	CHECK_EQ(c.mem_limit[0], 0);           /* by ordinal: not applied either */
+	CHECK_EQ(c.sm_limit[1], 0);
+	CHECK_EQ(c.file_mem[0], GiB);
 	CHECK_EQ(c.priority, 3);
-	CHECK(vgpu_config_load(&c, none, path) == 0); /* "no limit" is no lower than the file's */
-	CHECK_EQ(c.mem_limit[0], GiB);
-	CHECK_EQ(c.sm_limit[0], 50);
+}
+
+/* Even a file with no limit at all gates launches: each launch's device must be one it names. */
+static void any_limits_file_gates_launches(void)
+{
+	static const char text[] = "vgpu-bridge-limits 2\nCUDA_TASK_PRIORITY=1\n";
+	struct vgpu_config c;
+	char *env[] = {NULL};
+
+	CHECK(vgpu_config_load(&c, env, write_limits("empty.conf", text, strlen(text))) == 0);
+	CHECK(!c.failed && c.limits_file && c.file_devices == 0 && c.gate_launches);
+	CHECK(!c.any_mem_limit && !c.any_sm_limit);
 }
 
 /* An init container and the app after it share one claim sized for the larger: each lowers the
@@ -295,14 +312,17 @@ static void a_containers_own_share_only_lowers_the_claims_limits(void)
 			 "VGPU_CONTAINER_MEMORY_LIMIT=100m", "VGPU_CONTAINER_SM_LIMIT_0=30", NULL};
 	struct vgpu_config c;
 
+	/* under the file: the container's own share by ordinal, lowering the file's by UUID when a
+	 * device is looked up (device.c; test_limits_file shows the effect) */
 	CHECK(vgpu_config_load(&c, lower, path) == 0 && !c.failed && c.limits_file);
 	CHECK_EQ(c.mem_limit[0], 100 * MiB);
-	CHECK_EQ(c.mem_limit[1], 2 * GiB);
+	CHECK_EQ(c.mem_limit[1], 0);
 	CHECK_EQ(c.sm_limit[0], 20);
+	CHECK_EQ(c.file_mem[0], GiB);
 	CHECK(vgpu_config_load(&c, raise, path) == 0 && !c.failed);
-	CHECK_EQ(c.mem_limit[0], GiB);          /* 8Gi is more than the claim's: ignored */
-	CHECK_EQ(c.mem_limit[1], 2 * GiB);      /* 0 is no limit, not a lower one */
-	CHECK_EQ(c.sm_limit[0], 50);            /* 100 is the whole card, not a lower limit */
+	CHECK_EQ(c.mem_limit[0], 8 * GiB);      /* the tighter of this and the file's applies */
+	CHECK_EQ(c.mem_limit[1], 0);            /* 0 is no limit, not a lower one */
+	CHECK_EQ(c.sm_limit[0], 0);             /* 100 is the whole card, not a lower limit */
 	CHECK(vgpu_config_parse(&c, plain) == 0); /* no limits file: the same rule */
 	CHECK_EQ(c.mem_limit[0], 100 * MiB);
 	CHECK_EQ(c.mem_limit[5], 100 * MiB);
@@ -340,14 +360,14 @@ static void without_a_limits_file_the_environment_decides(void)
 
 static void the_limits_file_names_the_claims_region(void)
 {
-	static const char text[] = "vgpu-bridge-limits 1\n\nCUDA_DEVICE_MEMORY_SHARED_CACHE=/claim/vgpu.cache\n";
+	static const char text[] = "vgpu-bridge-limits 2\n\nCUDA_DEVICE_MEMORY_SHARED_CACHE=/claim/vgpu.cache\n";
 	const char *path = write_limits("region.conf", text, strlen(text));
 	char *env[] = {"CUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/mine", "CUDA_DEVICE_MEMORY_LIMIT=1Gi", NULL};
 	struct vgpu_config c;
 
 	CHECK(vgpu_config_load(&c, env, path) == 0);
 	CHECK(strcmp(c.shared_cache, "/claim/vgpu.cache") == 0);
-	CHECK_EQ(c.mem_limit[0], GiB);
+	CHECK_EQ(c.file_devices, 0);
 }
 
 static void a_malformed_limits_file_fails_closed_and_names_it(void)
@@ -358,24 +378,31 @@ static void a_malformed_limits_file_fails_closed_and_names_it(void)
 		const char *why;
 	} bad[] = {
 		{"", 0, "first line"},
-		{"vgpu-bridge-limits 2\nCUDA_DEVICE_MEMORY_LIMIT=1Gi\n", 0, "first line"},
-		{"vgpu-bridge-limits 1 \n", 0, "first line"},
-		{"CUDA_DEVICE_MEMORY_LIMIT=1Gi\n", 0, "first line"},
-		{"vgpu-bridge-limits 1\nCUDA_DEVICE_MEMORY_LIMIT_0\n", 0, "line 2: not a KEY=VALUE"},
-		{"vgpu-bridge-limits 1\nPATH=/bin\n", 0, "line 2: not a KEY=VALUE"},
-		{"vgpu-bridge-limits 1\nCUDA_TASK_PRIORITY_DIR=/x\n", 0, "line 2: not a KEY=VALUE"},
-		{"vgpu-bridge-limits 1\n CUDA_TASK_PRIORITY=1\n", 0, "line 2: not a KEY=VALUE"},
-		{"vgpu-bridge-limits 1\nCUDA_DEVICE_MEMORY_LIMIT_0=4GX\n", 0, "unknown unit"},
-		{"vgpu-bridge-limits 1\nCUDA_DEVICE_MEMORY_LIMIT_0=1Gi\r\n", 0, "unknown unit"},
-		{"vgpu-bridge-limits 1\nCUDA_DEVICE_MEMORY_LIMIT_16=1Gi\n", 0, "0..15"},
-		{"vgpu-bridge-limits 1\nCUDA_DEVICE_SM_LIMIT_00=50\n", 0, "0..15"},
-		{"vgpu-bridge-limits 1\nCUDA_DEVICE_SM_LIMIT=150\n", 0, "above 100"},
-		{"vgpu-bridge-limits 1\nCUDA_TASK_PRIORITY=high\n", 0, "CUDA_TASK_PRIORITY=\"high\""},
-		{"vgpu-bridge-limits 1\nCUDA_TASK_PRIORITY=-1\n", 0, "CUDA_TASK_PRIORITY=\"-1\""},
-		{"vgpu-bridge-limits 1\nCUDA_DEVICE_MEMORY_SHARED_CACHE=\n", 0, "empty"},
-		{"vgpu-bridge-limits 1\nCUDA_DEVICE_SM_LIMIT_1=50\nCUDA_DEVICE_SM_LIMIT_1=90\n", 0,
+		{"vgpu-bridge-limits 1\nCUDA_DEVICE_MEMORY_LIMIT_0=1Gi\n", 0, "version 1 (limits by CUDA ordinal)"},
+		{"vgpu-bridge-limits 3\n", 0, "first line"},
+		{"vgpu-bridge-limits 2 \n", 0, "first line"},
+		{"CUDA_DEVICE_MEMORY_LIMIT_" U0 "=1Gi\n", 0, "first line"},
+		{"vgpu-bridge-limits 2\nCUDA_DEVICE_MEMORY_LIMIT=1Gi\n", 0, "line 2: not a KEY=VALUE"},
+		{"vgpu-bridge-limits 2\nCUDA_DEVICE_MEMORY_LIMIT_0=1Gi\n", 0, "per device: _GPU-<uuid>"},
+		{"vgpu-bridge-limits 2\nCUDA_DEVICE_SM_LIMIT_1=50\n", 0, "line 2: not a KEY=VALUE"},
+		{"vgpu-bridge-limits 2\nCUDA_DEVICE_MEMORY_LIMIT_GPU-=1Gi\n", 0, "line 2: not a KEY=VALUE"},
+		{"vgpu-bridge-limits 2\nCUDA_DEVICE_MEMORY_LIMIT_GPU-a/b=1Gi\n", 0, "line 2: not a KEY=VALUE"},
+		{"vgpu-bridge-limits 2\nCUDA_DEVICE_MEMORY_LIMIT_GPU-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa=1Gi\n", 0, "line 2: not a KEY=VALUE"},
+		{"vgpu-bridge-limits 2\nCUDA_DEVICE_MEMORY_LIMIT_" U0 "\n", 0, "line 2: not a KEY=VALUE"},
+		{"vgpu-bridge-limits 2\nPATH=/bin\n", 0, "line 2: not a KEY=VALUE"},
+		{"vgpu-bridge-limits 2\nCUDA_TASK_PRIORITY_DIR=/x\n", 0, "line 2: not a KEY=VALUE"},
+		{"vgpu-bridge-limits 2\n CUDA_TASK_PRIORITY=1\n", 0, "line 2: not a KEY=VALUE"},
+		{"vgpu-bridge-limits 2\nCUDA_DEVICE_MEMORY_LIMIT_" U0 "=4GX\n", 0, "unknown unit"},
+		{"vgpu-bridge-limits 2\nCUDA_DEVICE_MEMORY_LIMIT_" U0 "=1Gi\r\n", 0, "unknown unit"},
+		{"vgpu-bridge-limits 2\nCUDA_DEVICE_SM_LIMIT_" U0 "=150\n", 0, "above 100"},
+		{"vgpu-bridge-limits 2\nCUDA_TASK_PRIORITY=high\n", 0, "CUDA_TASK_PRIORITY=\"high\""},
+		{"vgpu-bridge-limits 2\nCUDA_TASK_PRIORITY=-1\n", 0, "CUDA_TASK_PRIORITY=\"-1\""},
+		{"vgpu-bridge-limits 2\nCUDA_DEVICE_MEMORY_SHARED_CACHE=\n", 0, "empty"},
+		{"vgpu-bridge-limits 2\nCUDA_DEVICE_SM_LIMIT_" U1 "=50\nCUDA_DEVICE_SM_LIMIT_" U1 "=90\n", 0,
 		 "line 3: the key is set twice"},
-		{"vgpu-bridge-limits 1\nCUDA_DEVICE_SM_LIMIT_1=50\0\n", 47, "NUL byte"},
+		{"vgpu-bridge-limits 2\nCUDA_DEVICE_SM_LIMIT_" U1 "=50\nCUDA_DEVICE_SM_LIMIT_GPU-A0A1A2A3-A4A5-A6A7-A8A9-AAABACADAE01=90\n", 0,
+		 "named twice"},
+		{"vgpu-bridge-limits 2\nCUDA_DEVICE_SM_LIMIT_GPU-1=50\0\n", 52, "NUL byte"},
 	};
 	static char big[4200];
 	char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT=1Gi", NULL};
@@ -399,6 +426,23 @@ static void a_malformed_limits_file_fails_closed_and_names_it(void)
 	CHECK(strstr(c.error, "larger than 4096 bytes") != NULL);
 }
 
+static void at_most_16_devices_in_the_limits_file(void)
+{
+	char text[4096], *env[] = {NULL};
+	size_t n = (size_t)snprintf(text, sizeof(text), "vgpu-bridge-limits 2\n");
+	struct vgpu_config c;
+
+	for (int d = 0; d < 17; d++) {
+		n += (size_t)snprintf(text + n, sizeof(text) - n,
+				      "CUDA_DEVICE_MEMORY_LIMIT_GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae%02x=1Gi\n", d);
+		if (d == 15) /* 16 is the most */
+			CHECK(vgpu_config_load(&c, env, write_limits("16.conf", text, n)) == 0 &&
+			      c.file_devices == 16);
+	}
+	CHECK(vgpu_config_load(&c, env, write_limits("17.conf", text, n)) == -1);
+	CHECK(strstr(c.error, "more than 16 devices") != NULL);
+}
+
 /* A link (even to a good file), a FIFO with no writer, a directory: fail closed, never block. */
 static void a_link_fifo_or_directory_in_place_of_the_file_fails_closed(void)
 {
@@ -417,7 +461,7 @@ static void a_link_fifo_or_directory_in_place_of_the_file_fails_closed(void)
 	CHECK(vgpu_config_load(&c, env, fifo) == -1 && strstr(c.error, "not a regular file"));
 	CHECK(vgpu_config_load(&c, env, dir) == -1 && strstr(c.error, "not a regular file"));
 	alarm(0);
-	CHECK(vgpu_config_load(&c, env, target) == 0 && c.mem_limit[0] == GiB);
+	CHECK(vgpu_config_load(&c, env, target) == 0 && c.file_mem[0] == GiB);
 }
 
 int main(int argc, char **argv)
@@ -433,7 +477,9 @@ int main(int argc, char **argv)
 		CASE(priority_board_settings),
 		CASE(a_bad_hold_or_board_dir_only_warns),
 		CASE(a_device_index_out_of_range_fails_closed),
-		CASE(the_limits_file_is_a_ceiling_the_environment_may_only_lower),
+		CASE(the_limits_file_keys_devices_by_uuid_and_the_environments_limits_do_not_apply),
+		CASE(any_limits_file_gates_launches),
+		CASE(at_most_16_devices_in_the_limits_file),
 		CASE(a_containers_own_share_only_lowers_the_claims_limits),
 		CASE(a_bad_container_share_fails_closed_and_names_it),
 		CASE(without_a_limits_file_the_environment_decides),

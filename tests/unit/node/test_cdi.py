@@ -149,14 +149,16 @@ def test_write_is_atomic_and_remove_takes_spec_and_limits_but_leaves_the_tenants
     assert layout.shared_dir(UID).is_dir()
 
 
-def test_the_limits_file_says_each_limit_the_spec_puts_in_the_environment() -> None:
+def test_the_limits_file_keys_each_gpus_limits_by_its_uuid() -> None:
+    """Issue #25 item 2: by UUID, not by share index, so no CUDA ordinal order (the tenant's
+    CUDA_VISIBLE_DEVICES, CUDA's own enumeration) can hand one share's limit to another card."""
     spec = build_spec(_two_shares(), LAYOUT)
     assert limits_text(spec) == (
-        "vgpu-bridge-limits 1\n"
-        "CUDA_DEVICE_MEMORY_LIMIT_0=3000m\n"
-        "CUDA_DEVICE_SM_LIMIT_0=30\n"
-        "CUDA_DEVICE_MEMORY_LIMIT_1=1024m\n"
-        "CUDA_DEVICE_SM_LIMIT_1=0\n"
+        "vgpu-bridge-limits 2\n"
+        "CUDA_DEVICE_MEMORY_LIMIT_GPU-bbbb=3000m\n"
+        "CUDA_DEVICE_SM_LIMIT_GPU-bbbb=30\n"
+        "CUDA_DEVICE_MEMORY_LIMIT_GPU-aaaa=1024m\n"
+        "CUDA_DEVICE_SM_LIMIT_GPU-aaaa=0\n"
         "CUDA_DEVICE_MEMORY_SHARED_CACHE=/usr/local/vgpu/shared/vgpu.cache\n"
         "CUDA_TASK_PRIORITY=0\n"
     )
@@ -168,9 +170,52 @@ def test_the_limits_file_says_each_limit_the_spec_puts_in_the_environment() -> N
     }
 
 
+def test_two_shares_of_one_gpu_in_one_claim_add_up_in_the_limits_file() -> None:
+    claim = allocated_claim(
+        result("gpu-0", memory="3000Mi", cores="60"),
+        result("gpu-0", memory="1Gi", cores="50", share_id="7c6c2d7e-0000-4000-8000-000000000002"),
+        uid=UID,
+    )
+    spec = build_spec(
+        claim_shares(claim, uid=UID, node=NODE, profile=DEFAULT, gpus=BY_NAME), LAYOUT
+    )
+    assert limits_text(spec).splitlines()[:3] == [
+        "vgpu-bridge-limits 2",
+        "CUDA_DEVICE_MEMORY_LIMIT_GPU-aaaa=4024m",
+        "CUDA_DEVICE_SM_LIMIT_GPU-aaaa=100",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("uuid", "why"),
+    [
+        ("gpu0", "GPU uuid 'gpu0'"),
+        ("GPU-a=b", "GPU uuid 'GPU-a=b'"),
+        ("GPU-" + "a" * 60, "GPU uuid"),
+    ],
+)
+def test_a_gpu_uuid_libvgpu_cannot_key_is_refused(uuid: str, why: str) -> None:
+    gpus = {
+        name: replace(gpu, uuid=uuid if name == "gpu-1" else gpu.uuid)
+        for name, gpu in BY_NAME.items()
+    }
+    with pytest.raises(ValueError, match=why):
+        limits_text(build_spec(_two_shares(gpus), LAYOUT))
+
+
+def test_a_spec_whose_uuids_do_not_match_its_devices_is_refused() -> None:
+    spec = build_spec(_two_shares(), LAYOUT)
+    spec["devices"] = spec["devices"][:1]
+    with pytest.raises(ValueError, match="2 GPU UUIDs for 1 devices"):
+        limits_text(spec)
+
+
 def test_a_limits_file_over_4096_bytes_is_refused() -> None:
     spec = build_spec(_two_shares(), LAYOUT)
-    spec["devices"] *= 60
+    cache = "CUDA_DEVICE_MEMORY_SHARED_CACHE="
+    spec["containerEdits"]["env"] = [
+        e if not e.startswith(cache) else cache + "/x" * 2100 for e in spec["containerEdits"]["env"]
+    ]
     with pytest.raises(ValueError, match="over 4096"):
         limits_text(spec)
 

@@ -2,7 +2,13 @@
  * The fake driver: libcuda.so.1 and libnvidia-ml.so.1 over host memory, for tests without a GPU.
  * Configured by environment variables (read once per process):
  *   FAKE_CUDA_DEVICES        device count (default 1)
- *   CUDA_VISIBLE_DEVICES     honoured (indices): renumbers devices for CUDA, not for NVML
+ *   NVIDIA_VISIBLE_DEVICES   when every entry is a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-
+ *                            xxxxxxxxxxxx), the devices are those, in that order, as the container
+ *                            runtime would expose them (count and UUIDs; FAKE_CUDA_DEVICES is
+ *                            then ignored). Otherwise device i's UUID is
+ *                            GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeXX with XX = i in hex
+ *   CUDA_VISIBLE_DEVICES     honoured (indices, as the real driver takes them): selects and
+ *                            reorders devices for CUDA (ordinal i is the i-th listed), not for NVML
  *   FAKE_CUDA_MEMORY         bytes per device, suffixes K/M/G (default 16G)
  *   FAKE_CUDA_SM_COUNT       multiprocessors per device (default 132)
  *   FAKE_CUDA_KERNEL_US      simulated busy time of one kernel launch, µs (default 0)
@@ -50,6 +56,67 @@ static inline uint64_t fake_env_bytes(const char *name, uint64_t dflt)
 	default: break;
 	}
 	return n;
+}
+
+/* The GPU UUIDs NVIDIA_VISIBLE_DEVICES lists, into out[] (at most FAKE_MAX_DEVICES); their
+ * count, or 0 when it is unset, empty, or any entry is not a UUID ("all", indices). */
+static inline int fake_listed_uuids(unsigned char out[][16])
+{
+	const char *p = getenv("NVIDIA_VISIBLE_DEVICES");
+	static const char shape[] = "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
+	int n = 0;
+
+	while (p && *p && n < FAKE_MAX_DEVICES) {
+		int nib = 0;
+		for (size_t i = 0; i < sizeof(shape) - 1; i++, p++) {
+			unsigned int v;
+			if (shape[i] != 'x') {
+				if (*p != shape[i])
+					return 0;
+				continue;
+			}
+			if (*p >= '0' && *p <= '9')
+				v = (unsigned int)(*p - '0');
+			else if ((*p | 0x20) >= 'a' && (*p | 0x20) <= 'f')
+				v = (unsigned int)((*p | 0x20) - 'a' + 10);
+			else
+				return 0;
+			out[n][nib / 2] = (unsigned char)(nib % 2 ? out[n][nib / 2] | v : v << 4);
+			nib++;
+		}
+		n++;
+		if (*p == ',')
+			p++;
+		else if (*p != '\0')
+			return 0;
+	}
+	return p && *p == '\0' ? n : 0;
+}
+
+/* Physical device `index`'s UUID bytes (see the header). */
+static inline void fake_uuid_bytes(int index, unsigned char b[16])
+{
+	unsigned char listed[FAKE_MAX_DEVICES][16];
+
+	if (index < fake_listed_uuids(listed)) {
+		memcpy(b, listed[index], 16);
+		return;
+	}
+	for (int i = 0; i < 16; i++)
+		b[i] = (unsigned char)(0xa0 + i);
+	b[15] = (unsigned char)index;
+}
+
+/* How many physical devices there are (what NVML shows). */
+static inline int fake_device_count(void)
+{
+	unsigned char listed[FAKE_MAX_DEVICES][16];
+	int n = fake_listed_uuids(listed);
+	uint64_t env = fake_env_bytes("FAKE_CUDA_DEVICES", 1);
+
+	if (n > 0)
+		return n;
+	return env > FAKE_MAX_DEVICES ? FAKE_MAX_DEVICES : (int)env;
 }
 
 /* What NVML calls a process: its host pid, the outermost NStgid entry (cached per process). The

@@ -60,10 +60,8 @@ static __thread int current = -1; /* device of the thread's current context */
 
 static void read_cfg(void)
 {
-	cfg.nphys = (int)fake_env_bytes("FAKE_CUDA_DEVICES", 1);
-	if (cfg.nphys > FAKE_MAX_DEVICES)
-		cfg.nphys = FAKE_MAX_DEVICES;
-	/* CUDA_VISIBLE_DEVICES (indices only) renumbers devices for CUDA, not for NVML */
+	cfg.nphys = fake_device_count();
+	/* CUDA_VISIBLE_DEVICES (indices only) selects and renumbers devices for CUDA, not for NVML */
 	const char *vis = getenv("CUDA_VISIBLE_DEVICES");
 	cfg.ndev = 0;
 	for (const char *p = vis; p && *p && cfg.ndev < FAKE_MAX_DEVICES;) {
@@ -205,17 +203,18 @@ EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevic
 	}
 }
 
-/* UUID bytes: a fixed pattern with the ordinal in the last byte (fake NVML formats the same). */
+/* The physical device's UUID (fake.h; fake NVML formats the same bytes). */
 EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 {
+	unsigned char b[16];
+
 	CHECK_INIT();
 	if (uuid == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (dev < 0 || dev >= cfg.ndev)
 		return CUDA_ERROR_INVALID_DEVICE;
-	for (int i = 0; i < 16; i++)
-		uuid->bytes[i] = (char)(0xa0 + i);
-	uuid->bytes[15] = (char)PHYS(dev);
+	fake_uuid_bytes(PHYS(dev), b);
+	memcpy(uuid->bytes, b, 16);
 	return CUDA_SUCCESS;
 }
 

@@ -24,7 +24,7 @@ static void *cuda_fn(const char *name)
 static int ndev(void)
 {
 	int (*count)(void) = (int (*)(void))cuda_fn("fake_cuda_device_count");
-	return count ? count() : (int)fake_env_bytes("FAKE_CUDA_DEVICES", 1);
+	return count ? count() : fake_device_count();
 }
 
 static int valid(nvmlDevice_t d)
@@ -73,9 +73,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice
 static void format_uuid(unsigned int index, char *buf, size_t len)
 {
 	unsigned char b[16];
-	for (int i = 0; i < 16; i++)
-		b[i] = (unsigned char)(0xa0 + i);
-	b[15] = (unsigned char)index;
+
+	fake_uuid_bytes((int)index, b);
 	snprintf(buf, len,
 		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
 		 b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
