@@ -155,7 +155,8 @@ class NodeCollector(Collector):
         )
         readable = GaugeMetricFamily(
             "vgpu_bridge_claim_region_readable",
-            "1 when the claim's shared region was read, 0 when absent or not a v1 region",
+            "1 when the claim's shared region was read, 0 when absent or not a region this agent "
+            "reads (versions 1 and 2)",
             labels=region,
         )
         prepared = GaugeMetricFamily("vgpu_bridge_prepared_claims", "claims prepared on the node")

@@ -1,11 +1,14 @@
 """libvgpu's shared region, as the agent reads it: the one place its layout is written in Python.
 
-libvgpu (native/vgpu/src/region.h, version 1) keeps one region per claim, a file a container can
-write (`<vgpu-dir>/claims/<uid>/vgpu.cache`): a header (magic, version, size), up to 16 devices
+libvgpu (native/vgpu/src/region.h) keeps one region per claim, a file a container can write
+(`<vgpu-dir>/claims/<uid>/vgpu.cache`): a header (magic, version, size), a lock, up to 16 devices
 (uuid, memory and SM limits, allocations refused over the limit) and 1024 process slots (pid in
 the container, host pid, start time, last measured SM utilisation, bytes used per device, kernel
-launches). A file of another magic, version or size is a
-`RegionError`, never guessed at. The metrics collector and the host-pid writer both read it here.
+launches). Version 2 keeps the lock in a fixed 64-byte field, so its layout is the same on x86-64
+and aarch64; version 1 (x86-64 libvgpu before it: a bare 40-byte mutex) is still read, with its
+own offsets, for containers that started before an upgrade and keep the old library. A file of
+another magic or version, or whose size is not its version's, is a `RegionError`, never guessed
+at. The metrics collector and the host-pid writer both read it here.
 """
 
 from __future__ import annotations
@@ -18,16 +21,37 @@ from typing import NamedTuple
 from vgpu_bridge.node.files import read_regular
 
 REGION_MAGIC = 0x55504756
-REGION_VERSION = 1
 MAX_DEVICES = 16
 SLOTS = 1024
-DEVICES_OFFSET = 64
 DEVICE_SIZE = 64
-SLOTS_OFFSET = 1088
 SLOT_SIZE = 224
-REGION_SIZE = SLOTS_OFFSET + SLOTS * SLOT_SIZE
+
+
+class Layout(NamedTuple):
+    """Where a region version keeps what the agent reads (devices and slots are alike in all)."""
+
+    version: int
+    counts_offset: int  # u32 ndev, u32 high_water
+    devices_offset: int
+    slots_offset: int
+
+    @property
+    def size(self) -> int:
+        return self.slots_offset + SLOTS * SLOT_SIZE
+
+
+LAYOUTS = {
+    1: Layout(1, counts_offset=56, devices_offset=64, slots_offset=1088),  # 40-byte mutex
+    2: Layout(2, counts_offset=80, devices_offset=88, slots_offset=1112),  # 64-byte lock field
+}
+REGION_VERSION = 2  # what libvgpu writes now
+COUNTS_OFFSET = LAYOUTS[REGION_VERSION].counts_offset
+DEVICES_OFFSET = LAYOUTS[REGION_VERSION].devices_offset
+SLOTS_OFFSET = LAYOUTS[REGION_VERSION].slots_offset
+REGION_SIZE = LAYOUTS[REGION_VERSION].size
+MAX_REGION_SIZE = max(layout.size for layout in LAYOUTS.values())
 _HEADER = struct.Struct("<IIQ")  # magic, version, size
-_COUNTS = struct.Struct("<II")  # ndev, high_water at offset 56
+_COUNTS = struct.Struct("<II")  # ndev, high_water at the layout's counts_offset
 _DEVICE = struct.Struct("<48sQII")  # uuid, mem_limit, sm_limit, refused
 _SLOT_PIDS = struct.Struct("<iiQ")  # pid in the container, host pid, start time
 _SM_UTIL = struct.Struct("<I")  # at slot offset 20: container SM percent this process measured
@@ -64,29 +88,47 @@ class RegionUsage:
 
 def read_region_file(path: Path) -> RegionUsage:
     """The region in `path`, a file a container can replace: never followed if a link, never
-    waited on if a FIFO, never read past REGION_SIZE (`files.read_regular`)."""
-    return read_region(read_regular(path, max_bytes=REGION_SIZE))
+    waited on if a FIFO, never read past the largest region size (`files.read_regular`)."""
+    return read_region(read_regular(path, max_bytes=MAX_REGION_SIZE))
+
+
+def _layout(data: bytes) -> Layout:
+    """The layout of the region in `data`, from its header; `RegionError` if it is not one."""
+    if len(data) < _HEADER.size:
+        raise RegionError(f"{len(data)} bytes: too short for a region header")
+    magic, version, size = _HEADER.unpack_from(data, 0)
+    if magic != REGION_MAGIC:
+        raise RegionError(f"magic {magic:#x}: not a libvgpu region")
+    layout = LAYOUTS.get(version)
+    if layout is None:
+        known = ", ".join(str(v) for v in LAYOUTS)
+        raise RegionError(f"version {version}: this agent reads region versions {known}")
+    if size != layout.size or len(data) != layout.size:
+        raise RegionError(
+            f"version {version} with size field {size} in {len(data)} bytes: "
+            f"a version-{version} region has {layout.size}"
+        )
+    return layout
 
 
 def read_region(data: bytes) -> RegionUsage:
-    """Parse a version-1 region (native-endian is little-endian on x86-64 and aarch64)."""
-    if len(data) < REGION_SIZE:
-        raise RegionError(f"{len(data)} bytes, a version-{REGION_VERSION} region has {REGION_SIZE}")
-    magic, version, size = _HEADER.unpack_from(data, 0)
-    if magic != REGION_MAGIC or version != REGION_VERSION or size != REGION_SIZE:
-        raise RegionError(f"magic {magic:#x} version {version} size {size}: not a v1 region")
-    ndev, high_water = _COUNTS.unpack_from(data, 56)
+    """Parse a region of any version in LAYOUTS (native-endian is little-endian on x86-64 and
+    aarch64)."""
+    layout = _layout(data)
+    ndev, high_water = _COUNTS.unpack_from(data, layout.counts_offset)
     ndev, high_water = min(ndev, MAX_DEVICES), min(high_water, SLOTS)
     uuids, refused = [], {}
     for d in range(ndev):
-        raw_uuid, _, _, refusals = _DEVICE.unpack_from(data, DEVICES_OFFSET + d * DEVICE_SIZE)
+        raw_uuid, _, _, refusals = _DEVICE.unpack_from(
+            data, layout.devices_offset + d * DEVICE_SIZE
+        )
         uuids.append(raw_uuid.split(b"\0", 1)[0].decode(errors="replace"))
         refused[uuids[-1]] = refusals
     used = dict.fromkeys(uuids, 0)
     by_process: dict[Process, dict[str, int]] = {}
     processes = launches = sm_util = 0
     for s in range(high_water):
-        base = SLOTS_OFFSET + s * SLOT_SIZE
+        base = layout.slots_offset + s * SLOT_SIZE
         pid, host_pid, start_time = _SLOT_PIDS.unpack_from(data, base)
         if pid == 0:
             continue

@@ -189,9 +189,19 @@ static int init_locked(int fd, const char *path)
 	if (fstat(fd, &st) < 0)
 		goto fail_errno;
 	if (st.st_size != 0 && st.st_size != (off_t)sizeof(*region)) {
-		LOG_ERR("shared region %s has %lld bytes, this libvgpu expects version %u of %zu bytes; "
-			"remove the file once no GPU process uses it", path, (long long)st.st_size,
-			VGPU_REGION_VERSION, sizeof(*region));
+		/* Left as it is: e.g. a version-1 region (libvgpu before version 2) of a claim whose
+		 * older containers still run. Its header names its version when it is one. */
+		uint32_t head[2] = {0, 0};
+
+		if (pread(fd, head, sizeof(head), 0) == (ssize_t)sizeof(head) &&
+		    head[0] == VGPU_REGION_MAGIC)
+			LOG_ERR("shared region %s is version %u (%lld bytes), this libvgpu needs version "
+				"%u (%zu bytes); remove the file once no GPU process uses it", path,
+				head[1], (long long)st.st_size, VGPU_REGION_VERSION, sizeof(*region));
+		else
+			LOG_ERR("shared region %s has %lld bytes, this libvgpu expects version %u of "
+				"%zu bytes; remove the file once no GPU process uses it", path,
+				(long long)st.st_size, VGPU_REGION_VERSION, sizeof(*region));
 		return -1;
 	}
 	if (st.st_size == 0 && ftruncate(fd, sizeof(*region)) < 0)

@@ -4,15 +4,23 @@
  * of its layout. Any change to the layout bumps VGPU_REGION_VERSION; a file of another version
  * or size is refused (fail closed) with a message naming the file.
  *
- * Layout, version 1 (x86-64 / aarch64 glibc; all integers native-endian):
+ * Layout, version 2 (the same bytes on x86-64 and aarch64 glibc; all integers native-endian,
+ * i.e. little-endian on both):
  *   offset 0     u32  magic      VGPU_REGION_MAGIC, written last when the file is initialised
  *   offset 4     u32  version    VGPU_REGION_VERSION
  *   offset 8     u64  size       sizeof(struct vgpu_region)
- *   offset 16    pthread_mutex_t lock (40 bytes): process-shared, robust
- *   offset 56    u32  ndev       devices[0..ndev) are in use
- *   offset 60    u32  high_water slots[0..high_water) may be in use
- *   offset 64    devices[16]     struct vgpu_region_device (64 bytes each)
- *   offset 1088  slots[1024]     struct vgpu_region_slot (224 bytes each)
+ *   offset 16    lock (64 bytes): a process-shared, robust pthread_mutex_t (40 bytes on x86-64,
+ *                48 on aarch64) at the start of a fixed 64-byte field
+ *   offset 80    u32  ndev       devices[0..ndev) are in use
+ *   offset 84    u32  high_water slots[0..high_water) may be in use
+ *   offset 88    devices[16]     struct vgpu_region_device (64 bytes each)
+ *   offset 1112  slots[1024]     struct vgpu_region_slot (224 bytes each)
+ *   230,488 bytes in all.
+ * Version 1 (x86-64 only; libvgpu before version 2) had the bare 40-byte mutex: ndev at 56,
+ * devices at 64, slots at 1088, 230,464 bytes; device and slot entries were as in version 2.
+ * A version-2 libvgpu refuses a version-1 file (its size differs) and an older one refuses a
+ * version-2 file, so processes of both never share one region; the node agent
+ * (vgpu_bridge/node/region.py) reads both. The offsets it reads are asserted below.
  *
  * Rules that make it robust to kill -9 at any instruction:
  *  - The lock is a robust mutex: a holder's death hands the next locker EOWNERDEAD, which marks
@@ -47,7 +55,7 @@
 #include "vgpu.h"
 
 #define VGPU_REGION_MAGIC 0x55504756u /* "VGPU" */
-#define VGPU_REGION_VERSION 1u
+#define VGPU_REGION_VERSION 2u
 #define VGPU_REGION_SLOTS 1024
 #define VGPU_HOST_PIDS_FILE "host-pids"         /* in the region's directory */
 #define VGPU_HOST_PIDS_HEADER "vgpu-host-pids 1" /* its first line: format, version 1 */
@@ -76,18 +84,39 @@ struct vgpu_region {
 	uint32_t magic;
 	uint32_t version;
 	uint64_t size;
-	pthread_mutex_t lock;
+	union {
+		pthread_mutex_t lock;
+		unsigned char lock_field[64]; /* fixes the size: the mutex's differs by architecture */
+	};
 	uint32_t ndev;
 	uint32_t high_water;
 	struct vgpu_region_device devices[VGPU_MAX_DEVICES];
 	struct vgpu_region_slot slots[VGPU_REGION_SLOTS];
 };
 
-_Static_assert(sizeof(pthread_mutex_t) == 40, "region layout assumes a 40-byte pthread_mutex_t");
+/* The layout the node agent reads at fixed offsets (vgpu_bridge/node/region.py): the same on
+ * every architecture, or the build stops here. */
+_Static_assert(sizeof(pthread_mutex_t) <= 64, "the mutex fits its 64-byte field");
+_Static_assert(_Alignof(pthread_mutex_t) <= 8, "the mutex needs no more than 8-byte alignment");
+_Static_assert(__builtin_offsetof(struct vgpu_region, magic) == 0, "magic offset");
+_Static_assert(__builtin_offsetof(struct vgpu_region, version) == 4, "version offset");
+_Static_assert(__builtin_offsetof(struct vgpu_region, size) == 8, "size offset");
+_Static_assert(__builtin_offsetof(struct vgpu_region, lock) == 16, "lock offset");
+_Static_assert(__builtin_offsetof(struct vgpu_region, ndev) == 80, "ndev offset");
+_Static_assert(__builtin_offsetof(struct vgpu_region, high_water) == 84, "high_water offset");
+_Static_assert(__builtin_offsetof(struct vgpu_region, devices) == 88, "devices offset");
+_Static_assert(__builtin_offsetof(struct vgpu_region, slots) == 1112, "slots offset");
+_Static_assert(sizeof(struct vgpu_region) == 230488, "region size");
 _Static_assert(sizeof(struct vgpu_region_device) == 64, "device entry size");
+_Static_assert(__builtin_offsetof(struct vgpu_region_device, mem_limit) == 48, "mem_limit offset");
+_Static_assert(__builtin_offsetof(struct vgpu_region_device, sm_limit) == 56, "sm_limit offset");
+_Static_assert(__builtin_offsetof(struct vgpu_region_device, refused) == 60, "refused offset");
 _Static_assert(sizeof(struct vgpu_region_slot) == 224, "slot size");
-_Static_assert(__builtin_offsetof(struct vgpu_region, devices) == 64, "devices offset");
-_Static_assert(__builtin_offsetof(struct vgpu_region, slots) == 1088, "slots offset");
+_Static_assert(__builtin_offsetof(struct vgpu_region_slot, host_pid) == 4, "host_pid offset");
+_Static_assert(__builtin_offsetof(struct vgpu_region_slot, start_time) == 8, "start_time offset");
+_Static_assert(__builtin_offsetof(struct vgpu_region_slot, sm_util) == 20, "sm_util offset");
+_Static_assert(__builtin_offsetof(struct vgpu_region_slot, used) == 24, "used offset");
+_Static_assert(__builtin_offsetof(struct vgpu_region_slot, launches) == 152, "launches offset");
 
 /* Opens a file that processes of several users share (read-write), creating it with mode 0666
  * when missing: O_CREAT|O_EXCL first, then fchmod (the umask is process-wide: clearing it would

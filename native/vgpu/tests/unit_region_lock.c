@@ -151,6 +151,34 @@ static void a_region_of_another_version_is_refused(void)
 	CHECK(vgpu_region_open(path, 1) == -1);
 }
 
+/* A version-1 region (libvgpu before version 2: a bare 40-byte mutex, ndev at 56, slots at
+ * 1088, 230,464 bytes) of a claim whose older containers still run is refused and left exactly
+ * as it is: never reinitialised under them, never read with this layout. */
+static void a_version_1_region_is_refused_and_left_untouched(void)
+{
+	enum { V1_SIZE = 1088 + VGPU_REGION_SLOTS * 224 };
+	unsigned char *v1 = calloc(1, V1_SIZE), *after = calloc(1, V1_SIZE);
+	uint32_t head[2] = {VGPU_REGION_MAGIC, 1};
+	uint64_t size = V1_SIZE;
+	int fd;
+
+	CHECK(V1_SIZE != sizeof(struct vgpu_region));
+	fresh_region("version1");
+	memcpy(v1, head, sizeof(head));
+	memcpy(v1 + 8, &size, sizeof(size));
+	memcpy(v1 + 56, (uint32_t[]){1, 1}, 8); /* ndev, high_water */
+	memcpy(v1 + 1088, (int32_t[]){(int32_t)getpid()}, 4); /* a live process's slot */
+	fd = open(path, O_RDWR | O_CREAT, 0666);
+	CHECK(write(fd, v1, V1_SIZE) == V1_SIZE);
+	CHECK(vgpu_region_open(path, 1) == -1);
+	CHECK(pread(fd, after, V1_SIZE, 0) == V1_SIZE);
+	CHECK(memcmp(v1, after, V1_SIZE) == 0);
+	CHECK(lseek(fd, 0, SEEK_END) == V1_SIZE);
+	close(fd);
+	free(v1);
+	free(after);
+}
+
 static void host_pid_comes_from_nstgid(void)
 {
 	char buf[4096] = "", link[64] = "", *p;
@@ -298,6 +326,7 @@ int main(int argc, char **argv)
 		CASE(a_reused_pid_is_not_mistaken_for_the_dead_owner),
 		CASE(a_creator_killed_mid_initialisation_is_recovered),
 		CASE(a_region_of_another_version_is_refused),
+		CASE(a_version_1_region_is_refused_and_left_untouched),
 		CASE(host_pid_comes_from_nstgid),
 		CASE(slots_without_a_host_pid_are_looked_up_in_the_agents_file),
 		CASE(reservations_never_pass_the_limit_under_contention),

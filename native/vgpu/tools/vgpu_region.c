@@ -24,8 +24,17 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (st.st_size != (off_t)sizeof(*r)) {
-		fprintf(stderr, "%s: %lld bytes, version %u is %zu\n", argv[1], (long long)st.st_size,
-			VGPU_REGION_VERSION, sizeof(*r));
+		uint32_t head[2] = {0, 0};
+
+		if (pread(fd, head, sizeof(head), 0) == (ssize_t)sizeof(head) &&
+		    head[0] == VGPU_REGION_MAGIC)
+			fprintf(stderr, "%s: a version %u region (%lld bytes); this vgpu-region reads "
+				"version %u (%zu bytes)\n", argv[1], head[1], (long long)st.st_size,
+				VGPU_REGION_VERSION, sizeof(*r));
+		else
+			fprintf(stderr, "%s: %lld bytes, version %u is %zu\n", argv[1],
+				(long long)st.st_size, VGPU_REGION_VERSION, sizeof(*r));
+		close(fd);
 		return 1;
 	}
 	r = mmap(NULL, sizeof(*r), PROT_READ, MAP_SHARED, fd, 0);

@@ -22,6 +22,7 @@ from vgpu_bridge.node.health import Health
 from vgpu_bridge.node.metrics import AgentCollector, NodeCollector
 from vgpu_bridge.node.publisher import Publication
 from vgpu_bridge.node.region import (
+    COUNTS_OFFSET,
     DEVICES_OFFSET,
     REGION_MAGIC,
     REGION_SIZE,
@@ -44,10 +45,11 @@ def _samples(collector: object) -> dict[tuple[str, tuple[tuple[str, str], ...]],
 
 
 def _region(uuid: str, *, refused: int, sm_utils: list[int]) -> bytes:
-    """A v1 region with one device and a live slot (pid 100 + i) per SM utilisation."""
+    """A region (libvgpu's current version) with one device and a live slot (pid 100 + i) per SM
+    utilisation."""
     data = bytearray(REGION_SIZE)
     struct.pack_into("<IIQ", data, 0, REGION_MAGIC, REGION_VERSION, REGION_SIZE)
-    struct.pack_into("<II", data, 56, 1, len(sm_utils))
+    struct.pack_into("<II", data, COUNTS_OFFSET, 1, len(sm_utils))
     struct.pack_into("<48sQII", data, DEVICES_OFFSET, uuid.encode(), 2**30, 30, refused)
     for i, util in enumerate(sm_utils):
         struct.pack_into("<iiQiI", data, SLOTS_OFFSET + i * SLOT_SIZE, 100 + i, 0, 1, 0, util)

@@ -1,4 +1,5 @@
-"""Reading libvgpu's shared region (native/vgpu/src/region.h, version 1): `node/region.py`."""
+"""Reading libvgpu's shared region (native/vgpu/src/region.h, version 2, and the x86-64-only
+version 1 of libvgpu before it): `node/region.py`."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ import pytest
 
 from vgpu_bridge.node.metrics import container_of
 from vgpu_bridge.node.region import (
+    COUNTS_OFFSET,
     DEVICES_OFFSET,
+    LAYOUTS,
     MAX_DEVICES,
+    MAX_REGION_SIZE,
     REGION_MAGIC,
     REGION_SIZE,
     REGION_VERSION,
@@ -23,6 +27,7 @@ from vgpu_bridge.node.region import (
     Process,
     RegionError,
     read_region,
+    read_region_file,
 )
 
 
@@ -32,16 +37,19 @@ def _region(
     slots: list[tuple[int, list[int], int]],
     high_water: int,
     host_pids: bool = True,
+    version: int = REGION_VERSION,
 ) -> bytes:
     """A region as libvgpu lays it out: header, device table, slots (pid, used[], launches);
-    host pid = pid + 1000 (0 without `host_pids`), start time = pid + 500."""
-    data = bytearray(REGION_SIZE)
-    struct.pack_into("<IIQ", data, 0, REGION_MAGIC, 1, REGION_SIZE)
-    struct.pack_into("<II", data, 56, len(devices), high_water)
+    host pid = pid + 1000 (0 without `host_pids`), start time = pid + 500. `version`: the
+    layout of that version (1: libvgpu before the 64-byte lock field)."""
+    layout = LAYOUTS[version]
+    data = bytearray(layout.size)
+    struct.pack_into("<IIQ", data, 0, REGION_MAGIC, version, layout.size)
+    struct.pack_into("<II", data, layout.counts_offset, len(devices), high_water)
     for d, uuid in enumerate(devices):
-        struct.pack_into("<48sQI", data, DEVICES_OFFSET + d * 64, uuid.encode(), 2**30, 30)
+        struct.pack_into("<48sQI", data, layout.devices_offset + d * 64, uuid.encode(), 2**30, 30)
     for s, (pid, used, launches) in enumerate(slots):
-        base = SLOTS_OFFSET + s * SLOT_SIZE
+        base = layout.slots_offset + s * SLOT_SIZE
         host_pid = pid + 1000 if pid and host_pids else 0
         struct.pack_into("<iiQ", data, base, pid, host_pid, pid + 500 if pid else 0)
         struct.pack_into(f"<{len(used)}Q", data, base + 24, *used)
@@ -49,11 +57,13 @@ def _region(
     return bytes(data)
 
 
-def test_usage_is_summed_over_live_slots_below_the_high_water_mark() -> None:
+@pytest.mark.parametrize("version", [2, 1], ids=["v2", "v1 (before an upgrade)"])
+def test_usage_is_summed_over_live_slots_below_the_high_water_mark(version: int) -> None:
     data = _region(
         devices=["GPU-aaaa", "GPU-bbbb"],
         slots=[(101, [100, 7], 5), (0, [999, 999], 99), (103, [20, 0], 1), (104, [555, 555], 9)],
         high_water=3,  # slot 3 is past the high-water mark: not in use
+        version=version,
     )
     usage = read_region(data)
     assert usage.used == {"GPU-aaaa": 120, "GPU-bbbb": 7}
@@ -120,48 +130,109 @@ def test_a_process_is_attributed_to_the_container_and_pod_its_cgroup_names(
     assert container_of(0, tmp_path) == ("", "")  # libvgpu could not tell
 
 
+def test_the_layouts_differ_where_the_lock_grew_and_nowhere_else() -> None:
+    """Version 1's 40-byte mutex became a 64-byte field: everything after it moved by 24 bytes,
+    so a region read with the other version's offsets would be misread, never merely refused."""
+    v1, v2 = LAYOUTS[1], LAYOUTS[2]
+    assert (v1.counts_offset, v1.devices_offset, v1.slots_offset, v1.size) == (
+        56, 64, 1088, 230_464
+    )  # fmt: skip
+    assert (v2.counts_offset, v2.devices_offset, v2.slots_offset, v2.size) == (
+        80, 88, 1112, 230_488
+    )  # fmt: skip
+    assert REGION_VERSION == 2
+    assert REGION_SIZE == MAX_REGION_SIZE == v2.size
+
+
+def _with_version_field(data: bytes, version: int) -> bytes:
+    return data[:4] + struct.pack("<I", version) + data[8:]
+
+
+def _with_size_field(data: bytes, size: int) -> bytes:
+    return data[:8] + struct.pack("<Q", size) + data[16:]
+
+
 @pytest.mark.parametrize(
-    "damage",
+    ("damage", "message"),
     [
-        lambda b: b[:1000],
-        lambda b: b"\0\0\0\0" + b[4:],
-        lambda b: b[:4] + struct.pack("<I", 2) + b[8:],
+        (lambda b: b[:1000], "a version-2 region has 230488"),
+        (lambda b: b[:10], "too short for a region header"),
+        (lambda b: b"\0\0\0\0" + b[4:], "not a libvgpu region"),
+        (lambda b: _with_version_field(b, 3), "version 3: this agent reads region versions 1, 2"),
+        (lambda b: _with_version_field(b, 0), "version 0: this agent reads region versions 1, 2"),
+        (lambda b: _with_version_field(b, 1), "a version-1 region has 230464"),  # v2 bytes
+        (lambda b: _with_size_field(b, 230_464), "size field 230464 in 230488 bytes"),
+        (lambda b: b + b"\0" * 8, "size field 230488 in 230496 bytes"),
     ],
-    ids=["short", "bad magic", "other version"],
-)
-def test_a_file_that_is_not_a_v1_region_is_refused(damage: object) -> None:
-    data = _region(devices=["GPU-a"], slots=[], high_water=0)
-    with pytest.raises(RegionError):
+    ids=[
+        "short", "no header", "bad magic", "newer version", "version 0",
+        "v1 header on v2 bytes", "size field of v1", "longer than its size",
+    ],
+)  # fmt: skip
+def test_a_file_that_is_not_a_region_of_a_known_version_is_refused(
+    damage: object, message: str
+) -> None:
+    data = _region(devices=["GPU-a"], slots=[(101, [5], 1)], high_water=1)
+    with pytest.raises(RegionError, match=message):
         read_region(damage(data))  # type: ignore[operator]
 
 
-OFFSETS_PROGRAM = r"""
-#include <stddef.h>
-#include <stdio.h>
-#include "region.h"
-int main(void) {
-    printf("%zu %zu %zu %zu %zu %zu %zu %zu %zu %d %d %u %u\n", sizeof(struct vgpu_region),
-           offsetof(struct vgpu_region, ndev), offsetof(struct vgpu_region, devices),
-           offsetof(struct vgpu_region, slots), offsetof(struct vgpu_region_slot, used),
-           offsetof(struct vgpu_region_slot, launches), sizeof(struct vgpu_region_slot),
-           offsetof(struct vgpu_region_device, refused), offsetof(struct vgpu_region_slot, sm_util),
-           VGPU_MAX_DEVICES, VGPU_REGION_SLOTS, VGPU_REGION_MAGIC, VGPU_REGION_VERSION);
-    return 0;
-}
-"""
+def test_a_v2_header_on_a_v1_file_is_refused() -> None:
+    v1 = _region(devices=["GPU-a"], slots=[(101, [5], 1)], high_water=1, version=1)
+    with pytest.raises(RegionError, match="version 2 with size field 230464 in 230464 bytes"):
+        read_region(_with_version_field(v1, 2))
 
 
-def test_the_reader_matches_the_layout_libvgpu_compiles(tmp_path: Path) -> None:
-    """Compiles native/vgpu's header: a layout change there without one here fails this test."""
-    compiler = shutil.which("cc")
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_region_file_of_either_version_is_read_from_disk(tmp_path: Path, version: int) -> None:
+    path = tmp_path / "vgpu.cache"
+    path.write_bytes(
+        _region(devices=["GPU-a"], slots=[(7, [64], 3)], high_water=1, version=version)
+    )
+    usage = read_region_file(path)
+    assert (usage.used, usage.processes, usage.launches) == ({"GPU-a": 64}, 1, 3)
+
+
+def _layout_asserts() -> str:
+    """C that compiles only where libvgpu's header lays the region out as this reader expects."""
+    checks = {
+        "sizeof(struct vgpu_region)": REGION_SIZE,
+        "offsetof(struct vgpu_region, ndev)": COUNTS_OFFSET,
+        "offsetof(struct vgpu_region, high_water)": COUNTS_OFFSET + 4,
+        "offsetof(struct vgpu_region, devices)": DEVICES_OFFSET,
+        "offsetof(struct vgpu_region, slots)": SLOTS_OFFSET,
+        "sizeof(struct vgpu_region_device)": 64,
+        "offsetof(struct vgpu_region_device, refused)": 60,
+        "sizeof(struct vgpu_region_slot)": SLOT_SIZE,
+        "offsetof(struct vgpu_region_slot, host_pid)": 4,
+        "offsetof(struct vgpu_region_slot, start_time)": 8,
+        "offsetof(struct vgpu_region_slot, sm_util)": 20,
+        "offsetof(struct vgpu_region_slot, used)": 24,
+        "offsetof(struct vgpu_region_slot, launches)": 152,
+        "VGPU_MAX_DEVICES": MAX_DEVICES,
+        "VGPU_REGION_SLOTS": SLOTS,
+        "VGPU_REGION_MAGIC": REGION_MAGIC,
+        "VGPU_REGION_VERSION": REGION_VERSION,
+    }
+    lines = ["#include <stddef.h>", '#include "region.h"']
+    lines += [f'_Static_assert({expr} == {value}u, "{expr}");' for expr, value in checks.items()]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("compiler", ["cc", "aarch64-linux-gnu-gcc"], ids=["host", "aarch64"])
+def test_the_reader_matches_the_layout_libvgpu_compiles(tmp_path: Path, compiler: str) -> None:
+    """Compiles native/vgpu's header, for this machine and for aarch64 (Debian's cross gcc): a
+    layout change there, or one that differs by architecture, without one here fails this test."""
+    path = shutil.which(compiler)
     header_dir = Path(__file__).resolve().parents[3] / "native" / "vgpu" / "src"
-    if compiler is None or not (header_dir / "region.h").exists():
-        pytest.skip("needs a C compiler and native/vgpu/src/region.h")
-    source, binary = tmp_path / "offsets.c", tmp_path / "offsets"
-    source.write_text(OFFSETS_PROGRAM)
-    subprocess.run([compiler, f"-I{header_dir}", str(source), "-o", str(binary)], check=True)
-    printed = subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout
-    assert [int(v) for v in printed.split()] == [
-        REGION_SIZE, 56, DEVICES_OFFSET, SLOTS_OFFSET, 24, 152, SLOT_SIZE, 60, 20,
-        MAX_DEVICES, SLOTS, REGION_MAGIC, REGION_VERSION,
-    ]  # fmt: skip
+    if path is None or not (header_dir / "region.h").exists():
+        pytest.skip(f"needs {compiler} and native/vgpu/src/region.h")
+    source = tmp_path / "layout.c"
+    source.write_text(_layout_asserts())
+    compiled = subprocess.run(
+        [path, "-std=c11", "-D_GNU_SOURCE", f"-I{header_dir}", "-fsyntax-only", str(source)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert compiled.returncode == 0, compiled.stderr
