@@ -68,14 +68,16 @@ class Client:
         self._webhook = webhook
         self._conn: http.client.HTTPSConnection | None = None
 
-    def post(self, body: bytes, content_type: str) -> tuple[int, bytes, float]:
+    def post(
+        self, body: bytes, content_type: str, *, target: str = "/mutate"
+    ) -> tuple[int, bytes, float]:
         """(status, body, seconds); raises OSError (a timeout included) when unanswered."""
         if self._conn is None:
             self._conn = self._webhook.connection()
         headers = {"Content-Type": content_type} if content_type else {}
         start = time.monotonic()
         try:
-            self._conn.request("POST", "/mutate", body, headers)
+            self._conn.request("POST", target, body, headers)
             response = self._conn.getresponse()
             data = response.read()
         except (OSError, http.client.HTTPException) as error:
@@ -92,7 +94,8 @@ class Client:
 
 
 @contextmanager
-def running_webhook(directory: Path, api: FakeApi) -> Iterator[Webhook]:
+def running_webhook(directory: Path, api: FakeApi, *flags: str) -> Iterator[Webhook]:
+    """The webhook with `flags` added to its command line."""
     cert, key = write_self_signed(directory)
     port = free_port()
     log_file = directory / "webhook.log"
@@ -108,6 +111,7 @@ def running_webhook(directory: Path, api: FakeApi) -> Iterator[Webhook]:
         str(api.kubeconfig(directory)),
         "--sweep-interval-seconds",
         "3600",
+        *flags,
     )
     with running(args, log_file) as process:
         webhook = Webhook(process, port, cert, log_file)

@@ -1,6 +1,7 @@
 """The shape of what core reads: a map where a map belongs, a list where a list belongs, strings
 where strings belong, and no deeper nesting than any workload needs. Checked before anything reads
-an object, so a wrong type is a denial naming the field, never a crash."""
+an object, so a wrong type is a denial naming the field, never a crash. So is a list longer than
+any real pod needs (containers, claims, env entries): the work an object costs stays bounded."""
 
 from __future__ import annotations
 
@@ -12,6 +13,12 @@ from vgpu_bridge.core.models import Problems
 from vgpu_bridge.core.workloads import VOLCANO_GROUP, api_group, object_ref, template_path
 
 MAX_DEPTH = 64  # a Pod nests about 10 levels, a Volcano Job about 15
+# Far above any real pod (Kubernetes sets no such limit; etcd's 1.5 MiB bounds a pod at a few
+# thousand containers), far below what turns one review into seconds of work (issue 25).
+MAX_CONTAINERS = 256  # per pod: containers and initContainers together
+MAX_POD_CLAIMS = 128  # spec.resourceClaims of one pod
+MAX_CONTAINER_CLAIMS = 128  # resources.claims of one container
+MAX_ENV = 1024  # env entries of one container
 CONTAINER_LISTS = ("initContainers", "containers")
 _STRING_MAPS = ("labels", "annotations")
 _TYPE_NAMES: dict[type, str] = {Mapping: "a map", list: "a list", str: "a string"}
@@ -118,10 +125,15 @@ def _volcano_specs(obj: Mapping[str, Any], problems: Problems) -> list[tuple[Any
 
 def _pod_spec(spec: Mapping[str, Any], path: str, problems: Problems) -> None:
     _kind(spec.get("schedulerName"), str, f"{path}.schedulerName", problems)
+    if _too_many_containers(spec, path, problems):
+        return  # not worth reading further
     for list_name in CONTAINER_LISTS:
         for item, item_path in _maps(spec.get(list_name), f"{path}.{list_name}", problems):
             _container(item, item_path, problems)
-    for claim, claim_path in _maps(spec.get("resourceClaims"), f"{path}.resourceClaims", problems):
+    claims = spec.get("resourceClaims")
+    if _too_long(claims, MAX_POD_CLAIMS, "claims per pod", f"{path}.resourceClaims", problems):
+        return
+    for claim, claim_path in _maps(claims, f"{path}.resourceClaims", problems):
         for key in ("name", "resourceClaimName", "resourceClaimTemplateName"):
             _kind(claim.get(key), str, f"{claim_path}.{key}", problems)
 
@@ -138,11 +150,40 @@ def _maps(value: object, path: str, problems: Problems) -> list[tuple[Mapping[st
     return found
 
 
+def _too_many_containers(spec: Mapping[str, Any], path: str, problems: Problems) -> bool:
+    """Records the list that takes a pod past MAX_CONTAINERS (initContainers are counted
+    first); True when one does."""
+    count = 0
+    for list_name in CONTAINER_LISTS:
+        items = spec.get(list_name)
+        count += len(items) if isinstance(items, list) else 0
+        if count > MAX_CONTAINERS:
+            problems.add(
+                f"{path}.{list_name}",
+                f"a pod may have at most {MAX_CONTAINERS} containers and initContainers "
+                f"together, got {count} or more",
+            )
+            return True
+    return False
+
+
+def _too_long(value: object, limit: int, what: str, path: str, problems: Problems) -> bool:
+    """Records a list longer than `limit`; True when it is."""
+    if isinstance(value, list) and len(value) > limit:
+        problems.add(path, f"at most {limit} {what}, got {len(value)}")
+        return True
+    return False
+
+
 def _container(container: Mapping[str, Any], path: str, problems: Problems) -> None:
     _kind(container.get("name"), str, f"{path}.name", problems)
+    _too_long(container.get("env"), MAX_ENV, "env entries per container", f"{path}.env", problems)
     resources = container.get("resources")
     if not _kind(resources, Mapping, f"{path}.resources", problems) or resources is None:
         return
     for section in ("limits", "requests"):
         _kind(resources.get(section), Mapping, f"{path}.resources.{section}", problems)
-    _maps(resources.get("claims"), f"{path}.resources.claims", problems)
+    claims = resources.get("claims")
+    claims_path = f"{path}.resources.claims"
+    if not _too_long(claims, MAX_CONTAINER_CLAIMS, "claims per container", claims_path, problems):
+        _maps(claims, claims_path, problems)

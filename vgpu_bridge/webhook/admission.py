@@ -18,7 +18,7 @@ from vgpu_bridge.core import (
     TranslatorConfig,
 )
 from vgpu_bridge.core.errors import FieldError
-from vgpu_bridge.core.guardrails import check_pod
+from vgpu_bridge.core.guardrails import check_claims_per_container, check_pod, several_claims
 from vgpu_bridge.core.models import Problems
 from vgpu_bridge.core.shapes import check_shape
 from vgpu_bridge.core.workloads import object_ref, pod_templates
@@ -32,7 +32,12 @@ from vgpu_bridge.kube import (
 )
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook import review
-from vgpu_bridge.webhook.fastpath import gpu_key_markers, may_ask_for_gpus, may_name_gpus
+from vgpu_bridge.webhook.fastpath import (
+    gpu_key_markers,
+    may_ask_for_gpus,
+    may_name_gpus,
+    quick_sized,
+)
 from vgpu_bridge.webhook.metrics import WebhookMetrics
 from vgpu_bridge.webhook.quotas import QuotaGate
 from vgpu_bridge.webhook.settings import Settings
@@ -40,6 +45,7 @@ from vgpu_bridge.webhook.templates import TemplateConflict, TemplateStore
 
 if TYPE_CHECKING:  # attached once the client has loaded (webhook.app.api_workers)
     from vgpu_bridge.webhook.events import EventRecorder
+    from vgpu_bridge.webhook.prevalidate import Prevalidator, Verdict
 
 log = get_logger("vgpu_bridge.webhook")
 RESOURCE_API = "/apis/resource.k8s.io/v1"
@@ -84,6 +90,7 @@ class Admitter:
     legacy_warnings: list[str] = field(default_factory=list)
     quotas: QuotaGate | None = None  # HAMi's namespace GPU quotas; None: not enforced
     events: EventRecorder | None = None  # Events about decisions; None: none posted
+    prevalidator: Prevalidator | None = None  # reads big reviews first, in a child process
 
     @cached_property
     def _gpu_key_markers(self) -> tuple[bytes, ...]:
@@ -91,6 +98,11 @@ class Admitter:
 
     def review_body(self, body: bytes) -> tuple[int, bytes]:
         """(HTTP status, body) for one POST /mutate."""
+        if self.prevalidator is not None:
+            start = time.perf_counter()
+            verdict = self.prevalidator.verdict(body)
+            if verdict is not None:
+                return self._prevalidated(verdict, start)
         answer = self._answer(body, quick=False)
         assert answer is not None  # only a quick answer gives up
         return answer
@@ -116,9 +128,25 @@ class Admitter:
             if outcome is None:
                 return None
         except Exception:
-            log.exception("admission failed", uid=request.uid, namespace=request.namespace)
+            log.exception("admission failed", uid=review.logged(request.uid),
+                          namespace=review.logged(request.namespace))  # fmt: skip
             self.metrics.admissions.labels("error").inc()
             return 500, b"internal error"
+        return self._finish(request, outcome, start)
+
+    def _prevalidated(self, verdict: Verdict, start: float) -> tuple[int, bytes]:
+        """The answer to a review the prevalidator refused or could not read, as `_answer`
+        would give it."""
+        if verdict.request is None:
+            self.metrics.admissions.labels("bad-request").inc()
+            return 400, str(verdict.bad).encode()
+        outcome = _denied(verdict.request.uid, list(verdict.reasons))
+        return self._finish(verdict.request, outcome, start)
+
+    def _finish(
+        self, request: review.AdmissionRequest, outcome: _Outcome, start: float
+    ) -> tuple[int, bytes]:
+        """Count, log and tell the outcome; its answer."""
         elapsed = time.perf_counter() - start
         self.metrics.admissions.labels(outcome.decision).inc()
         self.metrics.latency.observe(elapsed)
@@ -126,11 +154,11 @@ class Admitter:
         meta = meta if isinstance(meta, dict) else {}
         log.info(
             "admission",
-            uid=request.uid,
-            namespace=request.namespace,
-            name=meta.get("name") or meta.get("generateName"),
-            kind=request.kind,
-            operation=request.operation,
+            uid=review.logged(request.uid),
+            namespace=review.logged(request.namespace),
+            name=review.logged(meta.get("name") or meta.get("generateName")),
+            kind=review.logged(request.kind),
+            operation=review.logged(request.operation),
             adapter=outcome.adapter,
             decision=outcome.decision,
             templates=outcome.templates,
@@ -140,7 +168,8 @@ class Admitter:
         try:
             self._tell(request, outcome)
         except Exception:  # an Event is never worth failing or delaying the admission
-            log.exception("cannot queue events", uid=request.uid, namespace=request.namespace)
+            log.exception("cannot queue events", uid=review.logged(request.uid),
+                          namespace=review.logged(request.namespace))  # fmt: skip
         return 200, outcome.body
 
     def _tell(self, request: review.AdmissionRequest, outcome: _Outcome) -> None:
@@ -177,7 +206,10 @@ class Admitter:
         return bool(labels.get(self.settings.opt_out_label) == "true")
 
     def _admit(self, request: review.AdmissionRequest, *, quick: bool = False) -> _Outcome | None:
-        """The decision; None when `quick` and it would take a translation or an API call."""
+        """The decision; None when `quick` and it would take a translation or an API call, or
+        has too many containers to look at on the selector thread."""
+        if quick and not quick_sized(request.object):
+            return None
         try:
             check_shape(request.object)  # every field read below has its type
         except InvalidRequest as exc:
@@ -236,9 +268,11 @@ class Admitter:
         that may read the API."""
         claimed = request.kind == "Pod" and bool(_claim_refs(pod))
         problems = self._guardrail_problems(pod) if claimed else Problems()
-        if quick and claimed and (problems or self._quota_counts(request, pod)):
+        shared = claimed and any(several_claims(t) for t in pod_templates(pod))
+        if quick and claimed and (problems or shared or self._quota_counts(request, pod)):
             return None  # reading its claims may take the API
         reasons = self._claimed_pod_reasons(namespace, pod, problems)
+        reasons = reasons or (self._shared_claim_reasons(pod, namespace) if shared else [])
         reasons = reasons or self._quota_reasons(request, namespace, pod)
         if reasons:  # e.g. a pod made from a translated template still books its share
             return _denied(request.uid, reasons, adapter)
@@ -259,6 +293,52 @@ class Admitter:
         if not why:
             return []
         return InvalidRequest(object_ref(pod), [*problems.errors, *why]).lines()
+
+    def _shared_claim_reasons(self, obj: Mapping[str, Any], namespace: object) -> list[str]:
+        """Why an untranslated pod is refused for a container that names two claims of our class
+        (issue #25 item 3; core's check_claims_per_container). Claims are read only for
+        containers that name two or more; one that cannot be read counts as ours (it may be
+        made so after the pod). Translated pods need no such check: core refuses GPU keys in a
+        container that already names a claim of our class."""
+        problems = Problems()
+        for template in pod_templates(obj):
+            names = several_claims(template)
+            if names:
+                ours = self._claims_of_our_class(template.spec, names, namespace)
+                check_claims_per_container(
+                    template, ours=ours, device_class=self.profile.device_class, problems=problems
+                )
+        return InvalidRequest(object_ref(obj), problems.errors).lines() if problems else []
+
+    def _claims_of_our_class(
+        self, spec: Mapping[str, Any], names: set[str], namespace: object
+    ) -> dict[str, str]:
+        """Pod-claim name → what it claims, for those of `names` that are ours or unreadable."""
+        ours = {}
+        for entry in spec.get("resourceClaims") or ():
+            name = entry.get("name") if isinstance(entry, Mapping) else None
+            if name not in names:
+                continue
+            for key, resource in CLAIM_RESOURCES.items():
+                target = entry.get(key)
+                if not isinstance(target, str):
+                    continue
+                if resource == "resourceclaims":
+                    label = f"ResourceClaim {target}"
+                else:  # each pod-claim of a template is a claim of its own
+                    label = f"{name} (from ResourceClaimTemplate {target})"
+                if self._maybe_ours(resource, target, namespace):
+                    ours[str(name)] = label
+        return ours
+
+    def _maybe_ours(self, resource: str, name: str, namespace: object) -> bool:
+        """Whether a claim or template is of our class, or cannot be read to tell."""
+        if not isinstance(namespace, str) or dns_label_problem(namespace):
+            return True
+        if dns_subdomain_problem(name):
+            return True
+        found = self._read(api_path(RESOURCE_API, "namespaces", namespace, resource, name))
+        return found is None or self._of_our_class(found)
 
     def _guardrail_problems(self, pod: Mapping[str, Any]) -> Problems:
         problems = Problems()

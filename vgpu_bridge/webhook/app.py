@@ -9,18 +9,20 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vgpu_bridge import logs
 from vgpu_bridge.adapters import default_registry
 from vgpu_bridge.core import profile_named
 from vgpu_bridge.core.dialects import hami
-from vgpu_bridge.kube import KubeApi, KubeConfigError
+from vgpu_bridge.kube import KubeApi, KubeConfigError, KubeError
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook.admission import Admitter
 from vgpu_bridge.webhook.inventory import InventoryCache
 from vgpu_bridge.webhook.legacy import legacy_hami_warnings
 from vgpu_bridge.webhook.metrics import WebhookMetrics
+from vgpu_bridge.webhook.prevalidate import Prevalidator
 from vgpu_bridge.webhook.quotas import QuotaCache, QuotaGate
 from vgpu_bridge.webhook.restore import TemplateRestorer
 from vgpu_bridge.webhook.server import ProbeServer, TLSFiles, WebhookServer, watch_tls
@@ -28,6 +30,7 @@ from vgpu_bridge.webhook.settings import Settings
 from vgpu_bridge.webhook.templates import Sweeper, TemplateStore
 
 if TYPE_CHECKING:
+    from vgpu_bridge.webhook.cert_keeper import CertificateKeeper
     from vgpu_bridge.webhook.events import EventRecorder
 
 log = get_logger("vgpu_bridge.webhook")
@@ -68,6 +71,7 @@ def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, S
             inventory=inventory.current,
             memory_factor=config.memory_factor,
         ),
+        prevalidator=Prevalidator(),
     )
     sweeper = Sweeper(api, grace_s=settings.sweep_grace_seconds)
     admitter.metrics.templates_left_behind.set_function(lambda: sweeper.left_behind)
@@ -88,6 +92,40 @@ def housekeeping(
             log.exception("housekeeping failed; will retry")
         if stop.wait(every_s):
             return
+
+
+class CannotStart(RuntimeError):
+    """The webhook cannot serve (the message says why)."""
+
+
+def own_certificate(settings: Settings, api: KubeApi) -> CertificateKeeper | None:
+    """With `--tls-secret`: the keeper of our own certificate, the certificate in place (written
+    to the TLS files, trusted by the configuration) before the server listens."""
+    if settings.tls_secret is None or settings.tls_webhook_configuration is None:
+        return None
+    from vgpu_bridge.webhook import cert_keeper  # cryptography: only in this mode
+
+    logs.load()  # the start waits for the API here anyway: its retries are logged as they happen
+    places = cert_keeper.Places(
+        namespace=settings.namespace,
+        secret=settings.tls_secret,
+        configuration=settings.tls_webhook_configuration,
+        service=settings.tls_service,
+        cert_file=Path(settings.tls_cert_file),
+        key_file=Path(settings.tls_key_file),
+    )
+    keeper = cert_keeper.CertificateKeeper(api, places)
+    try:
+        keeper.ensure()
+    except (KubeError, cert_keeper.CertificateSecretError) as error:
+        raise CannotStart(f"no serving certificate: {error}") from None
+    return keeper
+
+
+def keep_certificate(keeper: CertificateKeeper, stop: threading.Event, *, every_s: float) -> None:
+    from vgpu_bridge.webhook.cert_keeper import keep  # loaded already with the keeper
+
+    keep(keeper, stop, every_s=every_s)
 
 
 def tls_files(settings: Settings) -> TLSFiles:
@@ -119,14 +157,17 @@ def api_workers(
     every_s: float,
 ) -> list[threading.Thread]:
     """The threads that follow the API: inventory, template index (and the restorer of deleted
-    templates still in use), quotas, housekeeping, and the one that posts Events. Its recorder is
+    templates still in use), quotas, housekeeping, and the one that posts Events; and one that
+    starts the child process that reads big reviews first. Its recorder is
     made and attached to the admitter here, once the client has loaded: no Event can be posted
     before, and its module stays off the start path."""
     quotas = [admitter.quotas.cache] if admitter.quotas else []
     restorer = TemplateRestorer(admitter.api, ensure=admitter.store.ensure)
     admitter.store.index.on_deleted = restorer.deleted
     events = attach_events(admitter)
+    early = [admitter.prevalidator.start] if admitter.prevalidator else []
     return [
+        *(threading.Thread(target=start, name="prevalidate", daemon=True) for start in early),
         threading.Thread(target=events.run, args=(stop,), name="events", daemon=True),
         threading.Thread(target=inventory.run, args=(stop,), name="inventory", daemon=True),
         *(threading.Thread(target=q.run, args=(stop,), name="quotas", daemon=True) for q in quotas),
@@ -208,6 +249,7 @@ def serve(settings: Settings) -> int:
     logs.configure_json_logging(defer=True)  # structlog loads in the background, below
     api = KubeApi.connect_on_first_use(settings.kubeconfig)
     admitter, inventory, sweeper = build(settings, api)
+    keeper = own_certificate(settings, api)
     try:
         tls = tls_files(settings)
         server, probes = listen(settings, admitter, tls=tls, ready=inventory.synced.is_set)
@@ -235,6 +277,10 @@ def serve(settings: Settings) -> int:
     )
     threads = background(api, following, metrics=admitter.metrics, tls=tls, probes=probes,
                          stop=stop, failed=cannot_connect)  # fmt: skip
+    if keeper is not None:
+        threads.append(threading.Thread(target=keep_certificate, args=(keeper, stop),
+                                        kwargs={"every_s": settings.tls_check_seconds},
+                                        name="certificate", daemon=True))  # fmt: skip
     signal.signal(signal.SIGTERM, shut_down)
     signal.signal(signal.SIGINT, shut_down)
     log.info("serving", listen=settings.listen, metrics_listen=settings.metrics_listen,
@@ -258,6 +304,6 @@ def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return 2
     try:
         return serve(settings)
-    except (KubeConfigError, OSError) as error:  # ssl.SSLError is an OSError
+    except (KubeConfigError, CannotStart, OSError) as error:  # ssl.SSLError is an OSError
         print(f"{Settings.prog}: cannot start: {error}", file=sys.stderr)
         return 1

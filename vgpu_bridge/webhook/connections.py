@@ -8,6 +8,11 @@ that has waited longest in its state is closed to make room. Constant-time route
 `/readyz`) are answered on the selector thread itself, so they never queue behind busy workers;
 so are quick requests (an admission that needs no translation and no API call, such as a pod
 without GPUs) while the turn has time left of `QUICK_BUDGET_S`: no hand-off to a worker and back.
+The rest wait for a worker in a `workqueue.FairQueue`: bounded, round-robin between the keys the
+routes give (a review's namespace), each with its caller's deadline (the `timeout` query
+parameter); a request refused by a full queue is answered 503 at once, one whose deadline passed
+in the queue 504 without being handled, and both are counted by `shed`; one big request at a
+time is handed out (`workqueue.HEAVY_BYTES`), the workers taking the others meanwhile.
 Every failed connection is one structured log line, never a traceback on stderr.
 """
 
@@ -27,6 +32,7 @@ from typing import Protocol
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook import wire
 from vgpu_bridge.webhook.wire import Head, HttpError
+from vgpu_bridge.webhook.workqueue import FairQueue, Job, caller_timeout_s
 
 log = get_logger("vgpu_bridge.webhook.connections")
 LISTEN_BACKLOG = 1024
@@ -47,6 +53,8 @@ class Limits:
     idle_timeout_s: float = 60.0
     max_body_bytes: int = 3 * 2**20
     workers: int = 8
+    max_queued: int = 128  # requests waiting for a worker
+    max_queued_bytes: int = 32 * 2**20  # their bodies together
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +76,11 @@ class Reply:
     content_type: str = "text/plain"
 
 
+#: the answers to work the queue sheds (the API server then applies the webhook's failurePolicy)
+QUEUE_FULL = Reply(503, b"too many requests waiting for a worker; refused without waiting")
+EXPIRED = Reply(504, b"not computed: the caller's timeout passed while it waited for a worker")
+
+
 class Routes(Protocol):
     def inline(self, request: Request) -> Reply | None:
         """A reply computed in constant time on the selector thread, or None."""
@@ -78,6 +91,9 @@ class Routes(Protocol):
 
     def handle(self, request: Request) -> Reply:
         """The reply, computed on a worker thread."""
+
+    def queue_key(self, request: Request) -> str:
+        """What the worker queue is shared out by (e.g. a review's namespace)."""
 
 
 class _Connection:
@@ -111,13 +127,16 @@ class ConnectionLoop:
         limits: Limits,
         tls: Callable[[], ssl.SSLContext] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        shed: Callable[[str], None] = lambda reason: None,
     ) -> None:
         self._listener, self._routes, self._limits, self._tls = listener, routes, limits, tls
-        self._clock = clock
+        self._clock, self._shed = clock, shed
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._done: queue.SimpleQueue[tuple[_Connection, Reply]] = queue.SimpleQueue()
-        self._work: queue.SimpleQueue[tuple[_Connection, Request] | None] = queue.SimpleQueue()
+        self._work: FairQueue[tuple[_Connection, Request]] = FairQueue(
+            max_items=limits.max_queued, max_bytes=limits.max_queued_bytes
+        )
         self._conns: dict[_Connection, None] = {}  # insertion order: longest in its state first
         self._stop = threading.Event()
         self._stopped = threading.Event()
@@ -128,6 +147,11 @@ class ConnectionLoop:
     @property
     def open_connections(self) -> int:
         return len(self._conns)
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting for a worker."""
+        return len(self._work)
 
     def serve_forever(self, started: Callable[[], None] | None = None) -> None:
         """Serve until `shutdown()`; `started` is called once the workers run, before the first
@@ -151,8 +175,7 @@ class ConnectionLoop:
         finally:
             for conn in list(self._conns):
                 self._close(conn)
-            for _ in workers:
-                self._work.put(None)
+            self._work.close()
             self._stopped.set()
 
     def shutdown(self) -> None:
@@ -313,7 +336,22 @@ class ConnectionLoop:
             return
         self._enter(conn, "busy", 0)
         self._watch(conn, 0)
-        self._work.put((conn, request))
+        self._queue(conn, request)
+
+    def _queue(self, conn: _Connection, request: Request) -> None:
+        """Hand `request` to the workers; what the full queue refuses is answered 503 now."""
+        timeout_s = caller_timeout_s(request.head.target, default_s=self._limits.request_timeout_s)
+        key = self._routes.queue_key(request)
+        job = Job((conn, request), key, len(request.body), self._clock() + timeout_s)
+        for refused in self._work.put(job):
+            (waiting, _), reason = refused.item, "queue-full"
+            self._shed(reason)
+            log.warning("request refused", peer=waiting.peer, key=refused.key, reason=reason,
+                        queued=len(self._work), queued_bytes=self._work.queued_bytes)  # fmt: skip
+            if waiting is conn:
+                self._reply(conn, QUEUE_FULL)  # its own step goes on with what follows
+            else:
+                self._step(waiting, QUEUE_FULL)
 
     def _reply(self, conn: _Connection, reply: Reply) -> None:
         conn.out = wire.response(
@@ -397,17 +435,26 @@ class ConnectionLoop:
         conn.watching = events
 
     def _worker(self) -> None:
-        while (item := self._work.get()) is not None:
-            conn, request = item
-            try:
-                reply = self._routes.handle(request)
-            except Exception:
-                log.exception("request failed", peer=conn.peer, path=request.head.path)
-                reply = Reply(500, b"internal error")
+        while (job := self._work.get()) is not None:
+            conn, request = job.item
+            if self._clock() >= job.deadline:  # its caller has given up: not worth computing
+                self._shed("expired")
+                log.warning("request dropped", peer=conn.peer, key=job.key, reason="expired")
+                reply = EXPIRED
+            else:
+                reply = self._answer(conn, request)
+            self._work.done(job)
             self._done.put((conn, reply))
             if not self._wake_sent:  # else the selector has yet to take the queue: it sees ours
                 self._wake_sent = True
                 self._wake()
+
+    def _answer(self, conn: _Connection, request: Request) -> Reply:
+        try:
+            return self._routes.handle(request)
+        except Exception:
+            log.exception("request failed", peer=conn.peer, path=request.head.path)
+            return Reply(500, b"internal error")
 
     def _wake(self) -> None:
         with contextlib.suppress(OSError):  # full: already awake; closed: shutting down

@@ -12,6 +12,9 @@ from typing import Any
 #: every resource and annotation name the translator reads starts with one of these
 GPU_KEY_PREFIXES = ("nvidia.com/", "volcano.sh/vgpu", "hami.io/", "gpu-fraction", "gpu-memory")
 GPU_KEY_MARKERS = tuple(prefix.encode() for prefix in GPU_KEY_PREFIXES)
+#: the most containers a review answered on the selector thread may have (a pod without GPUs has
+#: a handful); more, and it waits for a worker like any review that takes time
+QUICK_MAX_CONTAINERS = 64
 
 
 def may_ask_for_gpus(
@@ -43,6 +46,32 @@ def may_ask_for_gpus(
             if _any_gpu_key(limits, names) or _any_gpu_key(requests, names):
                 return True
     return False
+
+
+def quick_sized(obj: Mapping[str, Any]) -> bool:
+    """Whether an object has few enough containers to be looked at on the selector thread: a
+    Pod's, a workload's pod template's, a Volcano Job's tasks' (counted by list lengths, and
+    given up once past QUICK_MAX_CONTAINERS)."""
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return True
+    tasks = spec.get("tasks")
+    if isinstance(tasks, list) and len(tasks) > QUICK_MAX_CONTAINERS:
+        return False
+    templates = [spec.get("template"), *(tasks if isinstance(tasks, list) else ())]
+    pod_specs = [spec, *(t.get("spec") for t in templates if isinstance(t, Mapping))]
+    pod_specs += [  # a Volcano task's template
+        t["template"].get("spec") for t in templates
+        if isinstance(t, Mapping) and isinstance(t.get("template"), Mapping)
+    ]  # fmt: skip
+    count = 0
+    for pod_spec in pod_specs:
+        for field in ("containers", "initContainers"):
+            items = pod_spec.get(field) if isinstance(pod_spec, Mapping) else None
+            count += len(items) if isinstance(items, list) else 0
+        if count > QUICK_MAX_CONTAINERS:
+            return False
+    return True
 
 
 def gpu_key_markers(resource_names: Collection[str] = ()) -> tuple[bytes, ...]:

@@ -128,6 +128,13 @@ class WebhookMetrics:
             "api-error)",
             ["reason"],
         )
+        self.shed = self._define(
+            "Counter",
+            "vgpu_bridge_requests_shed",
+            "Requests answered without being computed, by reason (queue-full: refused with 503 "
+            "by the full worker queue; expired: their caller's timeout passed while queued, 504)",
+            ["reason"],
+        )
         self.templates_left_behind = self._define(
             "Gauge",
             "vgpu_bridge_templates_left_behind",

@@ -185,6 +185,7 @@ class QuotaGate:
         if spec is None:
             found = self._get(namespace, "resourceclaimtemplates", name)
             spec = (found.get("spec") or {}).get("spec") or {}
+        self._countable(spec, f"resourceclaimtemplate {name}")
         return spec_booking(spec, profile=self.profile, largest_card=largest)
 
     def _first_use(self, namespace: str, name: str, largest: int | None) -> Booking | None:
@@ -192,9 +193,24 @@ class QuotaGate:
         user: it was made without our admission, so its first pod pays for it. A claim some pod
         already uses is in `used` and books nothing new."""
         claim = self._get(namespace, "resourceclaims", name)
-        if (claim.get("status") or {}).get("reservedFor"):
+        status = claim.get("status") or {}
+        if status.get("reservedFor"):
             return None
+        if not status.get("allocation"):  # once allocated, its results say what it holds
+            self._countable(claim.get("spec") or {}, f"resourceclaim {name}")
         return claim_booking(claim, profile=self.profile, largest_card=largest)
+
+    def _countable(self, spec: Mapping[str, Any], what: str) -> None:
+        """Raise `Uncountable` when a claim spec asks for every device of our class
+        (`allocationMode: All`): how many it takes is known only once allocated, and counting
+        it as one device would let it escape the quota (issue 25)."""
+        path = _takes_all(spec, self.profile.device_class)
+        if path is not None:
+            raise Uncountable(
+                f"spec.resourceClaims: {what}: {path}: All takes every matching device, which "
+                "cannot be counted against the namespace's GPU quota before allocation; ask for "
+                "a count (allocationMode: ExactCount)"
+            )
 
     def _get(self, namespace: str, resource: str, name: str) -> Json:
         try:
@@ -226,6 +242,28 @@ class QuotaGate:
             f"exceeded quota {quota.quota}: {quota.key}: requested {math.ceil(asked / unit)}, "
             f"used {math.ceil(held / unit)}, limited {quota.hard}"
         )
+
+
+def _takes_all(spec: Mapping[str, Any], device_class: str) -> str | None:
+    """The path of the first request of `device_class` with `allocationMode: All`, or None."""
+    devices = spec.get("devices")
+    requests = devices.get("requests") if isinstance(devices, Mapping) else None
+    for index, request in enumerate(requests if isinstance(requests, list) else ()):
+        if not isinstance(request, Mapping):
+            continue
+        exactly, alternatives = request.get("exactly"), request.get("firstAvailable")
+        found = [(f"devices.requests[{index}].exactly", exactly)]
+        if isinstance(alternatives, list):
+            found += [(f"devices.requests[{index}].firstAvailable[{sub}]", alternative)
+                      for sub, alternative in enumerate(alternatives)]  # fmt: skip
+        for path, body in found:
+            if (
+                isinstance(body, Mapping)
+                and body.get("deviceClassName") == device_class
+                and body.get("allocationMode") == "All"
+            ):
+                return f"{path}.allocationMode"
+    return None
 
 
 def _measure(booking: Booking, measure: str) -> int:

@@ -10,6 +10,7 @@ from typing import Any
 
 API_VERSION = "admission.k8s.io/v1"
 MAX_WARNING_CHARS = 256  # the API server drops longer warnings
+MAX_LOGGED_CHARS = 256  # of a string from a review in a log line (a name may be 1 MB)
 
 
 class BadReview(ValueError):
@@ -53,6 +54,18 @@ def parse_review(body: bytes) -> AdmissionRequest:
         dry_run=request.get("dryRun") is True,
         kind=str(kind.get("kind", "")) if isinstance(kind, dict) else "",
     )
+
+
+def logged(value: object) -> object:
+    """A value from a review as a log line may hold it: a string cut to MAX_LOGGED_CHARS (with
+    its length), a number, bool or None as it is, anything else only named by its type."""
+    if isinstance(value, str):
+        if len(value) <= MAX_LOGGED_CHARS:
+            return value
+        return f"{value[:MAX_LOGGED_CHARS]}…({len(value)} chars)"
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return f"({type(value).__name__})"
 
 
 def _review(response: dict[str, Any]) -> bytes:

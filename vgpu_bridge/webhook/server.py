@@ -23,13 +23,16 @@ from collections.abc import Callable
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook.admission import Admitter
 from vgpu_bridge.webhook.connections import ConnectionLoop, Limits, Reply, Request, bind
+from vgpu_bridge.webhook.workqueue import review_namespace
 
 log = get_logger("vgpu_bridge.webhook.server")
 NOT_FOUND = Reply(404, b"not found")
 CLIENT_CERT_REQUIRED = Reply(403, b"a client certificate signed by --client-ca-file is required")
 #: reviews up to this size may be answered on the selector thread (a pod without GPUs is a few
-#: KiB; reading 64 KiB of JSON takes well under a millisecond)
-QUICK_REVIEW_BYTES = 64 * 1024
+#: KiB, with managedFields and a long env rarely past 20); with `fastpath.QUICK_MAX_CONTAINERS`
+#: this keeps one quick review near the turn's budget (issue 25: 64 KiB of 1,994 tiny containers
+#: took 9.4 ms)
+QUICK_REVIEW_BYTES = 32 * 1024
 
 
 class TLSFiles:
@@ -89,6 +92,9 @@ class ProbeRoutes:
     def quick(self, request: Request) -> Reply | None:
         return None
 
+    def queue_key(self, request: Request) -> str:
+        return "probes"
+
     def handle(self, request: Request) -> Reply:
         if request.head.method == "GET" and request.head.path == "/metrics":
             from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -123,6 +129,14 @@ class AdmissionRoutes(ProbeRoutes):
             return _review_reply(*self.admitter.review_body(request.body))
         return super().handle(request)
 
+    def queue_key(self, request: Request) -> str:
+        """A review's namespace (the API server sends every namespace's reviews on the same few
+        connections); anything else shares one key."""
+        if not _is_review(request):
+            return "other"
+        namespace = review_namespace(request.body)
+        return "cluster" if namespace is None else f"namespace/{namespace}"
+
     def _refused(self, request: Request) -> bool:
         """A client certificate is required and this client presented none signed by the CA."""
         return self.tls.requires_client_cert and not request.client_verified
@@ -154,7 +168,10 @@ class ProbeServer:
 
     def _loop(self, limits: Limits) -> ConnectionLoop:
         return ConnectionLoop(self.socket, routes=ProbeRoutes(self.admitter, self.ready),
-                              limits=limits)  # fmt: skip
+                              limits=limits, shed=self._shed)  # fmt: skip
+
+    def _shed(self, reason: str) -> None:
+        self.admitter.metrics.shed.labels(reason).inc()
 
     def serve_forever(self, started: Callable[[], None] | None = None) -> None:
         self.loop.serve_forever(started)
@@ -184,7 +201,7 @@ class WebhookServer(ProbeServer):
     def _loop(self, limits: Limits) -> ConnectionLoop:
         routes = AdmissionRoutes(self.admitter, self.ready, tls=self.tls)
         return ConnectionLoop(
-            self.socket, routes=routes, limits=limits, tls=lambda: self.tls.context
+            self.socket, routes=routes, limits=limits, tls=lambda: self.tls.context, shed=self._shed
         )
 
 

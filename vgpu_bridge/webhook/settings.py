@@ -9,11 +9,13 @@ from vgpu_bridge.core.config import TranslatorConfig, hami_setting, resource_nam
 from vgpu_bridge.core.profiles import DEFAULT, DRIVER_NAME_MAX_LENGTH, DRIVER_NAME_PATTERN
 from vgpu_bridge.flag_settings import (
     FlagSettings,
+    SettingsError,
     comma_list,
     host_port,
     setting,
     split_host_port,
 )
+from vgpu_bridge.kube import dns_label_problem, dns_subdomain_problem
 from vgpu_bridge.webhook.connections import Limits
 
 
@@ -42,6 +44,31 @@ class Settings(FlagSettings):
     )
     tls_cert_file: str = setting(description="PEM certificate (reloaded when it changes)")
     tls_key_file: str = setting(description="PEM private key")
+    tls_secret: str | None = setting(
+        None,
+        description="keep our own certificate in this kubernetes.io/tls Secret of --namespace "
+        "(made when missing, renewed before it ends) and write it to --tls-cert-file and "
+        "--tls-key-file; unset: only read those files",
+        check=dns_subdomain_problem,
+    )
+    tls_webhook_configuration: str | None = setting(
+        None,
+        description="with --tls-secret: the MutatingWebhookConfiguration whose caBundle we keep "
+        "(it owns the Secret)",
+        check=dns_subdomain_problem,
+    )
+    tls_service: str = setting(
+        "vgpu-bridge-webhook",
+        description="with --tls-secret: the Service the API server calls us by (the "
+        "certificate's names)",
+        check=dns_label_problem,
+    )
+    tls_check_seconds: float = setting(
+        15,
+        ge=1,
+        le=3600,
+        description="with --tls-secret: how often the certificate and the caBundle are checked",
+    )
     client_ca_file: str | None = setting(
         None,
         description="PEM CA: /mutate and /metrics then answer only clients with a certificate "
@@ -81,6 +108,18 @@ class Settings(FlagSettings):
         60, gt=0, le=3600, description="a keep-alive connection may idle this long"
     )
     workers: int = setting(8, ge=1, le=256, description="threads that run admissions")
+    max_queued_reviews: int = setting(
+        128,
+        ge=1,
+        le=100000,
+        description="reviews waiting for a worker, shared round-robin between namespaces; past "
+        "it the namespace holding the most is refused (HTTP 503: failurePolicy applies)",
+    )
+    max_queued_bytes: int = setting(
+        32 * 2**20,
+        ge=2**20,
+        description="bytes of the reviews waiting for a worker; past it, as max-queued-reviews",
+    )
     max_templates_per_namespace: int = setting(
         100, ge=1, description="ResourceClaimTemplates the webhook creates per namespace"
     )
@@ -106,6 +145,11 @@ class Settings(FlagSettings):
         "warn", description="what to do when the KAI build has no consumable capacity"
     )
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.tls_secret is not None and self.tls_webhook_configuration is None:
+            raise SettingsError([("tls_webhook_configuration", "required with --tls-secret")])
+
     def translator_config(self) -> TranslatorConfig:
         return TranslatorConfig(
             default_memory=self.default_memory,
@@ -127,6 +171,8 @@ class Settings(FlagSettings):
             idle_timeout_s=self.idle_timeout_seconds,
             max_body_bytes=self.max_body_bytes,
             workers=self.workers,
+            max_queued=self.max_queued_reviews,
+            max_queued_bytes=self.max_queued_bytes,
         )
 
     @property

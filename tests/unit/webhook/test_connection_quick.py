@@ -28,6 +28,9 @@ class ThreadNamingRoutes:
     def handle(self, request: Request) -> Reply:
         return Reply(200, threading.current_thread().name.encode())
 
+    def queue_key(self, request: Request) -> str:
+        return "all"
+
 
 @pytest.fixture
 def port() -> Iterator[int]:

@@ -18,6 +18,7 @@ from vgpu_bridge.webhook.connections import (
     bind,
 )
 from vgpu_bridge.webhook.wire import Head
+from vgpu_bridge.webhook.workqueue import Job
 
 
 class OkRoutes:
@@ -29,6 +30,9 @@ class OkRoutes:
 
     def handle(self, request: Request) -> Reply:
         return Reply(200, b"ok")
+
+    def queue_key(self, request: Request) -> str:
+        return "all"
 
 
 @pytest.fixture
@@ -46,8 +50,8 @@ def answer(loop: ConnectionLoop, count: int) -> None:
         conn = _Connection(sock, "127.0.0.1:1", "busy", 0.0)
         request = Request(Head("POST", "/mutate", "HTTP/1.1"), b"{}", conn.peer, False)
         for _ in range(count):
-            loop._work.put((conn, request))
-        loop._work.put(None)
+            loop._work.put(Job((conn, request), "all", 2, deadline=float("inf")))
+        loop._work.close()  # the worker takes what is queued, then stops
         loop._worker()
 
 

@@ -18,6 +18,7 @@ from vgpu_bridge.core import DEFAULT, Inventory
 from vgpu_bridge.core.dialects import hami
 from vgpu_bridge.webhook.admission import Admitter
 from vgpu_bridge.webhook.connections import Request
+from vgpu_bridge.webhook.fastpath import QUICK_MAX_CONTAINERS
 from vgpu_bridge.webhook.quotas import QuotaCache, QuotaGate
 from vgpu_bridge.webhook.server import QUICK_REVIEW_BYTES, AdmissionRoutes, TLSFiles
 from vgpu_bridge.webhook.wire import Head
@@ -58,6 +59,9 @@ def with_quotas(recorded: RecordingApi) -> Admitter:
 
 ANSWERED_QUICKLY = {
     "a pod without GPUs": review(pod(PLAIN)),
+    "a pod with as many containers as the selector thread looks at": review(
+        pod(PLAIN, containers=[{"name": f"c{i}"} for i in range(QUICK_MAX_CONTAINERS)])
+    ),
     "an update of a workload being deleted": review(
         {"metadata": {"name": "d", "deletionTimestamp": "2026-12-03T10:00:00Z"}, "spec": {}},
         kind="Deployment",
@@ -93,6 +97,23 @@ GIVES_UP = {
         privileged(pod(PLAIN, labels={"vgpu-bridge.io/ignore": "true"}, **CLAIMED))
     ),
     "a pod bound by nodeName naming claims": review(pod(PLAIN, nodeName="node-1", **CLAIMED)),
+    "a pod with more containers than the selector thread looks at (issue 25)": review(
+        pod(PLAIN, containers=[{"name": f"c{i}"} for i in range(QUICK_MAX_CONTAINERS + 1)])
+    ),
+    "a workload template with more containers than the selector thread looks at": review(
+        {
+            "metadata": {"name": "d"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [{"name": f"c{i}"} for i in range(QUICK_MAX_CONTAINERS + 1)]
+                    }
+                }
+            },
+        },
+        kind="Deployment",
+        operation="UPDATE",
+    ),
     "a pod asking for a GPU by annotation": review(
         {**pod(PLAIN), "metadata": {"name": "p", "annotations": {"nvidia.com/use-gputype": "A100"}}}
     ),
@@ -162,6 +183,12 @@ def test_a_review_past_the_quick_size_goes_to_a_worker(
     recorded: RecordingApi, tmp_path: Path
 ) -> None:
     big = pod(PLAIN, **{"nodeSelector": {"padding": "x" * QUICK_REVIEW_BYTES}})
+    assert routes(recorded, tmp_path, client_ca=False).quick(mutate(review(big))) is None
+
+
+def test_a_review_of_40_kib_goes_to_a_worker(recorded: RecordingApi, tmp_path: Path) -> None:
+    """Issue 25: the quick size was 64 KiB, where one review took 9.4 ms of the selector."""
+    big = pod(PLAIN, **{"nodeSelector": {"padding": "x" * 40 * 1024}})
     assert routes(recorded, tmp_path, client_ca=False).quick(mutate(review(big))) is None
 
 

@@ -58,6 +58,8 @@ def loaded() -> set[str]:
         pytest.param("pydantic", id="the-model-library"),
         pytest.param("pydantic_core", id="its-validator"),
         pytest.param("vgpu_bridge.webhook.events", id="the-event-recorder"),
+        pytest.param("cryptography", id="the-certificate-library-of-tls-secret"),
+        pytest.param("vgpu_bridge.webhook.cert_keeper", id="the-certificate-keeper"),
     ],
 )
 def test_the_webhook_start_path_does_not_import(module: str, loaded: set[str]) -> None:

@@ -1,0 +1,3 @@
+module vgpu-bridge/bench/goload
+
+go 1.24

@@ -1,0 +1,142 @@
+"""The connection loop's worker queue over a real listening socket and plain HTTP (issue 25): a
+review whose caller's timeout passed while it waited is answered 504 and never handled; a full
+queue refuses the namespace holding the most with a 503 at once; a neighbour's review is handled
+before the flood's backlog. One worker held by a gate; time is a clock the test moves."""
+
+from __future__ import annotations
+
+import http.client
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from vgpu_bridge.webhook.connections import ConnectionLoop, Limits, Reply, Request, bind
+
+WAIT_S = 30.0  # a hang detector, never a latency bound
+
+
+@dataclass
+class GatedRoutes:
+    """The first request holds the only worker until `gate` opens; keys are the path's first
+    letter; every handled path is recorded in order."""
+
+    gate: threading.Event = field(default_factory=threading.Event)
+    handled: list[str] = field(default_factory=list)
+
+    def inline(self, request: Request) -> Reply | None:
+        return None
+
+    def quick(self, request: Request) -> Reply | None:
+        return None
+
+    def handle(self, request: Request) -> Reply:
+        self.handled.append(request.head.path)
+        if len(self.handled) == 1:
+            assert self.gate.wait(WAIT_S)
+        return Reply(200, b"handled")
+
+    def queue_key(self, request: Request) -> str:
+        return request.head.path[1]
+
+
+@dataclass
+class Served:
+    loop: ConnectionLoop
+    routes: GatedRoutes
+    port: int
+    now: list[float]
+    shed: list[str]
+
+
+@pytest.fixture
+def served() -> Iterator[Served]:
+    now: list[float] = [0.0]
+    shed: list[str] = []
+    routes = GatedRoutes()
+    loop = ConnectionLoop(bind(("127.0.0.1", 0)), routes=routes, clock=lambda: now[0],
+                          limits=Limits(workers=1, max_queued=3), shed=shed.append)  # fmt: skip
+    thread = threading.Thread(target=loop.serve_forever, daemon=True)
+    thread.start()
+    yield Served(loop, routes, loop._listener.getsockname()[1], now, shed)
+    routes.gate.set()
+    loop.shutdown()
+    loop.close()
+
+
+class Post:
+    """One POST on its own connection, answered in the background."""
+
+    def __init__(self, port: int, target: str) -> None:
+        self.answer: tuple[int, bytes] | None = None
+        self._conn = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT_S)
+        self._conn.request("POST", target, body=b"{}")
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        response = self._conn.getresponse()
+        self.answer = (response.status, response.read())
+        self._conn.close()
+
+    def result(self) -> tuple[int, bytes]:
+        self._thread.join(WAIT_S)
+        assert self.answer is not None, "no answer"
+        return self.answer
+
+
+def wait_for(condition: Callable[[], bool]) -> None:
+    done = threading.Event()
+    for _ in range(int(WAIT_S * 100)):
+        if condition():
+            return
+        done.wait(0.01)
+    raise AssertionError("condition not reached")
+
+
+def test_a_review_whose_callers_timeout_passed_in_the_queue_is_dropped_unhandled(
+    served: Served,
+) -> None:
+    first = Post(served.port, "/a0")
+    wait_for(lambda: served.routes.handled == ["/a0"])
+    late = Post(served.port, "/b0?timeout=5s")
+    wait_for(lambda: served.loop.queued == 1)
+    served.now[0] += 5.0  # the API server has given up on it
+    served.routes.gate.set()
+    assert first.result() == (200, b"handled")
+    status, body = late.result()
+    assert status == 504
+    assert b"caller's timeout" in body
+    assert served.routes.handled == ["/a0"]
+    assert served.shed == ["expired"]
+
+
+def test_a_review_within_its_callers_timeout_is_handled(served: Served) -> None:
+    first = Post(served.port, "/a0")
+    wait_for(lambda: served.routes.handled == ["/a0"])
+    waiting = Post(served.port, "/b0?timeout=5s")
+    wait_for(lambda: served.loop.queued == 1)
+    served.now[0] += 4.9
+    served.routes.gate.set()
+    assert first.result()[0] == waiting.result()[0] == 200
+    assert served.shed == []
+
+
+def test_a_full_queue_refuses_the_floods_newest_at_once_and_serves_the_neighbour_first(
+    served: Served,
+) -> None:
+    posts = [Post(served.port, "/f0")]
+    wait_for(lambda: served.routes.handled == ["/f0"])
+    for index in range(1, 4):
+        posts.append(Post(served.port, f"/f{index}"))
+        wait_for(lambda index=index: served.loop.queued == index)  # type: ignore[misc]
+    neighbour = Post(served.port, "/n0")
+    status, body = posts[3].result()  # while the only worker is still held
+    assert status == 503
+    assert b"refused without waiting" in body
+    assert served.shed == ["queue-full"]
+    served.routes.gate.set()
+    assert neighbour.result()[0] == 200
+    assert [p.result()[0] for p in posts[:3]] == [200, 200, 200]
+    assert served.routes.handled == ["/f0", "/f1", "/n0", "/f2"]

@@ -1,0 +1,192 @@
+"""The reviews waiting for a worker: bounded, shared fairly between namespaces, each with the
+deadline its caller set.
+
+A flood of big reviews from one namespace must not make every other namespace wait behind it
+(issue 25): the queue holds at most `max_items` reviews and `max_bytes` of their bodies, hands
+them out round-robin between keys (a review's namespace), and when it is full the key holding
+the most bytes gives way: its newest review is refused at once (HTTP 503, so the API server
+applies the webhook's failurePolicy instead of waiting for its timeout). A review whose caller's
+timeout has passed before a worker takes it is dropped without being computed: the API server
+has already answered it.
+
+Big reviews are also kept from crowding out small ones where threads cannot help: reading a
+0.5 MB review holds the interpreter's lock for several milliseconds at a stretch, so every
+other thread (the selector's included) waits that long for each turn it takes. At most
+`max_heavy` reviews of `heavy_bytes` or more are handed out at a time; while they are, the
+workers take the other keys' reviews.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+Item = TypeVar("Item")
+#: the API server's longest webhook timeout (timeoutSeconds is at most 30)
+MAX_CALLER_TIMEOUT_S = 30.0
+#: where a review's namespace is looked for: the API server writes request.namespace before the
+#: object, within the first few hundred bytes
+NAMESPACE_WINDOW = 16 * 1024
+#: a review this big or bigger is heavy (a pod of a few hundred containers; most are < 20 KiB)
+HEAVY_BYTES = 128 * 1024
+_NAMESPACE = re.compile(rb'"namespace"\s*:\s*"([^"\\]{0,253})"')
+_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
+           "h": 3600.0}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Job(Generic[Item]):
+    """One queued piece of work: `item`, the key it is shared out by, its size, its deadline."""
+
+    item: Item
+    key: str
+    size: int
+    deadline: float
+
+
+class FairQueue(Generic[Item]):
+    """Bounded by count and bytes, round-robin between keys; `put` from one thread (the selector),
+    `get` from any number (the workers)."""
+
+    def __init__(
+        self, *, max_items: int, max_bytes: int, heavy_bytes: int = HEAVY_BYTES, max_heavy: int = 1
+    ) -> None:
+        if min(max_items, max_bytes, heavy_bytes, max_heavy) < 1:
+            raise ValueError("max_items, max_bytes, heavy_bytes and max_heavy must be at least 1")
+        self.max_items, self.max_bytes = max_items, max_bytes
+        self.heavy_bytes, self.max_heavy = heavy_bytes, max_heavy
+        self._heavy_out = 0  # heavy jobs handed out and not yet done
+        self._keys: OrderedDict[str, deque[Job[Item]]] = OrderedDict()  # next to serve first
+        self._bytes_by_key: dict[str, int] = {}
+        self._items = self._bytes = 0
+        self._closed = False
+        self._ready = threading.Condition()
+
+    def __len__(self) -> int:
+        return self._items
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._bytes
+
+    def put(self, job: Job[Item]) -> list[Job[Item]]:
+        """Queue `job`; returns the jobs refused to stay within bounds (`job` itself, or the
+        newest ones of the key holding the most bytes), to be answered at once."""
+        with self._ready:
+            self._keys.setdefault(job.key, deque()).append(job)
+            self._bytes_by_key[job.key] = self._bytes_by_key.get(job.key, 0) + job.size
+            self._items, self._bytes = self._items + 1, self._bytes + job.size
+            refused = []
+            while self._over():
+                refused.append(self._pop_newest(self._heaviest(prefer=job.key)))
+            self._ready.notify(1)
+            return refused
+
+    def get(self) -> Job[Item] | None:
+        """The next job, round-robin between keys (a key whose next job is heavy is passed over
+        while `max_heavy` are out), waiting for one; None once closed and empty. Each job got
+        is handed back to `done` once answered."""
+        with self._ready:
+            while (key := self._next_key()) is None and not (self._closed and not self._keys):
+                self._ready.wait()
+            if key is None:
+                return None
+            jobs = self._keys[key]
+            job = jobs.popleft()
+            if self._heavy(job):
+                self._heavy_out += 1
+            self._forget(job)
+            if jobs:
+                self._keys.move_to_end(key)  # its next job waits for every other key's turn
+            else:
+                del self._keys[key]
+            return job
+
+    def done(self, job: Job[Item]) -> None:
+        """`job`, got from `get`, is answered: another heavy one may go out."""
+        if self._heavy(job):
+            with self._ready:
+                self._heavy_out -= 1
+                self._ready.notify_all()
+
+    def _heavy(self, job: Job[Item]) -> bool:
+        return job.size >= self.heavy_bytes
+
+    def _next_key(self) -> str | None:
+        """The first key in turn whose next job may go out now."""
+        heavy_allowed = self._heavy_out < self.max_heavy
+        for key, jobs in self._keys.items():
+            if heavy_allowed or not self._heavy(jobs[0]):
+                return key
+        return None
+
+    def close(self) -> None:
+        """Once what is queued is taken, every `get`, waiting or later, returns None."""
+        with self._ready:
+            self._closed = True
+            self._ready.notify_all()
+
+    def _over(self) -> bool:
+        """Past a bound; one job alone is never too big (its body was read within its limit)."""
+        return self._items > self.max_items or (self._bytes > self.max_bytes and self._items > 1)
+
+    def _heaviest(self, *, prefer: str) -> str:
+        """The key holding the most bytes; `prefer` (the newcomer's) on a tie."""
+        most = max(self._bytes_by_key.values())
+        return (
+            prefer
+            if self._bytes_by_key.get(prefer) == most
+            else max(self._bytes_by_key, key=self._bytes_by_key.__getitem__)
+        )
+
+    def _pop_newest(self, key: str) -> Job[Item]:
+        jobs = self._keys[key]
+        job = jobs.pop()
+        self._forget(job)
+        if not jobs:
+            del self._keys[key]
+        return job
+
+    def _forget(self, job: Job[Item]) -> None:
+        self._items, self._bytes = self._items - 1, self._bytes - job.size
+        left = self._bytes_by_key[job.key] - job.size
+        if job.key in self._keys and len(self._keys[job.key]) > 0:
+            self._bytes_by_key[job.key] = left
+        else:
+            del self._bytes_by_key[job.key]
+
+
+def caller_timeout_s(target: str, *, default_s: float) -> float:
+    """The caller's timeout from the request target's `timeout` query parameter, a Go duration
+    as the API server writes it (`/mutate?timeout=10s`, `1m0s`, `500ms`), at most
+    MAX_CALLER_TIMEOUT_S; `default_s` when it is absent or unreadable."""
+    values = parse_qs(urlsplit(target).query).get("timeout")
+    if not values:
+        return default_s
+    seconds = go_duration_s(values[0])
+    if seconds is None or seconds <= 0:
+        return default_s
+    return min(seconds, MAX_CALLER_TIMEOUT_S)
+
+
+def go_duration_s(text: str) -> float | None:
+    """Seconds in a Go duration string (`1h2m3.5s`, `250ms`); None when it is not one."""
+    if not text or len(text) > 64:
+        return None
+    parts = list(_GO_DURATION.finditer(text))
+    if not parts or "".join(p.group(0) for p in parts) != text:
+        return None
+    return sum(float(p.group(1)) * _UNIT_S[p.group(2)] for p in parts)
+
+
+def review_namespace(body: bytes) -> str | None:
+    """The namespace named first in a review's opening bytes (request.namespace, as the API
+    server writes it); None when there is none. Only a key to share the queue by: a wrong one
+    costs fairness, never correctness."""
+    found = _NAMESPACE.search(body, 0, NAMESPACE_WINDOW)
+    return None if found is None else found.group(1).decode("utf-8", "replace")
