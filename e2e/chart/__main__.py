@@ -1,22 +1,27 @@
-"""``python -m e2e.chart build``: build or reuse helm (``make helm-bin``); prints one line."""
+"""``python -m e2e.chart build``: build or reuse helm (``make helm-bin``); prints one line.
+``python -m e2e.chart package``: lint and package the chart into dist/ (``make chart``); prints
+the archive's path."""
 
 from __future__ import annotations
 
 import sys
 
 from e2e.chart.helmbin import HelmBuildError, ensure_helm, report
+from e2e.chart.packaging import package
+from e2e.chart.rendering import Helm, HelmFailed
 from e2e.cluster.settings import Settings, SettingsError
 
-USAGE = "usage: python -m e2e.chart build"
+USAGE = "usage: python -m e2e.chart build|package"
 
 
 def main(argv: list[str]) -> int:
-    if argv != ["build"]:
+    if argv not in (["build"], ["package"]):
         print(USAGE, file=sys.stderr)
         return 2
     try:
-        print(report(ensure_helm(Settings.from_env())))
-    except (HelmBuildError, SettingsError) as error:
+        built = ensure_helm(Settings.from_env())
+        print(report(built) if argv == ["build"] else package(Helm(built.binary)))
+    except (HelmBuildError, SettingsError, HelmFailed) as error:
         print(error, file=sys.stderr)
         return 1
     return 0

@@ -51,11 +51,12 @@ class Helm:
         *,
         release: str = "vgpu-bridge",
         namespace: str = "vgpu-bridge",
+        kube_version: str = KUBE_VERSION,
     ) -> list[Json]:
-        """The rendered objects, in helm's order."""
+        """The rendered objects, in helm's order, for a cluster of ``kube_version``."""
         out = self.run(
             "template", release, str(CHART), "--namespace", namespace,
-            "--kube-version", KUBE_VERSION, values=values or {},
+            "--kube-version", kube_version, values=values or {},
         )  # fmt: skip
         return [doc for doc in yaml.safe_load_all(out) if doc]
 

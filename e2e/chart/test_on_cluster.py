@@ -161,6 +161,7 @@ ACCESS = [
     ("agent", "list", "", "pods", "", False),
     ("webhook", "create", "resource.k8s.io", "resourceclaimtemplates", "", True),
     ("webhook", "delete", "resource.k8s.io", "resourceclaimtemplates", "", True),
+    ("webhook", "watch", "resource.k8s.io", "resourceclaimtemplates", "", True),
     ("webhook", "create", "resource.k8s.io", "resourceclaims", "", False),
     ("webhook", "watch", "resource.k8s.io", "resourceslices", "", True),
     ("webhook", "create", "resource.k8s.io", "resourceslices", "", False),

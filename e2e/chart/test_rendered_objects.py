@@ -40,11 +40,20 @@ def webhook_config(objects: list[Json]) -> Json:
 def test_defaults_make_every_part(defaults: list[Json]) -> None:
     kinds = sorted({obj["kind"] for obj in defaults})
     assert kinds == [
-        "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "DeviceClass",
-        "MutatingWebhookConfiguration", "NetworkPolicy", "PodDisruptionBudget", "Role", "Secret",
-        "Service", "ServiceAccount", "ValidatingAdmissionPolicy",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "DaemonSet",
+        "Deployment",
+        "DeviceClass",
+        "MutatingWebhookConfiguration",
+        "PodDisruptionBudget",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "ServiceAccount",
+        "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
-    ]  # fmt: skip
+    ]  # fmt: skip (no NetworkPolicy: opt-in, docs/networkpolicy.md; no Secret: docs/tls.md)
 
 
 def test_webhook_runs_two_spread_replicas_kept_by_a_budget(defaults: list[Json]) -> None:
@@ -273,9 +282,8 @@ def test_scheduler_toggles_reach_the_webhook_as_env(helm: Helm) -> None:
     assert settings.kai_without_capacity == "refuse"
 
 
-def test_generated_certificate_is_signed_by_the_ca_bundle_for_the_service(
-    defaults: list[Json],
-) -> None:
+def test_generated_certificate_is_signed_by_the_ca_bundle_for_the_service(helm: Helm) -> None:
+    defaults = helm.template({"tls": {"mode": "generate"}})
     secret = one(defaults, "Secret")
     serving = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
     bundle = webhook_config(defaults)["webhooks"][0]["clientConfig"]["caBundle"]
@@ -354,6 +362,10 @@ def test_agent_affinity_set_by_the_user_replaces_the_gpu_node_labels(helm: Helm)
     assert agent_pod_spec(helm.template({"agent": {"affinity": own}}))["affinity"] == own
 
 
-def test_agent_runs_anywhere_with_mock_gpus_or_no_gpu_node_labels(helm: Helm) -> None:
-    assert "affinity" not in agent_pod_spec(helm.template(MOCK))
+def test_agent_runs_anywhere_without_gpu_node_labels(helm: Helm) -> None:
     assert "affinity" not in agent_pod_spec(helm.template({"agent": {"gpuNodeLabels": []}}))
+
+
+def test_agent_with_mock_gpus_runs_on_gpu_labelled_nodes_too(helm: Helm) -> None:
+    spec = agent_pod_spec(helm.template(MOCK))
+    assert spec["affinity"] == agent_pod_spec(helm.template())["affinity"]

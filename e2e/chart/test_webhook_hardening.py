@@ -1,4 +1,4 @@
-"""The chart's defences around the webhook, as rendered: a NetworkPolicy that admits only
+"""The chart's defences around the webhook, as rendered: an opt-in NetworkPolicy that admits only
 addresses outside the pod network (or the peers given), CEL matchConditions on by default, and
 the API server's client CA wired to --client-ca-file. (Every rendered object also passes the
 real API server's validation: test_on_cluster.py.)"""
@@ -14,12 +14,30 @@ from e2e.chart.rendering import Helm, Json, containers, of_kind, one
 pytestmark = pytest.mark.e2e
 
 
-def policy(helm: Helm, values: dict[str, Any] | None = None) -> Json:
-    return one(helm.template(values), "NetworkPolicy")
+POD_NETWORK = {"webhook": {"networkPolicy": {"enabled": True, "podCIDRs": ["10.244.0.0/16"]}}}
 
 
-def test_by_default_only_addresses_outside_the_pod_network_reach_the_webhook(helm: Helm) -> None:
-    objects = helm.template()
+def policy(helm: Helm, network_policy: dict[str, Any], **values: Any) -> Json:
+    """The NetworkPolicy, enabled with ``network_policy`` (and other ``values``)."""
+    webhook = {**values.pop("webhook", {}), "networkPolicy": {"enabled": True, **network_policy}}
+    return one(helm.template({**values, "webhook": webhook}), "NetworkPolicy")
+
+
+def test_no_policy_by_default(helm: Helm) -> None:
+    """Off unless asked: a policy that guessed the API server's address wrong would make the
+    fail-closed webhook refuse every GPU pod (docs/networkpolicy.md)."""
+    assert of_kind(helm.template(), "NetworkPolicy") == []
+
+
+def test_enabled_without_pod_cidrs_or_peers_is_refused_with_the_values_to_set(helm: Helm) -> None:
+    message = helm.template_error({"webhook": {"networkPolicy": {"enabled": True}}})
+    assert "webhook.networkPolicy.enabled needs webhook.networkPolicy.podCIDRs" in message
+    assert "webhook.networkPolicy.from" in message
+    assert "docs/networkpolicy.md" in message
+
+
+def test_enabled_only_addresses_outside_the_pod_network_reach_the_webhook(helm: Helm) -> None:
+    objects = helm.template(POD_NETWORK)
     rendered = one(objects, "NetworkPolicy")
     deployment = one(objects, "Deployment")
     assert (
@@ -42,24 +60,18 @@ def test_given_peers_replace_the_default_and_pod_cidrs_of_both_families_are_refu
     helm: Helm,
 ) -> None:
     api_server = {"ipBlock": {"cidr": "172.18.0.2/32"}}
-    rendered = policy(helm, {"webhook": {"networkPolicy": {"from": [api_server], "extraFrom": []}}})
+    rendered = policy(helm, {"from": [api_server], "extraFrom": []})
     assert rendered["spec"]["ingress"][0]["from"] == [api_server]
-    dual = policy(helm, {"webhook": {"networkPolicy": {
-        "podCIDRs": ["10.1.0.0/16", "fd00:10::/56"]}}})  # fmt: skip
+    dual = policy(helm, {"podCIDRs": ["10.1.0.0/16", "fd00:10::/56"]})
     blocks = [p["ipBlock"] for p in dual["spec"]["ingress"][0]["from"] if "ipBlock" in p]
     assert blocks == [{"cidr": "0.0.0.0/0", "except": ["10.1.0.0/16"]},
                       {"cidr": "::/0", "except": ["fd00:10::/56"]}]  # fmt: skip
 
 
 def test_the_metrics_port_has_a_rule_of_its_own(helm: Helm) -> None:
-    rendered = policy(helm, {"webhook": {"metrics": {"enabled": True}}})
+    rendered = policy(helm, {"podCIDRs": ["10.244.0.0/16"]}, webhook={"metrics": {"enabled": True}})
     metrics = rendered["spec"]["ingress"][1]
     assert metrics == {"ports": [{"port": "metrics", "protocol": "TCP"}]}  # from anyone
-
-
-def test_the_policy_can_be_turned_off(helm: Helm) -> None:
-    objects = helm.template({"webhook": {"networkPolicy": {"enabled": False}}})
-    assert of_kind(objects, "NetworkPolicy") == []
 
 
 def test_match_conditions_are_on_by_default(helm: Helm) -> None:

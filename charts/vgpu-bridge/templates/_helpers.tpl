@@ -23,7 +23,9 @@ DeviceClass carries it. One value for all three. */}}
 {{- define "vgpu-bridge.webhookName" -}}{{ include "vgpu-bridge.fullname" . | trunc 55 | trimSuffix "-" }}-webhook{{- end -}}
 {{- define "vgpu-bridge.agentName" -}}{{ include "vgpu-bridge.fullname" . | trunc 57 | trimSuffix "-" }}-agent{{- end -}}
 {{- define "vgpu-bridge.tlsSecret" -}}
-{{- if eq .Values.tls.mode "secret" -}}{{ .Values.tls.secretName }}{{- else -}}{{ include "vgpu-bridge.webhookName" . }}-tls{{- end -}}
+{{- if eq .Values.tls.mode "secret" -}}{{ .Values.tls.secretName }}
+{{- else if eq .Values.tls.mode "self-managed" -}}{{ include "vgpu-bridge.webhookName" . }}-cert
+{{- else -}}{{ include "vgpu-bridge.webhookName" . }}-tls{{- end -}}
 {{- end -}}
 {{- define "vgpu-bridge.configurationName" -}}
 {{- .Values.webhook.configurationName | default (printf "gpu-sharing-%s" (include "vgpu-bridge.fullname" .)) -}}
@@ -44,9 +46,33 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* One image reference: (dict "root" . "part" "webhook"|"agent"). <registry>/<repository>, then
+@<digest> when the part has one (a digest wins over the tag), else :<tag> (default appVersion). */}}
 {{- define "vgpu-bridge.image" -}}
-{{- $tag := .image.tag | default .root.Chart.AppVersion -}}
-{{ .image.repository }}:{{ $tag }}
+{{- $image := .root.Values.image -}}
+{{- $part := get $image .part -}}
+{{- $repository := $part.repository -}}
+{{- with $image.registry }}{{ $repository = printf "%s/%s" . $repository }}{{ end -}}
+{{- if $part.digest -}}
+{{ $repository }}@{{ $part.digest }}
+{{- else -}}
+{{ $repository }}:{{ $image.tag | default .root.Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{/* Service-account names: the one the chart makes (<fullname>-webhook / -agent) unless `name`
+is set; validation.yaml refuses create=false without a name. Every binding and policy uses these. */}}
+{{- define "vgpu-bridge.webhookServiceAccount" -}}
+{{- .Values.webhook.serviceAccount.name | default (include "vgpu-bridge.webhookName" .) -}}
+{{- end -}}
+{{- define "vgpu-bridge.agentServiceAccount" -}}
+{{- .Values.agent.serviceAccount.name | default (include "vgpu-bridge.agentName" .) -}}
+{{- end -}}
+
+{{/* A pod template's labels: the user's podLabels, then the selector's (which win). */}}
+{{- define "vgpu-bridge.podLabels" -}}
+{{- $selector := include "vgpu-bridge.selector" . | fromYaml -}}
+{{- toYaml (merge $selector (deepCopy (.labels | default dict))) -}}
 {{- end -}}
 
 {{/* Comma list for one env var. */}}
@@ -56,16 +82,4 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "vgpu-bridge.excludedNamespaces" -}}
 {{- $all := concat .Values.webhook.excludedNamespaces (list .Release.Namespace) | uniq -}}
 {{ join "," $all }}
-{{- end -}}
-
-{{- define "vgpu-bridge.restrictedSecurityContext" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-capabilities:
-  drop: [ALL]
-seccompProfile:
-  type: RuntimeDefault
 {{- end -}}
