@@ -8,10 +8,11 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 .PHONY: help venv fmt lint unit integration abuse e2e e2e-kai test bench demo cluster-bin scheduler-bin native native-test clean
 
 help:
-	@echo "make test    lint + unit + integration + native + e2e + real node + kind (installs what it needs; root)"
+	@echo "make test    lint + unit + integration + native + e2e (DRA scenarios on 1.36 and 1.37) + real node + kind (installs what it needs; root)"
 	@echo "make fmt     format the code"
 	@echo "make lint    ruff + mypy strict"
 	@echo "make bench   benchmarks, printed as tables"
+	@echo "make chart   check the chart's README, lint it, package it into dist/"
 	@echo "make demo    the local cluster, the webhook, a node agent with mock GPUs, examples/ applied, a table (KEEP=1 keeps the cluster)"
 
 # A fresh machine gets a virtual environment with the project and its dev tools.
@@ -57,8 +58,21 @@ e2e-kai: venv cluster-bin
 # The local control plane's one multi-call binary (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler), built from e2e/cluster/gotools into ~/.cache/vgpu-bridge/k8s-<version>/bin
 # (VGPU_BRIDGE_CACHE moves it, K8S_VERSION picks the release); reused while its sources are unchanged.
+# Both tested releases: the pinned one (K8S_VERSION or v1.36.3) and K8S_CURRENT for e2e-k8s137.
+K8S_CURRENT := v1.37.2
 cluster-bin: venv
 	$(PY) -m e2e.cluster build
+	K8S_VERSION=$(K8S_CURRENT) $(PY) -m e2e.cluster build
+
+.PHONY: e2e-k8s137
+# The e2e tier's DRA scenarios again on Kubernetes K8S_CURRENT (docs/kubernetes-versions.md):
+# the same test files as in `make e2e`, in a pytest session whose private control plane is
+# K8S_CURRENT's (webhook translation, kube-scheduler packing shares, node agent Prepare).
+E2E_DRA_SCENARIOS := e2e/webhook/test_admission.py e2e/test_dra_sharing.py \
+	e2e/test_core_booking.py e2e/test_init_container_booking.py e2e/node/test_agent.py \
+	e2e/node/test_prepare_input.py e2e/test_k8s_versions.py
+e2e-k8s137: venv cluster-bin
+	K8S_VERSION=$(K8S_CURRENT) $(PY) -m pytest $(E2E_DRA_SCENARIOS) -q
 
 # The real Volcano and KAI schedulers (issues 7 and 8), built from their Go modules into the same
 # cache; each package appears here once its tools module exists.
@@ -72,11 +86,13 @@ native:
 
 native-test:
 	$(MAKE) -C native/vgpu cudart test
+	$(MAKE) -C native/vgpu oldglibc-test
 
 test: lint
 	$(PY) -m pytest tests -q -m "not e2e"
 	$(MAKE) native-test
 	$(MAKE) e2e
+	$(MAKE) e2e-k8s137
 	$(MAKE) e2e-realnode
 	$(MAKE) e2e-kind
 
@@ -98,6 +114,21 @@ demo: venv cluster-bin scheduler-bin helm-bin
 # for the chart tests; reused while go.mod and go.sum are unchanged.
 helm-bin: venv
 	$(PY) -m e2e.chart build
+
+.PHONY: chart
+# The chart as users install it: its README matches values.yaml (scripts/chart_readme.py), helm
+# lint --strict passes, and helm package writes dist/vgpu-bridge-<version>.tgz (path printed).
+chart: venv helm-bin
+	$(PY) scripts/chart_readme.py --check
+	$(PY) -m e2e.chart package
+
+.PHONY: images
+# The chart's two images (images/webhook, images/agent) for linux/amd64 and linux/arm64, with no
+# registry, in the kind tier's private dockerd (started and stopped again unless it runs):
+# checked, saved as dist/images/vgpu-bridge-<part>-<version>-<arch>.tar (`docker load -i`), and
+# a table of their sizes against the budgets (images/README.md). ARCH=amd64 builds one. Root.
+images: venv
+	flock /tmp/vgpu-node-tier.lock $(PY) -m images $(if $(ARCH),--arch $(ARCH))
 
 # The kind tier (e2e/kind): its own dockerd (Debian's docker.io), a kind v0.33 cluster of one
 # control plane and two workers on a node image built here from Debian packages and Go modules

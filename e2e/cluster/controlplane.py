@@ -28,7 +28,8 @@ from e2e.cluster.pki import (
 )
 from e2e.cluster.processes import Running
 
-#: On by default from 1.36 (beta), set explicitly so the cluster never silently drops the fields.
+#: On by default from 1.36 (beta; still beta, not locked, in 1.37.2), set explicitly so the cluster
+#: never silently drops the fields. Every tested release (settings.TESTED_K8S_VERSIONS) takes it.
 FEATURE_GATES = "DRAConsumableCapacity=true"
 #: resourceclaim (claims from templates, deallocation), garbage collection (claims go with
 #: their pod), namespaces (test namespaces get deleted), deployment and replicaset (workloads

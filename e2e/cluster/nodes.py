@@ -5,6 +5,8 @@ condition; we still report Ready so nothing (and nobody reading ``kubectl get no
 Capacity is GPU-free on purpose: a node that lists an extended resource such as ``nvidia.com/gpu``
 counts as a device-plugin node for it. The apiserver runs without the TaintNodesByCondition
 admission plugin and no node-lifecycle controller runs, so no not-ready taint is ever added.
+The kubelet version a node reports is the cluster's own (``<apiserver gitVersion>-standin``), so a
+cluster at v1.37.2 gets v1.37.2 nodes, as a real kubelet of that release would report.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from collections.abc import Mapping
 from e2e.cluster.client import Json, KubeClient
 
 FAKE_NODE_LABEL = "e2e.vgpu-bridge.io/fake-node"
-KUBELET_VERSION = "v1.36.3-standin"
+#: Appended to the API server's version in ``nodeInfo.kubeletVersion``: no real kubelet runs.
+STANDIN_SUFFIX = "-standin"
 
 
 def create_fake_nodes(
@@ -27,8 +30,9 @@ def create_fake_nodes(
 ) -> list[str]:
     """Create ``<prefix>0`` … ``<prefix>{count-1}``, each Ready and schedulable; their names."""
     names = [f"{prefix}{index}" for index in range(count)]
+    version = kubelet_version(client)
     for name in names:
-        create_fake_node(client, name, labels=labels)
+        create_fake_node(client, name, labels=labels, version=version)
     return names
 
 
@@ -40,7 +44,9 @@ def create_fake_node(
     cpu: str = "32",
     memory: str = "128Gi",
     pods: str = "110",
+    version: str | None = None,
 ) -> Json:
+    """A Ready node ``name`` whose kubelet version is ``version`` (default: ``kubelet_version``)."""
     body: Json = {
         "apiVersion": "v1",
         "kind": "Node",
@@ -74,7 +80,7 @@ def create_fake_node(
             }
         ],
         "addresses": [{"type": "Hostname", "address": name}],
-        "nodeInfo": _node_info(),
+        "nodeInfo": _node_info(version or kubelet_version(client)),
     }
     node = client.patch(f"/api/v1/nodes/{name}/status", {"status": status})
     if node.get("spec", {}).get("taints"):
@@ -87,7 +93,15 @@ def delete_nodes(client: KubeClient, names: list[str]) -> None:
         client.delete(f"/api/v1/nodes/{name}")
 
 
-def _node_info() -> dict[str, str]:
+def kubelet_version(client: KubeClient) -> str:
+    """What the stand-in reports as its kubelet version: the API server's, e.g. v1.37.2-standin."""
+    git_version = client.get("/version").get("gitVersion")
+    if not isinstance(git_version, str) or not git_version.startswith("v1."):
+        raise ValueError(f"/version: gitVersion {git_version!r} is not a Kubernetes release")
+    return git_version + STANDIN_SUFFIX
+
+
+def _node_info(kubelet: str) -> dict[str, str]:
     return {
         "machineID": "",
         "systemUUID": "",
@@ -95,7 +109,7 @@ def _node_info() -> dict[str, str]:
         "kernelVersion": "",
         "osImage": "vgpu-bridge e2e fake node",
         "containerRuntimeVersion": "none://0",
-        "kubeletVersion": KUBELET_VERSION,
+        "kubeletVersion": kubelet,
         "kubeProxyVersion": "",
         "operatingSystem": "linux",
         "architecture": "amd64",

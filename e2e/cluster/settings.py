@@ -10,6 +10,11 @@ from pathlib import Path
 
 #: The Kubernetes release the committed Go tools module (``gotools/go.mod``) is pinned to.
 DEFAULT_K8S_VERSION = "v1.36.3"
+#: The current Kubernetes release: ``make e2e-k8s137`` runs the e2e DRA scenarios on it as well
+#: (a generated module under the cache, ``build.py``); docs/kubernetes-versions.md.
+CURRENT_K8S_VERSION = "v1.37.2"
+#: The releases ``make test`` runs the e2e DRA scenarios on.
+TESTED_K8S_VERSIONS = (DEFAULT_K8S_VERSION, CURRENT_K8S_VERSION)
 GOTOOLS_DIR = Path(__file__).resolve().parent / "gotools"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _VERSION = re.compile(r"^v1\.(\d+)\.(\d+)$")
