@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import importlib.util
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -21,6 +22,33 @@ COMMANDS = {
     "node": "serve the node agent (DRA kubelet plugin)",
     "status": "which pods share which GPU, what each booked and uses (also `kubectl vgpu status`)",
 }
+#: the pip extra a role command needs beyond a bare install (pyproject.toml), and the modules
+#: that extra brings which the command imports (tests/unit/test_packaging.py keeps them in step)
+EXTRAS = {
+    "webhook": ("webhook", ("structlog", "cryptography")),
+    "node": ("node", ("structlog", "grpc", "google.protobuf", "pynvml")),
+}
+
+
+def missing_extra(command: str | None) -> str | None:
+    """What to say when `command` is a role command whose extra this install lacks."""
+    if command not in EXTRAS:
+        return None
+    extra, modules = EXTRAS[command]
+    missing = [module for module in modules if not _importable(module)]
+    if not missing:
+        return None
+    return (
+        f"vgpu-bridge {command} needs the [{extra}] extra (no module {', '.join(missing)}):"
+        f" pip install 'vgpu-bridge[{extra}]'"
+    )
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        return False
 
 
 @contextlib.contextmanager
@@ -45,6 +73,9 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     for name, help_text in COMMANDS.items():
+        if chosen is None and missing_extra(name):
+            commands.add_parser(name, help=f"{help_text} (needs the [{EXTRAS[name][0]}] extra)")
+            continue
         command = commands.add_parser(name, help=help_text)
         if chosen is None or name == chosen:
             _ADD_ARGUMENTS[name](command)
@@ -128,8 +159,13 @@ _ADD_ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
+    chosen = chosen_command(words)
+    missing = missing_extra(chosen)
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
     with long_lived():
-        args = build_parser(chosen_command(words)).parse_args(words)
+        args = build_parser(chosen).parse_args(words)
     code: int = args.run(args)
     return code
 

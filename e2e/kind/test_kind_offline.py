@@ -146,9 +146,12 @@ def test_pod_network_is_ptp_on_the_nodes_pod_cidr() -> None:
 @pytest.mark.parametrize("part", ["webhook", "agent"])
 def test_dockerfiles_take_their_bases_as_arguments_with_public_defaults(part: str) -> None:
     text = DOCKERFILES[part].read_text()
-    assert "ARG PYTHON_IMAGE=python:3.12-slim" in text
-    assert "FROM ${PYTHON_IMAGE}" in text
-    assert "$PIP_OPTIONS" in text
+    assert "ARG BUILD_IMAGE=python:3.11-slim-bookworm" in text
+    assert "ARG BASE_IMAGE=python:3.11-slim-bookworm" in text
+    assert "FROM ${BUILD_IMAGE} AS site" in text
+    assert "FROM ${BASE_IMAGE}" in text
+    assert "ARG PIP_OPTIONS=" in text
+    assert "$PIP_OPTIONS" in (REPO_ROOT / "images" / "site.sh").read_text()
     if part == "agent":
         assert "ARG GCC_IMAGE=gcc:14" in text
         assert "FROM ${GCC_IMAGE} AS libvgpu" in text

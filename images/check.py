@@ -1,0 +1,178 @@
+"""What ``make images`` proves of each image it built, and the sizes table it prints.
+
+Every image imports its role's modules, answers ``<command> --help``, and has every module it
+loaded precompiled (it never writes bytecode); the agent's libvgpu.so is an ELF file of the
+image's architecture. amd64 images run in the private dockerd with a read-only root filesystem
+and no capabilities (the webhook as the image's own user, which must be 65532); arm64 images
+cannot run in that dockerd (this amd64 machine has no binfmt emulation), so their filesystem is
+exported and their Python runs under qemu-user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from e2e.kind.dockerd import docker_env
+from e2e.kind.steps import StepError, apt_install, run
+from images.build import BUDGET_MB, PYTHON_VERSION, Arch
+
+WEBHOOK_USER = "65532:65532"
+SITE = "opt/vgpu-bridge/site"
+#: run by the image's python3: argv = part, ELF machine number
+CHECK = """
+import importlib, os, sys
+part, machine = sys.argv[1], int(sys.argv[2])
+roles = {"webhook": ("webhook", ["vgpu_bridge.webhook.app"]),
+         "agent": ("node", ["vgpu_bridge.node.app", "vgpu_bridge.node.library"])}
+command, modules = roles[part]
+for name in [*modules, "kubernetes", "kubernetes.config", "vgpu_bridge.kube"]:
+    importlib.import_module(name)
+from vgpu_bridge import cli
+try:
+    cli.main([command, "--help"])
+except SystemExit as stop:
+    if stop.code:
+        raise
+loaded = list(sys.modules.values())
+stale = sorted(m.__name__ for m in loaded
+               if getattr(m, "__cached__", None) and not os.path.exists(m.__cached__))
+if stale:
+    sys.exit("modules without bytecode (the image would try to write it): " + ", ".join(stale))
+if part == "agent":
+    with open("/opt/vgpu-bridge/lib/libvgpu.so", "rb") as f:
+        head = f.read(20)
+    if head[:4] != b"\\x7fELF" or int.from_bytes(head[18:20], "little") != machine:
+        sys.exit(f"libvgpu.so: not an ELF file for machine {machine}: {head!r}")
+print(f"CHECKED {part} uid={os.getuid()} modules={len(loaded)}")
+"""
+
+
+def inspect(tag: str) -> dict[str, object]:
+    (found,) = json.loads(run(["docker", "image", "inspect", tag], env=docker_env(), quiet=True))
+    image: dict[str, object] = found
+    return image
+
+
+def check_config(part: str, arch: Arch, tag: str, labels: dict[str, str]) -> None:
+    """The image's architecture, OCI labels and (webhook) non-root user, from its config."""
+    image = inspect(tag)
+    config = image["Config"]
+    assert isinstance(config, dict)
+    problems = []
+    if image["Architecture"] != arch.name:
+        problems.append(f"architecture {image['Architecture']}, not {arch.name}")
+    have = config.get("Labels") or {}
+    problems += [
+        f"label {k}={have.get(k)!r}, not {v!r}" for k, v in labels.items() if have.get(k) != v
+    ]
+    if part == "webhook" and config.get("User") != WEBHOOK_USER:
+        problems.append(f"user {config.get('User')!r}, not {WEBHOOK_USER}")
+    if problems:
+        raise StepError(f"{tag}: " + "; ".join(problems))
+
+
+def check_runs(part: str, arch: Arch, tag: str) -> str:
+    """Run CHECK in the image: in the dockerd (amd64) or under qemu-user (arm64); its last line."""
+    arguments = ["-P", "-c", CHECK, part, str(arch.elf_machine)]
+    if arch.qemu is None:
+        sandbox = ["--read-only", "--network=none", "--cap-drop=ALL"]
+        command = ["docker", "run", "--rm", *sandbox, "--entrypoint", "python3", tag, *arguments]
+        output = run(command, env=docker_env(), quiet=True)
+    else:
+        output = _run_under_qemu(arch.qemu, tag, arguments)
+    last = output.strip().splitlines()[-1]
+    if part == "webhook" and arch.qemu is None and "uid=65532 " not in last:
+        raise StepError(f"{tag}: the webhook runs as {last}, not as 65532")
+    return last
+
+
+def _run_under_qemu(qemu: str, tag: str, arguments: list[str]) -> str:
+    if shutil.which(qemu) is None:
+        apt_install(["qemu-user"])
+    env = docker_env()
+    container = run(["docker", "create", tag], env=env, quiet=True).strip()
+    with tempfile.TemporaryDirectory(prefix="vgpu-image-") as scratch:
+        root = Path(scratch) / "root"
+        root.mkdir()
+        archive = Path(scratch) / "fs.tar"
+        try:
+            run(["docker", "export", "-o", str(archive), container], env=env, quiet=True)
+        finally:
+            run(["docker", "rm", container], env=env, quiet=True)
+        run(["tar", "-xf", str(archive), "-C", str(root)], quiet=True)
+        python = root / "usr" / "bin" / f"python{PYTHON_VERSION}"
+        child = {"PYTHONPATH": str(root / SITE), "PYTHONDONTWRITEBYTECODE": "1", "PATH": os.defpath}
+        return run([qemu, "-L", str(root), str(python), *arguments], env=child, quiet=True)
+
+
+def group(path: str) -> str:
+    """What a file of an image counts towards in the sizes table."""
+    parts = path.lstrip("./").split("/")
+    if path.lstrip("./").startswith(SITE + "/") and len(parts) > 3:
+        name = parts[3]
+        for suffix in (".dist-info", ".libs", ".py", ".pth"):
+            name = name.removesuffix(suffix)
+        return name.split("-")[0].lower()
+    if parts[:2] == ["opt", "vgpu-bridge"]:
+        return "libvgpu.so"
+    if parts[:3] == ["usr", "lib", f"python{PYTHON_VERSION}"]:
+        return f"Python {PYTHON_VERSION} stdlib"
+    if parts[:2] == ["usr", "bin"] and parts[-1].startswith("python"):
+        return "python3 binary"
+    if "-linux-gnu" in "/".join(parts[:3]):
+        return "Debian shared libraries"
+    return "other Debian files"
+
+
+def sizes_by_group(archive: Path) -> Counter[str]:
+    """Bytes per ``group`` over every layer of a ``docker save`` archive."""
+    totals: Counter[str] = Counter()
+    with tarfile.open(archive) as outer:
+        for member in outer.getmembers():
+            if not member.name.endswith("layer.tar"):
+                continue
+            layer = outer.extractfile(member)
+            assert layer is not None
+            with tarfile.open(fileobj=layer, mode="r|") as inner:
+                for entry in inner:
+                    if entry.isfile():
+                        totals[group(entry.name)] += entry.size
+    return totals
+
+
+@dataclass(frozen=True)
+class Row:
+    part: str
+    arch: str
+    size: int
+    groups: Counter[str]
+
+    @property
+    def over_budget(self) -> bool:
+        return self.size > BUDGET_MB[self.part] * 10**6
+
+    def dominated_by(self, count: int = 4) -> str:
+        return ", ".join(
+            f"{name} {size / 1e6:.0f}" for name, size in self.groups.most_common(count)
+        )
+
+
+def table(rows: Iterable[Row]) -> str:
+    lines = [
+        f"{'image':<22} {'arch':<6} {'MB':>5} {'budget':>6}  largest parts (MB)",
+    ]
+    for row in rows:
+        budget = f"{BUDGET_MB[row.part]}" + (" OVER" if row.over_budget else "")
+        name = f"vgpu-bridge-{row.part}"
+        lines.append(
+            f"{name:<22} {row.arch:<6} {row.size / 1e6:>5.0f} {budget:>6}  {row.dominated_by()}"
+        )
+    return "\n".join(lines)
