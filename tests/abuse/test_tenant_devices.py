@@ -52,14 +52,16 @@ typedef unsigned long long CUdeviceptr;
 CUresult cuInit(unsigned int); CUresult cuDeviceGet(CUdevice *, int);
 CUresult cuCtxCreate_v2(CUcontext *, unsigned int, CUdevice);
 CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
-/* each argument ORDINAL:MIB allocates (and keeps) MIB on CUDA ordinal ORDINAL; prints the code */
+/* each argument ORDINAL:MIB allocates (and keeps) MIB on CUDA ordinal ORDINAL; prints the code
+ * (the context's, when there is none on that device) */
 int main(int argc, char **argv) {
-    CUdevice dev; CUcontext ctx; CUdeviceptr p; int ordinal; long long mib;
+    CUdevice dev; CUcontext ctx; CUdeviceptr p; int ordinal; long long mib; CUresult r;
     if (cuInit(0)) return 90;
     for (int i = 1; i < argc; i++) {
         if (sscanf(argv[i], "%d:%lld", &ordinal, &mib) != 2) return 91;
-        if (cuDeviceGet(&dev, ordinal) || cuCtxCreate_v2(&ctx, 0, dev)) return 92;
-        printf("%d\n", (int)cuMemAlloc_v2(&p, (size_t)mib << 20));
+        if (cuDeviceGet(&dev, ordinal)) return 92;
+        r = cuCtxCreate_v2(&ctx, 0, dev);
+        printf("%d\n", (int)(r ? r : cuMemAlloc_v2(&p, (size_t)mib << 20)));
     }
     return 0;
 }

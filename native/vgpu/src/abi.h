@@ -36,6 +36,8 @@ typedef struct CUarray_st *CUarray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUlaunchAttribute_st CUlaunchAttribute; /* only passed through by pointer */
+typedef struct CUexecAffinityParam_st CUexecAffinityParam; /* likewise */
+typedef struct CUctxCreateParams_st CUctxCreateParams;     /* likewise */
 typedef struct { char bytes[16]; } CUuuid;
 
 typedef enum {

@@ -54,8 +54,8 @@ static int file_slot_of(CUdevice dev)
 	v = vgpu_file_slot(&vgpu_cfg, uuid) + 2;
 	if (__atomic_compare_exchange_n(&slot_plus2[dev], &expected, v, false, __ATOMIC_ACQ_REL,
 					__ATOMIC_ACQUIRE) && v == 1)
-		LOG_ERR("CUDA device %d (%s) is not in %s: no memory and no launches on it (fail "
-			"closed)", (int)dev, uuid, VGPU_LIMITS_FILE);
+		LOG_ERR("CUDA device %d (%s) is not in %s: no context, memory or launches on it "
+			"(fail closed)", (int)dev, uuid, VGPU_LIMITS_FILE);
 	return v - 2;
 }
 

@@ -11,8 +11,8 @@
  *     CUDA_DEVICE_MEMORY_SHARED_CACHE=<path>     the claim's region (the environment's is ignored)
  * one KEY=VALUE per line, at most 16 devices and 4096 bytes; blank lines allowed. When the file
  * is there it decides: each device the process sees is looked up by cuDeviceGetUuid (NVML
- * devices by nvmlDeviceGetUUID); a device the file does not name gets no memory and no
- * launches (vgpu_dev_denied), never an unlimited share. The environment's
+ * devices by nvmlDeviceGetUUID); a device the file does not name gets no context, no memory
+ * and no launches (vgpu_dev_denied), never an unlimited share. The environment's
  * CUDA_DEVICE_MEMORY_LIMIT[_<i>] and CUDA_DEVICE_SM_LIMIT[_<i>] do not apply (they name devices by
  * ordinal; the node agent's CDI spec still sets them for HAMi-style tools that read them); the
  * container's own share (VGPU_CONTAINER_*) may only lower a device's limit, and the environment

@@ -482,6 +482,44 @@ static void virtual_info(uint64_t limit, uint64_t used, unsigned long long *tota
 	*total = t;
 }
 
+/* Contexts: none on a device the limits file does not name, so its driver context memory (the
+ * card's, outside any share) is never taken. A malformed file is refused at the allocation, as
+ * before; the driver reports its own errors otherwise. */
+static bool ctx_denied(CUdevice dev)
+{
+	vgpu_init();
+	return !vgpu_cfg.failed && vgpu_dev_denied(dev);
+}
+
+CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	return ctx_denied(dev) ? CUDA_ERROR_INVALID_DEVICE : real_cuCtxCreate(pctx, flags, dev);
+}
+
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	return ctx_denied(dev) ? CUDA_ERROR_INVALID_DEVICE : real_cuCtxCreate_v2(pctx, flags, dev);
+}
+
+CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+			unsigned int flags, CUdevice dev)
+{
+	return ctx_denied(dev) ? CUDA_ERROR_INVALID_DEVICE
+			       : real_cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev);
+}
+
+CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags,
+			CUdevice dev)
+{
+	return ctx_denied(dev) ? CUDA_ERROR_INVALID_DEVICE
+			       : real_cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev);
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	return ctx_denied(dev) ? CUDA_ERROR_INVALID_DEVICE : real_cuDevicePrimaryCtxRetain(pctx, dev);
+}
+
 CUresult cuMemGetInfo_v2(size_t *free_, size_t *total)
 {
 	unsigned long long t, f;

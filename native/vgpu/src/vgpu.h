@@ -31,7 +31,7 @@ struct vgpu_config {
 	/* The limits file's devices (version 2, keyed by GPU UUID). With the file, mem_limit and
 	 * sm_limit above hold only the container's own share (VGPU_CONTAINER_*, by ordinal): a
 	 * device's limit is the file's for its UUID, lowered by those; a device the file does not
-	 * name gets no memory and no launches (vgpu_dev_denied). */
+	 * name gets no context, no memory and no launches (vgpu_dev_denied). */
 	int file_devices;
 	char file_uuid[VGPU_MAX_DEVICES][VGPU_UUID_LEN];
 	uint64_t file_mem[VGPU_MAX_DEVICES];     /* bytes, 0 = no limit */
@@ -135,7 +135,8 @@ unsigned int vgpu_sm_limit(CUdevice dev);
  * the NVML index as the CUDA ordinal. Returns the region device index or -1. */
 int vgpu_nvml_dev_index(nvmlDevice_t device, uint64_t *limit);
 /* With a limits file: true for a CUDA ordinal / NVML device whose UUID the file does not name
- * (or whose UUID cannot be read). Such a device gets no memory and no launches (fail closed);
+ * (or whose UUID cannot be read). Such a device gets no context, no memory and no launches
+ * (fail closed);
  * the first refusal per device is logged with its UUID. Without a file: false. */
 bool vgpu_dev_denied(CUdevice dev);
 bool vgpu_nvml_denied(nvmlDevice_t device);

@@ -67,6 +67,48 @@ static void two_devices(const char *visible)
 	CHECK(setenv("CUDA_VISIBLE_DEVICES", visible, 1) == 0);
 }
 
+CUresult cuCtxCreate(CUcontext *, unsigned int, CUdevice);
+CUresult cuCtxCreate_v2(CUcontext *, unsigned int, CUdevice);
+CUresult cuCtxCreate_v3(CUcontext *, CUexecAffinityParam *, int, unsigned int, CUdevice);
+CUresult cuCtxCreate_v4(CUcontext *, CUctxCreateParams *, unsigned int, CUdevice);
+typedef CUresult (*ctx_create_fn)(CUcontext *, unsigned int, CUdevice);
+typedef CUresult (*ctx_create_v3_fn)(CUcontext *, CUexecAffinityParam *, int, unsigned int,
+				     CUdevice);
+typedef CUresult (*ctx_create_v4_fn)(CUcontext *, CUctxCreateParams *, unsigned int, CUdevice);
+typedef CUresult (*retain_fn)(CUcontext *, CUdevice);
+
+/* Every way to a context on CUDA ordinal `ordinal`: each cuCtxCreate version, the primary
+ * context, and the same through cuGetProcAddress (as the runtime finds them: 3020 is
+ * cuCtxCreate_v2, 11040 _v3, 12050 _v4) and dlsym on the driver. CUDA_SUCCESS when all succeed,
+ * else the first error. */
+static CUresult every_context_on(int ordinal)
+{
+	static const int versions[] = {3020, 11040, 12050};
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	void *pfn = NULL;
+	CUcontext ctx;
+	CUdevice d;
+	CUresult r;
+
+	CHECK(h != NULL && cuInit(0) == CUDA_SUCCESS && cuDeviceGet(&d, ordinal) == CUDA_SUCCESS);
+	if ((r = cuCtxCreate(&ctx, 0, d)) || (r = cuCtxCreate_v2(&ctx, 0, d)) ||
+	    (r = cuCtxCreate_v3(&ctx, NULL, 0, 0, d)) || (r = cuCtxCreate_v4(&ctx, NULL, 0, d)) ||
+	    (r = cuDevicePrimaryCtxRetain(&ctx, d)) ||
+	    (r = ((ctx_create_fn)dlsym(h, "cuCtxCreate_v2"))(&ctx, 0, d)) ||
+	    (r = ((retain_fn)dlsym(h, "cuDevicePrimaryCtxRetain"))(&ctx, d)))
+		return r;
+	for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++) {
+		CHECK(cuGetProcAddress("cuCtxCreate", &pfn, versions[i], 0) == CUDA_SUCCESS);
+		r = versions[i] == 3020    ? ((ctx_create_fn)pfn)(&ctx, 0, d)
+		    : versions[i] == 11040 ? ((ctx_create_v3_fn)pfn)(&ctx, NULL, 0, 0, d)
+					   : ((ctx_create_v4_fn)pfn)(&ctx, NULL, 0, d);
+		if (r)
+			return r;
+	}
+	CHECK(cuGetProcAddress("cuDevicePrimaryCtxRetain", &pfn, 12000, 0) == CUDA_SUCCESS);
+	return ((retain_fn)pfn)(&ctx, d);
+}
+
 static CUresult alloc_on(int ordinal, uint64_t bytes)
 {
 	CUdeviceptr p;
@@ -95,8 +137,9 @@ static void a_reordered_cuda_visible_devices_keeps_each_cards_own_limit(void)
 }
 
 /* Issue #25 item 3: a container with two claims' devices gets one claim's limits file; the
- * other claim's device (U1 here) is not in it: no memory, no launches, no NVML view, a log line
- * naming its UUID. The named device works as before. */
+ * other claim's device (U1 here) is not in it: no context (so none of the driver's context
+ * memory), no memory, no launches, no NVML view, a log line naming its UUID. The named device
+ * works as before. */
 static void the_unnamed_device_gets_nothing(void)
 {
 	const char *err = err_file("unnamed");
@@ -104,11 +147,17 @@ static void the_unnamed_device_gets_nothing(void)
 	nvmlDevice_t h0, h1;
 	nvmlMemory_t m;
 	size_t bytes = 0;
+	CUdeviceptr p;
 	CUdevice d1;
 
 	CHECK(fd >= 0 && dup2(fd, 2) == 2);
 	two_devices("0,1");
-	CHECK_EQ(alloc_on(1, MiB), CUDA_ERROR_INVALID_DEVICE);
+	CHECK_EQ(every_context_on(1), CUDA_ERROR_INVALID_DEVICE);
+	CHECK_EQ(every_context_on(0), CUDA_SUCCESS);
+	/* A context on it all the same (one libvgpu never saw made: the fake driver's handle of
+	 * ordinal 1 is 2) still gets no memory and no launches. */
+	CHECK(cuCtxSetCurrent((CUcontext)(uintptr_t)2) == CUDA_SUCCESS);
+	CHECK_EQ(cuMemAlloc_v2(&p, MiB), CUDA_ERROR_INVALID_DEVICE);
 	CHECK_EQ(launch_kind("kernel", NULL), CUDA_ERROR_INVALID_DEVICE);
 	CHECK_EQ(launch_kind("graph", NULL), CUDA_ERROR_INVALID_DEVICE);
 	CHECK_EQ(free_mem(), (size_t)-1);
@@ -124,7 +173,7 @@ static void the_unnamed_device_gets_nothing(void)
 	CHECK(file_has(err, U1) && file_has(err, "is not in " VGPU_LIMITS_FILE));
 }
 
-static void a_device_the_limits_file_does_not_name_gets_no_memory_and_no_launches(void)
+static void a_device_the_limits_file_does_not_name_gets_no_context_memory_or_launches(void)
 {
 	in_a_container(FILE_1GI, the_unnamed_device_gets_nothing);
 }
@@ -137,7 +186,7 @@ static void the_runtimes_devices(void)
 {
 	CHECK(setenv("NVIDIA_VISIBLE_DEVICES", E2E_A "," E2E_B, 1) == 0);
 	CHECK(unsetenv("CUDA_VISIBLE_DEVICES") == 0 && unsetenv("FAKE_CUDA_DEVICES") == 0);
-	CHECK_EQ(alloc_on(0, MiB), CUDA_ERROR_INVALID_DEVICE);
+	CHECK_EQ(every_context_on(0), CUDA_ERROR_INVALID_DEVICE);
 	CHECK_EQ(alloc_on(1, 2 * GiB), CUDA_ERROR_OUT_OF_MEMORY);
 	CHECK_EQ(alloc_on(1, 768 * MiB), CUDA_SUCCESS);
 }
@@ -233,7 +282,7 @@ int main(int argc, char **argv)
 		CASE(the_environment_cannot_raise_a_limit_of_the_file),
 		CASE(the_environments_limits_by_ordinal_do_not_apply_under_the_file),
 		CASE(a_reordered_cuda_visible_devices_keeps_each_cards_own_limit),
-		CASE(a_device_the_limits_file_does_not_name_gets_no_memory_and_no_launches),
+		CASE(a_device_the_limits_file_does_not_name_gets_no_context_memory_or_launches),
 		CASE(the_fake_driver_plays_the_gpus_nvidia_visible_devices_names),
 		CASE(a_container_sharing_a_claim_keeps_its_own_lower_share),
 		CASE(a_malformed_file_fails_closed),

@@ -257,6 +257,25 @@ EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev
 	return r ? r : cuCtxSetCurrent(*pctx);
 }
 
+/* The other versions the real driver exports: the same context (affinity and create params are
+ * not modelled). */
+EXPORT CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	return cuCtxCreate_v2(pctx, flags, dev);
+}
+
+EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params, int nparams,
+			       unsigned int flags, CUdevice dev)
+{
+	return cuCtxCreate_v2(pctx, flags, dev);
+}
+
+EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags,
+			       CUdevice dev)
+{
+	return cuCtxCreate_v2(pctx, flags, dev);
+}
+
 EXPORT CUresult cuCtxGetDevice(CUdevice *device)
 {
 	CHECK_CTX();
@@ -761,6 +780,10 @@ static const struct proc procs[] = {
 	{"cuDeviceGetUuid", 9020, 0, (void *)cuDeviceGetUuid, NULL},
 	{"cuDeviceTotalMem", 3020, 0, (void *)cuDeviceTotalMem_v2, NULL},
 	{"cuDevicePrimaryCtxRetain", 7000, 0, (void *)cuDevicePrimaryCtxRetain, NULL},
+	{"cuCtxCreate", 2000, 0, (void *)cuCtxCreate, NULL},
+	{"cuCtxCreate", 3020, 0, (void *)cuCtxCreate_v2, NULL},
+	{"cuCtxCreate", 11040, 0, (void *)cuCtxCreate_v3, NULL},
+	{"cuCtxCreate", 12050, 0, (void *)cuCtxCreate_v4, NULL},
 	{"cuCtxSetCurrent", 4000, 0, (void *)cuCtxSetCurrent, NULL},
 	{"cuCtxGetDevice", 2000, 0, (void *)cuCtxGetDevice, NULL},
 	{"cuCtxSynchronize", 2000, 0, (void *)cuCtxSynchronize, NULL},
