@@ -73,7 +73,7 @@ def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, S
         ),
         prevalidator=Prevalidator(),
     )
-    sweeper = Sweeper(api, grace_s=settings.sweep_grace_seconds)
+    sweeper = Sweeper(api, grace_s=settings.sweep_grace_seconds, extra=settings.extra_workloads())
     admitter.metrics.templates_left_behind.set_function(lambda: sweeper.left_behind)
     return admitter, inventory, sweeper
 

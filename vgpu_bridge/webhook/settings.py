@@ -17,6 +17,12 @@ from vgpu_bridge.flag_settings import (
 )
 from vgpu_bridge.kube import dns_label_problem, dns_subdomain_problem
 from vgpu_bridge.webhook.connections import Limits
+from vgpu_bridge.webhook.extra_workloads import (
+    DEFAULT_EXTRA_WORKLOAD_RESOURCES,
+    ExtraResource,
+    extra_resources_problem,
+    parse_extra_resources,
+)
 
 
 def _hami_name(field: str) -> Any:  # Any: what a dataclass field declaration takes
@@ -94,6 +100,13 @@ class Settings(FlagSettings):
     )
     sweep_grace_seconds: int = setting(600, ge=0, description="unreferenced template age")
     sweep_interval_seconds: int = setting(120, ge=1, description="how often to sweep")
+    extra_workload_resources: str = setting(
+        DEFAULT_EXTRA_WORKLOAD_RESOURCES,
+        description="comma list of custom workload resources, <resource>.<group>/<version>, "
+        "whose objects may name templates: the sweeper keeps what they name (not installed: "
+        "skipped; not allowed to list: that namespace's templates all kept); empty: none",
+        check=extra_resources_problem,
+    )
     max_body_bytes: int = setting(3 * 2**20, ge=1024, description="largest request body")
     max_connections: int = setting(
         1000,
@@ -188,6 +201,9 @@ class Settings(FlagSettings):
 
     def kai_names(self) -> tuple[str, ...]:
         return comma_list(self.kai_scheduler_names)
+
+    def extra_workloads(self) -> tuple[ExtraResource, ...]:
+        return parse_extra_resources(self.extra_workload_resources)
 
     def excluded(self) -> frozenset[str]:
         return frozenset({*comma_list(self.excluded_namespaces), self.namespace})

@@ -27,7 +27,11 @@ from typing import Any
 from vgpu_bridge.core.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from vgpu_bridge.core.workloads import WORKLOAD_KINDS, pod_templates
 from vgpu_bridge.kube import Json, KubeApi, KubeError, api_path
+from vgpu_bridge.logs import get_logger
+from vgpu_bridge.webhook.extra_workloads import ExtraResource, TooLarge, template_names_anywhere
 from vgpu_bridge.webhook.watching import follow
+
+log = get_logger("vgpu_bridge.webhook")
 
 LAST_ADMITTED = "vgpu-bridge.io/last-admitted"
 RESOURCE_API = "/apis/resource.k8s.io/v1"
@@ -282,10 +286,19 @@ class TemplateStore:
 class Sweeper:
     """Deletes our templates that nothing references any more, after a grace period."""
 
-    def __init__(self, api: KubeApi, *, grace_s: float, clock: Clock = time.time) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        grace_s: float,
+        clock: Clock = time.time,
+        extra: Iterable[ExtraResource] = (),
+    ) -> None:
         self._api = api
         self._grace_s = grace_s
         self._clock = clock
+        self._extra = tuple(extra)  # custom workload kinds that may name templates too
+        self._forbidden_logged: set[ExtraResource] = set()
         self.left_behind = 0  # templates past the grace the last pass did not settle (metrics)
 
     def sweep_once(self) -> list[str]:
@@ -299,7 +312,8 @@ class Sweeper:
         for namespace in sorted({t["metadata"]["namespace"] for t in old}):
             in_use = self.referenced(namespace)
             for template in (t for t in old if t["metadata"]["namespace"] == namespace):
-                if template["metadata"]["name"] not in in_use and self._delete(template):
+                unused = in_use is not None and template["metadata"]["name"] not in in_use
+                if unused and self._delete(template):
                     deleted.append(f"{namespace}/{template['metadata']['name']}")
                 self.left_behind -= 1
         return deleted
@@ -315,13 +329,29 @@ class Sweeper:
             raise
         return True
 
-    def referenced(self, namespace: str) -> set[str]:
-        """Names of the templates that pods and workloads of `namespace` point at."""
+    def referenced(self, namespace: str) -> set[str] | None:
+        """Names of the templates that pods and workloads of `namespace` point at; None when
+        some custom workloads could not be read (every template of `namespace` is then kept)."""
         names: set[str] = set()
         for kind in REFERRERS:
             path = api_path(kind.api_prefix, "namespaces", namespace, kind.resource)
             for obj in self._list_or_none(path):
                 names |= _template_names({**obj, "apiVersion": kind.api_version, "kind": kind.kind})
+        for extra in self._extra:
+            try:
+                names |= template_names_anywhere(self._list_or_none(extra.list_path(namespace)))
+            except KubeError as exc:
+                if exc.status != 403:
+                    raise
+                if extra not in self._forbidden_logged:  # once: RBAC will not change by itself
+                    self._forbidden_logged.add(extra)
+                    log.warning("extra workloads not allowed; their namespaces' templates kept",
+                                resource=str(extra), namespace=namespace)  # fmt: skip
+                return None
+            except TooLarge as exc:
+                log.warning("a workload too large to read; the namespace's templates kept",
+                            resource=str(extra), namespace=namespace, reason=str(exc))  # fmt: skip
+                return None
         return names
 
     def _list_or_none(self, path: str) -> list[Json]:
