@@ -203,10 +203,14 @@ def test_self_managed_certificate_survives_upgrade_and_goes_with_uninstall(
         with reachable(kube, OWN_RELEASE, webhook.port):
             wait_for(lambda: answered(kube, team, "translated"), timeout_s=30,
                      what="a GPU pod translated")  # fmt: skip
-        upgrade = {"webhook": {"settings": {"sweepGraceSeconds": 900}}}
+        # the upgrade also adds a webhook entry (workloads): it must be trusted at once, not
+        # after the webhook's next pass (the chart carries the live caBundle into it)
+        upgrade = {"webhook": {"workloads": True, "settings": {"sweepGraceSeconds": 900}}}
         before = kube.get(OWN_SECRET)["data"]
+        entries = len(kube.get(CONFIG)["webhooks"])
         helm_on(helm, kubeconfig, "upgrade", RELEASE, chart, "-n", NAMESPACE, values=upgrade)
-        assert ca_bundles_only(kube) == {ca}, webhook.log()  # the upgrade left the caBundle
+        assert len(kube.get(CONFIG)["webhooks"]) > entries
+        assert ca_bundles_only(kube) == {ca}, webhook.log()  # every entry, the new one too
         assert kube.get(OWN_SECRET)["data"] == before
         with reachable(kube, OWN_RELEASE, webhook.port):
             assert gpu_pod_answer(kube, team) == "translated"
