@@ -127,12 +127,14 @@ chart: venv helm-bin
 # registry, in the kind tier's private dockerd (started and stopped again unless it runs):
 # checked, saved as dist/images/vgpu-bridge-<part>-<version>-<arch>.tar (`docker load -i`), and
 # a table of their sizes against the budgets (images/README.md). ARCH=amd64 builds one. Root.
+# Before an arm64 image, libvgpu's suite runs cross-built under qemu-user (native/vgpu arm64-test).
 images: venv
+	$(if $(filter amd64,$(ARCH)),,$(MAKE) -C native/vgpu arm64-test)
 	flock /tmp/vgpu-node-tier.lock $(PY) -m images $(if $(ARCH),--arch $(ARCH))
 
 # The kind tier (e2e/kind): its own dockerd (Debian's docker.io), a kind v0.33 cluster of one
-# control plane and two workers on a node image built here from Debian packages and Go modules
-# (no registry), the chart's images built and loaded, `helm install` with mock GPUs, then
+# control plane and three workers (two with mock GPUs, the second tainted; one CPU-only) on a
+# node image built here from Debian packages and Go modules (no registry), the chart's images built and loaded, `helm install` with mock GPUs, then
 # Volcano (vc-scheduler, vc-controller-manager) on images built from the Volcano tier's module,
 # then every e2e/kind/scenarios*.py (scenarios.py first: it ends by uninstalling the chart, which
 # the others install again); `python -m e2e.kind down` always runs after and puts the host back.

@@ -1,7 +1,8 @@
 """Debian root filesystems as local Docker images (no registry): ``mmdebstrap`` with the host's
-own apt sources, ``docker import``. Three of them: the kind node's (what kind's base image
-installs), a Python one for the chart's images and a gcc one that builds libvgpu.so in the agent
-image. Each tarball is cached under ``<cache>/kind-rootfs/`` by a hash of its package list."""
+own apt sources, ``docker import``. Two of them: the kind node's (what kind's base image
+installs) and a Python one that builds the chart's images (``images/build.py`` makes the gcc
+one that builds libvgpu.so, with the aarch64 cross toolchain). Each tarball is cached under
+``<cache>/kind-rootfs/`` by a hash of its package list."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ ROOTFS_PACKAGES = {
         " libseccomp2 pigz bash ca-certificates curl jq procps socat e2fsprogs"
     ),
     "python": "python3 python3-pip ca-certificates",
-    "gcc": "gcc make libc6-dev",
 }
 
 
