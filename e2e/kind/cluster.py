@@ -41,7 +41,18 @@ CONFIG = KIND_DIR / "kind-config.yaml"
 VALUES = KIND_DIR / "values-kind.yaml"
 CHART = REPO_ROOT / "charts" / "vgpu-bridge"
 RELEASE = NAMESPACE = "vgpu-bridge"
-MOCK_GPU_LABEL = "vgpu-bridge.io/mock-gpus=true"
+# kind-config.yaml labels the GPU workers as the GPU operator does; the chart's default agent
+# affinity (agent.gpuNodeLabels) selects them, so the CPU-only worker gets no agent.
+GPU_NODE_LABEL = "nvidia.com/gpu.present=true"
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+# The chart's namespace, as docs/pod-security.md says to make it: the agent is privileged (host
+# paths, host PID, the kubelet's plugin dirs), so its namespace enforces `privileged`, and warns
+# and audits at `restricted`, which the webhook's pods meet.
+NAMESPACE_LABELS = {
+    "pod-security.kubernetes.io/enforce": "privileged",
+    "pod-security.kubernetes.io/warn": "restricted",
+    "pod-security.kubernetes.io/audit": "restricted",
+}
 IMAGES = DOCKERFILES
 STOCK_IMAGE_ENV = "VGPU_BRIDGE_KIND_NODE_IMAGE"
 Json = dict[str, Any]
@@ -66,9 +77,8 @@ class Kind:
         return cls(config["name"], kubeconfig, ensure_helm(settings).binary, settings)
 
     def image(self, part: str) -> str:
-        values = yaml.safe_load(VALUES.read_text())
-        image = values[f"{part}Image"]
-        return f"{image['repository']}:{image['tag']}"
+        image = yaml.safe_load(VALUES.read_text())["image"]
+        return f"{image[part]['repository']}:{image['tag']}"
 
     @property
     def state_file(self) -> Path:
@@ -237,16 +247,13 @@ def install_volcano(kind: Kind) -> None:
 
 
 def install(kind: Kind, *extra: str) -> None:
-    """Label the workers for the mock-GPU agent, then ``helm upgrade --install --wait``."""
-    api = KubeApi.connect(str(kind.kubeconfig), timeout_s=30)
-    key, value = MOCK_GPU_LABEL.split("=")
-    for node in api.list("/api/v1/nodes")["items"]:
-        if "node-role.kubernetes.io/control-plane" not in node["metadata"].get("labels", {}):
-            name = node["metadata"]["name"]
-            api.merge_patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {key: value}}})
+    """The chart's namespace, Pod Security labels on it, then ``helm upgrade --install --wait``."""
+    namespace = {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": NAMESPACE, "labels": NAMESPACE_LABELS}}  # fmt: skip
+    run([*kind.kubectl, "apply", "-f", "-"], input_text=yaml.safe_dump(namespace))
     run([
         str(kind.helm), "upgrade", "--install", RELEASE, str(CHART),
-        "--namespace", NAMESPACE, "--create-namespace", "--values", str(VALUES),
+        "--namespace", NAMESPACE, "--values", str(VALUES),
         "--kubeconfig", str(kind.kubeconfig), "--wait", "--timeout", "5m", *extra,
     ])  # fmt: skip
 

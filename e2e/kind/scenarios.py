@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e.cluster.settings import REPO_ROOT, Settings
 from e2e.kind import cudaimage, dockerd
-from e2e.kind.cluster import MOCK_GPU_LABEL, NAMESPACE, RELEASE, Kind, install
+from e2e.kind.cluster import GPU_NODE_LABEL, NAMESPACE, RELEASE, Kind, install
 from e2e.realnode.product import parse
 from e2e.waiting import wait_for
 from vgpu_bridge.core import DEFAULT
@@ -54,7 +54,8 @@ def core(kind: Kind) -> client.CoreV1Api:
 
 @pytest.fixture(scope="session")
 def workers(api: KubeApi) -> list[str]:
-    nodes = api.list("/api/v1/nodes", labelSelector=MOCK_GPU_LABEL)["items"]
+    """The GPU workers (mock GPUs); the second is tainted nvidia.com/gpu (kind-config.yaml)."""
+    nodes = api.list("/api/v1/nodes", labelSelector=GPU_NODE_LABEL)["items"]
     return sorted(n["metadata"]["name"] for n in nodes)
 
 
@@ -213,7 +214,7 @@ def test_pods_are_admitted_while_a_webhook_replica_is_replaced(
         assert created["spec"].get("resourceClaims"), created["spec"]
 
 
-def test_agent_runs_on_every_worker_installs_libvgpu_and_registers_with_the_kubelet(
+def test_agent_runs_on_every_gpu_worker_installs_libvgpu_and_registers_with_the_kubelet(
     api: KubeApi, workers: list[str]
 ) -> None:
     pods = agent_pods(api)

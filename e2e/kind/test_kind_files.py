@@ -13,7 +13,7 @@ import yaml
 
 from e2e.chart.rendering import Helm, containers, one
 from e2e.cluster.settings import REPO_ROOT
-from e2e.kind.cluster import CONFIG, IMAGES, MOCK_GPU_LABEL, VALUES
+from e2e.kind.cluster import CONFIG, GPU_NODE_LABEL, GPU_TAINT, IMAGES, VALUES
 
 pytestmark = pytest.mark.e2e
 NODE_IMAGE = re.compile(r"^kindest/node:v1\.(\d+)\.(\d+)(@sha256:[0-9a-f]{64})?$")
@@ -56,7 +56,9 @@ def dockerfile(part: str) -> str:
 @pytest.mark.parametrize("part", ["webhook", "agent"])
 def test_images_run_our_binary_with_the_subcommand_the_chart_passes(helm: Helm, part: str) -> None:
     text = dockerfile(part)
-    assert 'ENTRYPOINT ["vgpu-bridge"]' in text
+    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module = scripts["vgpu-bridge"].removesuffix(":main")  # the module runs main() as __main__
+    assert f'ENTRYPOINT ["python3", "-P", "-m", "{module}"]' in text
     assert f'CMD ["{"node" if part == "agent" else part}"]' in text
     for source in re.findall(r"^COPY (?!--from)(\S+)", text, re.MULTILINE):
         assert (REPO_ROOT / source).exists(), f"{IMAGES[part].name}: COPY {source}: not in the repo"
@@ -78,8 +80,43 @@ def test_kind_values_pass_the_schema_and_name_the_images_up_builds(helm: Helm) -
     assert webhook["image"] == "vgpu-bridge-webhook:kind"
     daemonset = one(objects, "DaemonSet")
     assert {c["image"] for c in containers(daemonset)} == {"vgpu-bridge-agent:kind"}
-    key, value = MOCK_GPU_LABEL.split("=")
-    assert daemonset["spec"]["template"]["spec"]["nodeSelector"] == {key: value}
+    spec = daemonset["spec"]["template"]["spec"]
+    assert "nodeSelector" not in spec  # the chart's default GPU-node affinity places the agent
+    (term,) = [
+        term
+        for term in spec["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
+        if term["matchExpressions"][0]["key"] == GPU_NODE_LABEL.split("=")[0]
+    ]
+    assert term["matchExpressions"][0]["values"] == ["true"]
+
+
+def test_kind_nodes_are_a_mixed_pool_with_a_tainted_gpu_worker_and_a_cpu_worker() -> None:
+    nodes = kind_config()["nodes"]
+    assert isinstance(nodes, list)
+    workers = [n for n in nodes if n["role"] == "worker"]
+    key, value = GPU_NODE_LABEL.split("=")
+    gpu = [n for n in workers if (n.get("labels") or {}).get(key) == value]
+    cpu = [n for n in workers if n not in gpu]
+    assert len(gpu) == 2
+    assert len(cpu) == 1
+    tainted = [
+        yaml.safe_load(p)["nodeRegistration"]["taints"] for p in gpu[1]["kubeadmConfigPatches"]
+    ]
+    assert tainted == [[GPU_TAINT]]
+    assert "kubeadmConfigPatches" not in gpu[0]
+    assert "kubeadmConfigPatches" not in cpu[0]
+
+
+def test_kind_api_server_runs_the_extended_resource_toleration_plugin() -> None:
+    patches = kind_config()["kubeadmConfigPatchesJSON6902"]
+    assert isinstance(patches, list)
+    (patch,) = patches
+    (op,) = yaml.safe_load(patch["patch"])
+    assert op["path"] == "/apiServer/extraArgs/-"
+    assert op["value"]["name"] == "enable-admission-plugins"
+    assert op["value"]["value"].split(",") == ["NodeRestriction", "ExtendedResourceToleration"]
 
 
 def test_scenarios_use_examples_that_exist() -> None:
