@@ -13,6 +13,7 @@ help:
 	@echo "make lint    ruff + mypy strict"
 	@echo "make bench   benchmarks, printed as tables"
 	@echo "make chart   check the chart's README, lint it, package it into dist/"
+	@echo "make kubectl-plugin   the kubectl plugin as a zipapp and krew's archive, in dist/"
 	@echo "make demo    the local cluster, the webhook, a node agent with mock GPUs, examples/ applied, a table (KEEP=1 keeps the cluster)"
 
 # A fresh machine gets a virtual environment with the project and its dev tools.
@@ -121,6 +122,13 @@ helm-bin: venv
 chart: venv helm-bin
 	$(PY) scripts/chart_readme.py --check
 	$(PY) -m e2e.chart package
+
+.PHONY: kubectl-plugin
+# The kubectl plugin as krew installs it (plugins/krew/vgpu-bridge.yaml): dist/kubectl-vgpu_bridge,
+# a zipapp of the modules of ours `kubectl vgpu status` imports (the Python running it needs the
+# bare install's dependencies), and dist/kubectl-vgpu_bridge-v<version>.tar.gz, reproducible.
+kubectl-plugin: venv
+	$(PY) scripts/build_kubectl_plugin.py --out dist
 
 .PHONY: images
 # The chart's two images (images/webhook, images/agent) for linux/amd64 and linux/arm64, with no

@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 
-from vgpu_bridge import __version__
+from vgpu_bridge.version import VersionAction
 
 COMMANDS = {
     "translate": "translate manifests' GPU requests into DRA claim templates",
@@ -70,7 +70,7 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vgpu-bridge", description="HAMi-style GPU sharing on Kubernetes DRA"
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action=VersionAction)
     commands = parser.add_subparsers(dest="command", required=True)
     for name, help_text in COMMANDS.items():
         if chosen is None and missing_extra(name):

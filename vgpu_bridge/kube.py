@@ -12,8 +12,10 @@ from __future__ import annotations
 import functools
 import json
 import re
+import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from urllib.parse import quote, unquote
 
@@ -30,6 +32,8 @@ class KubeError(RuntimeError):
 
     def __init__(self, method: str, path: str, status: int, body: str) -> None:
         super().__init__(f"{method} {path}: HTTP {status}: {body[:300]}")
+        self.method = method
+        self.path = path
         self.status = status
         self.body = body
 
@@ -84,6 +88,70 @@ def check_path(path: str) -> None:
         decoded = unquote(segment)
         if decoded in _NOT_A_NAME or "/" in decoded or "\\" in decoded:
             raise KubePathError(f"{path[:200]!r}: segment {segment[:80]!r} is not a name")
+
+
+def unreachable_reason(error: BaseException) -> str | None:
+    """Why the API server could not be reached, in a few words ("connection refused", "timed
+    out"), when `error` is the transport's own failure (after every retry); None otherwise."""
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(error, ApiException) and error.status == 0:  # the client's TLS failure
+        return f"TLS handshake failed ({_last_line(str(error.reason))})"
+    if not isinstance(error, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
+        return None
+    if isinstance(error, urllib3.exceptions.MaxRetryError) and error.reason is not None:
+        error = error.reason
+    if isinstance(error, urllib3.exceptions.SSLError):
+        return f"TLS handshake failed ({_last_line(str(error))})"
+    cause: BaseException | None = error  # the socket's own reason, when there is one
+    while cause is not None:
+        if isinstance(cause, socket.gaierror):
+            return f"cannot resolve its host name ({cause.strerror})"
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror[:1].lower() + cause.strerror[1:]
+        cause = cause.__cause__ or cause.__context__
+    # after the chain: urllib3's NewConnectionError is a ConnectTimeoutError too
+    if isinstance(error, urllib3.exceptions.TimeoutError | TimeoutError):
+        return "no answer in time (timed out)"
+    if isinstance(error, urllib3.exceptions.ProtocolError):
+        return "the connection was closed without an answer"
+    return _last_line(str(error))
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "no reason given"
+
+
+def context_namespace(
+    kubeconfig: str | None, *, context: str | None = None, environ: Mapping[str, str]
+) -> str:
+    """The namespace kubectl uses without `-n`: the kubeconfig context's `namespace` (`context`,
+    or the current one), else `default`; in a pod without a kubeconfig, the pod's own."""
+    from kubernetes import config
+
+    if not kubeconfig:
+        if environ.get("POD_NAMESPACE"):
+            return environ["POD_NAMESPACE"]
+        try:
+            return Path(IN_CLUSTER_NAMESPACE).read_text().strip() or "default"
+        except OSError:
+            return "default"
+    try:
+        contexts, current = config.list_kube_config_contexts(kubeconfig)
+    except (config.ConfigException, OSError) as error:
+        raise KubeConfigError(f"cannot read kubeconfig {kubeconfig}: {error}") from error
+    chosen = (
+        current
+        if context is None
+        else next((c for c in contexts or () if c.get("name") == context), None)
+    )
+    namespace = ((chosen or {}).get("context") or {}).get("namespace")
+    return namespace if isinstance(namespace, str) and namespace else "default"
+
+
+IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 def _transient(exc: BaseException) -> bool:
@@ -189,6 +257,12 @@ class KubeApi:
     def connected(self) -> None:
         """Makes the connection now if it is not yet made; `KubeConfigError` if it cannot be."""
         self._connection()
+
+    @property
+    def server(self) -> str:
+        """The API server's URL, as the kubeconfig (or in-cluster config) names it."""
+        host: str = self._client.configuration.host
+        return host
 
     @property
     def _client(self) -> ApiClient:

@@ -1,10 +1,11 @@
 """`vgpu-bridge status` and the kubectl plugin `kubectl-vgpu status`: the I/O shell around
 `report.build_report` (reads through `vgpu_bridge.kube`, prints with `render`).
 
-Reads: ResourceSlices (cluster-scoped), ResourceClaims and Pods (in `-n NAMESPACE`, or in all
-namespaces), and, when listing the agents' pods is allowed, each agent's `/metrics` through the
-API server's pod proxy. With `-n` a user needs only namespaced reads: a forbidden slice list or
-agent lookup becomes a note, and the shares are still shown.
+Reads: ResourceSlices (cluster-scoped), ResourceClaims and Pods (in one namespace: `-n`, else
+the kubeconfig context's, else `default`, as kubectl chooses; in every one with `-A`), and, when
+listing the agents' pods is allowed, each agent's `/metrics` through the API server's pod proxy.
+A user needs only namespaced reads: a forbidden slice list or agent lookup becomes a note, and
+the shares are still shown.
 """
 
 from __future__ import annotations
@@ -23,19 +24,23 @@ from vgpu_bridge.kube import (
     KubeApi,
     KubeConfigError,
     KubeError,
+    context_namespace,
     dns_label_problem,
     dns_subdomain_problem,
+    unreachable_reason,
 )
 from vgpu_bridge.status.model import Report
 from vgpu_bridge.status.render import FORMATS, render
 from vgpu_bridge.status.report import build_report
 from vgpu_bridge.status.usage import MetricsError, Usage, merged, parse_agent_metrics
+from vgpu_bridge.version import VersionAction
 
 Json = dict[str, Any]
 RESOURCE = "/apis/resource.k8s.io/v1"
 AGENT_SELECTOR = "app.kubernetes.io/name=vgpu-bridge,app.kubernetes.io/component=agent"
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+PROG = "vgpu-bridge status"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,10 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--kubeconfig", help="kubeconfig file (default $KUBECONFIG, ~/.kube/config)"
     )
     parser.add_argument("--context", help="the kubeconfig context to use (default: its current)")
-    scope = parser.add_mutually_exclusive_group()
-    scope.add_argument("-n", "--namespace", help="only this namespace's claims and pods")
-    scope.add_argument(
-        "-A", "--all-namespaces", action="store_true", help="every namespace (the default)"
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        help="this namespace's claims and pods (default: the context's namespace, else default)",
+    )
+    parser.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="every namespace (wins over -n)"
     )
     parser.add_argument("-o", "--output", default="table", choices=FORMATS)
     parser.add_argument("-w", "--watch", action="store_true", help="print again every --interval")
@@ -65,42 +73,110 @@ def main(
     out: TextIO | None = None,
     *,
     sleep: Callable[[float], None] = time.sleep,
+    prog: str = PROG,
 ) -> int:
-    """Print the status once, or every `--interval` seconds with `--watch` until interrupted."""
+    """Print the status once, or every `--interval` seconds with `--watch` until interrupted.
+    Every failure is one line on stderr, prefixed with `prog` (the name it was run under)."""
     out = out or sys.stdout
     problem = _usage_problem(args)
     if problem is not None:
-        print(f"vgpu-bridge status: {problem}", file=sys.stderr)
+        print(f"{prog}: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    kubeconfig = kubeconfig_path(args.kubeconfig, environ)
+    api: KubeApi | None = None
     try:
-        api = KubeApi.connect(
-            kubeconfig_path(args.kubeconfig, environ),
-            context=args.context,
-            timeout_s=args.request_timeout,
-        )
+        api = KubeApi.connect(kubeconfig, context=args.context, timeout_s=args.request_timeout)
+        namespace = _namespace(args, kubeconfig, environ)
         while True:
-            report = read_report(api, namespace=args.namespace, driver=args.driver_name,
+            report = read_report(api, namespace=namespace, driver=args.driver_name,
                                  agent_selector=args.agent_selector)  # fmt: skip
             _show(report, args, out)
             if not args.watch:
                 return 0
             sleep(args.interval)
-    except (KubeConfigError, KubeError, OSError) as error:
-        print(f"vgpu-bridge status: {error}", file=sys.stderr)
-        return EXIT_FAILED
     except KeyboardInterrupt:
         return 0
     except Exception as error:
-        if not _unreachable(error):
+        line = failure_line(error, kubeconfig=kubeconfig, server=api.server if api else None)
+        if line is None:
             raise
-        print(f"vgpu-bridge status: cannot reach the API server: {error}", file=sys.stderr)
+        print(f"{prog}: {line}", file=sys.stderr)
         return EXIT_FAILED
 
 
-def _unreachable(error: Exception) -> bool:
-    """The client's transport (urllib3, which only `vgpu_bridge.kube` may import) raises its
-    own errors when the server cannot be reached, after `kube`'s retries."""
-    return type(error).__module__.startswith("urllib3.")
+def _namespace(
+    args: argparse.Namespace, kubeconfig: str | None, environ: Mapping[str, str]
+) -> str | None:
+    """kubectl's choice: every namespace with `-A` (over `-n`), else `-n`, else the context's
+    namespace, else `default`."""
+    if args.all_namespaces:
+        return None
+    if args.namespace is not None:
+        namespace: str = args.namespace
+        return namespace
+    namespace = context_namespace(kubeconfig, context=args.context, environ=environ)
+    if problem := dns_label_problem(namespace):
+        raise KubeConfigError(f"the kubeconfig context's namespace {problem}")
+    return namespace
+
+
+def failure_line(error: Exception, *, kubeconfig: str | None, server: str | None) -> str | None:
+    """What to tell the user about `error`, in one line that says what to do; None for an
+    error that is no failure to reach or read the API (a bug: its traceback is wanted).
+    `server` is None until a connection is configured."""
+    if isinstance(error, KubeConfigError):
+        if kubeconfig is None and server is None:
+            why = str(error.__cause__ or error).rstrip(".")
+            return (
+                "no kubeconfig (no --kubeconfig, $KUBECONFIG unset, no ~/.kube/config) and not"
+                f" in a cluster ({why}): point at one with --kubeconfig FILE or"
+                " KUBECONFIG=FILE"
+            )
+        return str(error)
+    if isinstance(error, KubeError):
+        return _refused(error, server)
+    reason = unreachable_reason(error)
+    if reason is not None:
+        where = f" at {server}" if server else ""
+        return f"cannot reach the API server{where}: {reason}"
+    if isinstance(error, OSError):
+        return str(error)
+    return None
+
+
+def _refused(error: KubeError, server: str | None) -> str:
+    if error.status == 403:
+        verb, resource, namespace = rbac_request(error.method, error.path)
+        where = f"in namespace {namespace}" if namespace else "in every namespace"
+        scope = f" -n {namespace}" if namespace else " -A"
+        narrower = "" if namespace else ", or look at one namespace with -n NAMESPACE"
+        return (
+            f"forbidden (HTTP 403): this user may not {verb} {resource} {where}; ask for it (the"
+            " chart's <release>-status-viewer Role and ClusterRole hold what this view reads)"
+            f"{narrower}; check with: kubectl auth can-i {verb} {resource}{scope}"
+        )
+    if error.status == 401:
+        at = f" at {server}" if server else ""
+        return (
+            f"unauthorized (HTTP 401): the API server{at} refused these credentials; log in"
+            " again, or choose another --context"
+        )
+    return str(error).splitlines()[0]
+
+
+def rbac_request(method: str, path: str) -> tuple[str, str, str | None]:
+    """The RBAC verb, resource (`resource[.group][/subresource]`, as `kubectl auth can-i` takes
+    it) and namespace a request of ours needs."""
+    parts = path.strip("/").split("/")
+    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+    namespace = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    resource = rest[0] + (f".{group}" if group else "")
+    if len(rest) >= 3:
+        resource += f"/{rest[2]}"
+    verbs = {"GET": "get" if len(rest) > 1 else "list", "WATCH": "watch", "POST": "create"}
+    return verbs.get(method, method.lower()), resource, namespace
 
 
 def _usage_problem(args: argparse.Namespace) -> str | None:
@@ -182,7 +258,7 @@ def agent_usage(api: KubeApi, selector: str, notes: list[str]) -> Usage | None:
         try:
             usages.append(parse_agent_metrics(node, api.get_text(path)))
         except Exception as error:  # one agent's failure is a note, never the whole view's
-            if not isinstance(error, KubeError | MetricsError) and not _unreachable(error):
+            if not isinstance(error, KubeError | MetricsError) and not unreachable_reason(error):
                 raise
             notes.append(f"the agent on {node}: metrics not read ({str(error)[:160]})")
     return merged(usages)
@@ -205,9 +281,19 @@ def metrics_path(pod: Json) -> str | None:
 
 def kubectl_main(argv: Sequence[str] | None = None) -> int:
     """`kubectl-vgpu`: kubectl runs it for `kubectl vgpu …` (a plugin found on PATH)."""
-    parser = argparse.ArgumentParser(prog="kubectl vgpu", description="GPU shares of vgpu-bridge")
+    prog = plugin_prog(sys.argv[0])
+    parser = argparse.ArgumentParser(prog=prog, description="GPU shares of vgpu-bridge")
+    parser.add_argument("--version", action=VersionAction)
     commands = parser.add_subparsers(dest="command", required=True)
     add_arguments(commands.add_parser("status", help="which pods share which card, and how"))
     args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
-    code: int = args.run(args, os.environ)
-    return code
+    return main(args, os.environ, prog=prog)
+
+
+def plugin_prog(executable: str) -> str:
+    """How the user ran the plugin: kubectl runs `kubectl-NAME` for `kubectl NAME`, with `_` in
+    the file name for `-` in the command (`kubectl-vgpu_bridge`: `kubectl vgpu-bridge`, krew's)."""
+    name = Path(executable).name
+    if name.startswith("kubectl-") and len(name) > len("kubectl-"):
+        return "kubectl " + name.removeprefix("kubectl-").replace("_", "-")
+    return "kubectl vgpu"

@@ -43,17 +43,33 @@ class ServedApi:
     def list_of(self, path: str, items: Sequence[object], **query: str) -> None:
         self._set(path, {"kind": "List", "items": list(items)}, 200, query)
 
-    def kubeconfig(self, directory: Path, *, context: str = "served") -> Path:
-        """A kubeconfig whose context `context` points here, and whose current one points at a
-        port nothing listens on."""
-        clusters = [{"name": "served", "cluster": {"server": f"http://127.0.0.1:{self.port}"}},
-                    {"name": "nowhere", "cluster": {"server": "http://127.0.0.1:9"}}]  # fmt: skip
+    def kubeconfig(
+        self,
+        directory: Path,
+        *,
+        context: str = "served",
+        namespace: str | None = None,
+        current: str = "other",
+        nowhere: int = 9,
+    ) -> Path:
+        """A kubeconfig whose context `context` points here (in `namespace`, if given), and
+        whose context `other` (the current one unless `current` says) at port `nowhere`, where
+        nothing listens."""
+        clusters = [
+            {"name": "served", "cluster": {"server": f"http://127.0.0.1:{self.port}"}},
+            {"name": "nowhere", "cluster": {"server": f"http://127.0.0.1:{nowhere}"}},
+        ]
+        served = {
+            "cluster": "served",
+            "user": "u",
+            **({"namespace": namespace} if namespace else {}),
+        }
         config = {
             "apiVersion": "v1", "kind": "Config", "clusters": clusters,
             "users": [{"name": "u", "user": {"token": "t"}}],
-            "contexts": [{"name": context, "context": {"cluster": "served", "user": "u"}},
+            "contexts": [{"name": context, "context": served},
                          {"name": "other", "context": {"cluster": "nowhere", "user": "u"}}],
-            "current-context": "other",
+            "current-context": current,
         }  # fmt: skip
         path = directory / "kubeconfig"
         path.write_text(json.dumps(config))

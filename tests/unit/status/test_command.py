@@ -1,12 +1,16 @@
 """`vgpu-bridge status` / `kubectl-vgpu status` over the real client against a loopback API
 server holding the recorded objects: what it reads (and what it does not, with `-n`), the
-agents' metrics through the pod proxy, `--context`, `--watch`, and clear failures."""
+namespace kubectl would choose, the agents' metrics through the pod proxy, `--context`,
+`--watch`, `--version`, and failures as one line that says what to do, under the name it was
+run as."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import io
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +20,7 @@ import pytest
 from tests.unit.status.recorded import NAMESPACE, NODE, MiB, agent_metrics, in_namespace, recorded
 from tests.unit.status.served_api import ServedApi, served_api
 from tests.unit.status.test_usage import in_use
-from vgpu_bridge import cli
+from vgpu_bridge import __version__, cli
 from vgpu_bridge.status import command
 
 RESOURCE = "/apis/resource.k8s.io/v1"
@@ -121,7 +125,7 @@ def test_an_agent_whose_metrics_cannot_be_read_is_a_note_and_its_cards_show_no_u
     api: ServedApi, tmp_path: Path
 ) -> None:
     api.serve(PROXY, {"kind": "Status", "code": 404}, status=404)
-    found = document(api, tmp_path)
+    found = document(api, tmp_path, "-A")
     assert [card["usedMemory"] for card in found["cards"]] == [None, None]
     (note,) = found["notes"]
     assert note.startswith(f"the agent on {NODE}: metrics not read (GET {PROXY}: HTTP 404")
@@ -131,7 +135,7 @@ def test_an_agent_that_cannot_be_reached_is_a_note_and_the_rest_is_shown(
     api: ServedApi, tmp_path: Path
 ) -> None:
     api.drop(PROXY)
-    found = document(api, tmp_path)
+    found = document(api, tmp_path, "-A")
     assert set(shares(found)) == {"infer-a", "infer-b", "neighbour", "train"}
     (note,) = found["notes"]
     assert note.startswith(f"the agent on {NODE}: metrics not read (")
@@ -141,7 +145,7 @@ def test_an_agent_without_cuda_processes_reports_nothing_used(
     api: ServedApi, tmp_path: Path
 ) -> None:
     api.serve(PROXY, agent_metrics())
-    assert [card["usedMemory"] for card in document(api, tmp_path)["cards"]] == [0, 0]
+    assert [card["usedMemory"] for card in document(api, tmp_path, "-A")["cards"]] == [0, 0]
 
 
 def test_the_current_context_is_used_without_context(api: ServedApi, tmp_path: Path) -> None:
@@ -149,27 +153,169 @@ def test_the_current_context_is_used_without_context(api: ServedApi, tmp_path: P
     code, _ = run(api, tmp_path, "--context", "other")  # the last --context wins: nowhere
     assert code == command.EXIT_FAILED
     assert api.asked == []
-    args = ["status", "--kubeconfig", str(kubeconfig), "--context", "served", "-o", "yaml"]
+    args = ["status", "--kubeconfig", str(kubeconfig), "--context", "served", "-A", "-o", "yaml"]
     assert cli.main(args) == 0
     assert api.asked
 
 
-def test_an_unreachable_server_is_one_clear_line(
+def closed_port() -> int:
+    """A loopback port nothing listens on: bound, then closed (nothing else binds it between)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def test_an_unreachable_server_is_one_line_naming_it_and_why(
     api: ServedApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out = run(api, tmp_path, "--context", "other")
-    assert (code, out) == (command.EXIT_FAILED, "")
-    (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith("vgpu-bridge status: cannot reach the API server: ")
+    port = closed_port()
+    kubeconfig = api.kubeconfig(tmp_path, nowhere=port)
+    argv = ["status", "--kubeconfig", str(kubeconfig), "-A"]
+    assert cli.main(argv) == command.EXIT_FAILED
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"vgpu-bridge status: cannot reach the API server at http://127.0.0.1:{port}:"
+        " connection refused\n"
+    )
+    assert command.kubectl_main(argv) == command.EXIT_FAILED
+    assert capsys.readouterr().err == (
+        f"kubectl vgpu: cannot reach the API server at http://127.0.0.1:{port}:"
+        " connection refused\n"
+    )
 
 
-def test_a_forbidden_claim_list_fails_naming_the_request(
+def test_a_forbidden_list_names_the_verb_resource_and_namespace_missing(
     api: ServedApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     api.forbid(f"{RESOURCE}/resourceclaims")
     assert run(api, tmp_path, "-A") == (command.EXIT_FAILED, "")
-    err = capsys.readouterr().err
-    assert err.startswith(f"vgpu-bridge status: GET {RESOURCE}/resourceclaims: HTTP 403")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        "vgpu-bridge status: forbidden (HTTP 403): this user may not list"
+        " resourceclaims.resource.k8s.io in every namespace; ask for it"
+    )
+    assert line.endswith(
+        "or look at one namespace with -n NAMESPACE; check with:"
+        " kubectl auth can-i list resourceclaims.resource.k8s.io -A"
+    )
+    api.forbid(f"/api/v1/namespaces/{NAMESPACE}/pods")
+    assert run(api, tmp_path, "-n", NAMESPACE) == (command.EXIT_FAILED, "")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"may not list pods in namespace {NAMESPACE};" in line
+    assert line.endswith(f"check with: kubectl auth can-i list pods -n {NAMESPACE}")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "wanted"),
+    [
+        ("GET", "/api/v1/pods", ("list", "pods", None)),
+        ("GET", "/api/v1/namespaces/a/pods/p", ("get", "pods", "a")),
+        ("GET", "/api/v1/namespaces/a/pods/p:9400/proxy/metrics", ("get", "pods/proxy", "a")),
+        ("GET", f"{RESOURCE}/resourceslices", ("list", "resourceslices.resource.k8s.io", None)),
+        ("WATCH", f"{RESOURCE}/namespaces/b/resourceclaims", ("watch",
+         "resourceclaims.resource.k8s.io", "b")),
+    ],
+)  # fmt: skip
+def test_a_request_is_named_as_rbac_names_it(
+    method: str, path: str, wanted: tuple[str, str, str | None]
+) -> None:
+    assert command.rbac_request(method, path) == wanted
+
+
+def test_without_a_kubeconfig_outside_a_cluster_it_says_both_were_tried(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config there
+    assert command.kubectl_main(["status"]) == command.EXIT_FAILED
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        "kubectl vgpu: no kubeconfig (no --kubeconfig, $KUBECONFIG unset, no ~/.kube/config)"
+        " and not in a cluster ("
+    )
+    assert line.endswith("): point at one with --kubeconfig FILE or KUBECONFIG=FILE")
+
+
+def test_without_n_or_a_the_contexts_namespace_is_read_as_kubectl_reads_it(
+    api: ServedApi, tmp_path: Path
+) -> None:
+    kubeconfig = api.kubeconfig(tmp_path, namespace=NAMESPACE, current="served")
+    assert command.kubectl_main(["status", "--kubeconfig", str(kubeconfig), "-o", "json"]) == 0
+    assert [path for path, _ in api.asked[:2]] == [
+        f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaims",
+        f"/api/v1/namespaces/{NAMESPACE}/pods",
+    ]
+    api.asked.clear()  # through $KUBECONFIG, naming the context: the same
+    args = ["status", "--context", "served", "-o", "json"]
+    monkeypatch_env = {"KUBECONFIG": str(kubeconfig)}
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    assert command.main(parser.parse_args(args[1:]), monkeypatch_env, io.StringIO()) == 0
+    assert api.asked[0][0] == f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaims"
+
+
+def test_a_context_without_a_namespace_means_default_and_a_wins_over_n(
+    api: ServedApi, tmp_path: Path
+) -> None:
+    api.list_of(f"{RESOURCE}/namespaces/default/resourceclaims", [])
+    api.list_of("/api/v1/namespaces/default/pods", [])
+    code, _ = run(api, tmp_path, "-o", "json")  # context `served`: no namespace in it
+    assert code == 0
+    assert api.asked[0][0] == f"{RESOURCE}/namespaces/default/resourceclaims"
+    api.asked.clear()
+    code, _ = run(api, tmp_path, "-n", NAMESPACE, "-A", "-o", "json")
+    assert code == 0
+    assert api.asked[0][0] == f"{RESOURCE}/resourceclaims"
+
+
+def test_a_pod_without_a_kubeconfig_uses_its_own_namespace() -> None:
+    from vgpu_bridge.kube import KubeConfigError, context_namespace
+
+    assert context_namespace(None, environ={"POD_NAMESPACE": "team-b"}) == "team-b"
+    error = KubeConfigError("the kubeconfig context's namespace must be a DNS label")
+    connected = command.failure_line(error, kubeconfig=None, server="https://10.0.0.1:443")
+    assert connected == str(error)  # in a pod, connected: not "no kubeconfig"
+
+
+def test_a_contexts_namespace_that_is_no_name_is_refused_naming_it(
+    api: ServedApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = api.kubeconfig(tmp_path, namespace="Team_A", current="served")
+    assert command.kubectl_main(["status", "--kubeconfig", str(kubeconfig)]) == 1
+    assert capsys.readouterr().err.startswith(
+        "kubectl vgpu: the kubeconfig context's namespace must be a DNS label"
+    )
+    assert api.asked == []
+
+
+@pytest.mark.parametrize(
+    ("main", "shown"),
+    [(command.kubectl_main, "kubectl vgpu"), (cli.main, "vgpu-bridge")],
+)
+def test_version_prints_the_installed_packages_version(
+    main: Any, shown: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    version = importlib.metadata.version("vgpu-bridge")
+    assert capsys.readouterr().out == f"{shown} {version}\n"
+    assert version == __version__  # the source tree's, for a run without metadata (a zipapp)
+
+
+def test_messages_carry_the_name_the_plugin_was_run_as(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert command.plugin_prog("/home/u/.local/bin/kubectl-vgpu") == "kubectl vgpu"
+    assert command.plugin_prog("/home/u/.krew/bin/kubectl-vgpu_bridge") == "kubectl vgpu-bridge"
+    monkeypatch.setattr("sys.argv", ["/home/u/.krew/bin/kubectl-vgpu_bridge"])
+    assert command.kubectl_main(["status", "-n", "Not_A_Namespace"]) == command.EXIT_USAGE
+    assert capsys.readouterr().err.startswith(
+        "kubectl vgpu-bridge: --namespace: must be a DNS label"
+    )
 
 
 @pytest.mark.parametrize(
@@ -200,7 +346,7 @@ def test_watch_prints_a_stamped_view_each_interval_until_interrupted(
     command.add_arguments(parser)
     kubeconfig = api.kubeconfig(tmp_path)
     args = parser.parse_args(["--kubeconfig", str(kubeconfig), "--context", "served", "--watch",
-                              "--interval", "7"])  # fmt: skip
+                              "--interval", "7", "-A"])  # fmt: skip
     slept: list[float] = []
 
     def sleep(seconds: float) -> None:
