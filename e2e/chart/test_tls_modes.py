@@ -8,20 +8,19 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from e2e.chart.cert_manager_crds import cert_manager_crds
+from e2e.chart.cert_manager_crds import API as CERT_MANAGER_API
+from e2e.chart.cert_manager_crds import CERT_MANAGER as CERT_MANAGER_CRDS
 from e2e.chart.rendering import CHART, KUBE_VERSION, Helm, Json, of_kind, one
 from e2e.chart.test_on_cluster import EVERYTHING_ON
 from e2e.cluster import KubeClient, Settings
 from e2e.cluster.client import ApiError
-from e2e.waiting import wait_for
+from e2e.upstream_crds import installed, kept, strict_dry_run
 
 pytestmark = pytest.mark.e2e
 
-CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 CERT_MANAGER: Json = {"tls": {"mode": "cert-manager"}}
 CLUSTER_ISSUER: Json = {
     "tls": {
@@ -83,50 +82,15 @@ def test_generate_mode_makes_a_new_ca_on_every_render(helm: Helm) -> None:
     assert render(helm, values) != render(helm, values)
 
 
-def _established(kube: KubeClient, name: str) -> bool:
-    conditions = kube.get(f"{CRDS}/{name}").get("status", {}).get("conditions") or []
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-
 @pytest.fixture(scope="module")
 def cert_manager_kinds(kube: KubeClient, e2e_settings: Settings) -> Iterator[dict[str, str]]:
     """cert-manager's CRDs on the local cluster while these tests run; kind -> plural."""
-    crds = cert_manager_crds(e2e_settings)
-    created = []
-    for crd in crds.values():
-        try:
-            kube.create(CRDS, crd)
-            created.append(crd["metadata"]["name"])
-        except ApiError as error:
-            if error.status != 409:
-                raise
-    names = [crd["metadata"]["name"] for crd in crds.values()]
-    wait_for(lambda: all(_established(kube, n) for n in names), timeout_s=30, what=f"{names}")
-    yield {kind: crd["spec"]["names"]["plural"] for kind, crd in crds.items()}
-    for name in created:
-        kube.delete(f"{CRDS}/{name}")
-
-
-def _kept(sent: Any, stored: Any) -> bool:
-    """Whether everything `sent` is in `stored` (which may add the schema's defaults)."""
-    if isinstance(sent, dict):
-        return isinstance(stored, dict) and all(
-            key in stored and _kept(value, stored[key]) for key, value in sent.items()
-        )
-    if isinstance(sent, list):
-        return (
-            isinstance(stored, list)
-            and len(sent) == len(stored)
-            and all(_kept(a, b) for a, b in zip(sent, stored, strict=True))
-        )
-    return bool(sent == stored)
+    with installed(kube, CERT_MANAGER_CRDS.crds(e2e_settings)) as kinds:
+        yield kinds
 
 
 def _dry_run_create(kube: KubeClient, obj: Json, plural: str, namespace: str) -> Json:
-    path = f"/apis/cert-manager.io/v1/namespaces/{namespace}/{plural}"
-    body = {**obj, "metadata": {**obj["metadata"], "namespace": namespace}}
-    query = {"dryRun": "All", "fieldValidation": "Strict"}
-    return kube.request("POST", path, body=body, query=query)
+    return strict_dry_run(kube, obj, CERT_MANAGER_API, plural, namespace)
 
 
 @pytest.mark.parametrize(
@@ -144,7 +108,7 @@ def test_cert_manager_objects_pass_strict_validation_under_its_crds(
     assert {o["kind"] for o in objects} == expected
     for obj in objects:
         accepted = _dry_run_create(kube, obj, cert_manager_kinds[obj["kind"]], namespace)
-        assert _kept(obj["spec"], accepted["spec"]), obj["metadata"]["name"]  # nothing pruned
+        assert kept(obj["spec"], accepted["spec"]), obj["metadata"]["name"]  # nothing pruned
 
 
 def test_strict_validation_would_refuse_a_misspelt_certificate(

@@ -19,16 +19,16 @@ import yaml
 from e2e.chart.rendering import Helm, of_kind, one
 from e2e.cluster import KubeClient, Settings
 from e2e.cluster.client import ApiError
-from e2e.prometheus.operator_crds import operator_crds
+from e2e.prometheus.operator_crds import API as OPERATOR_API
+from e2e.prometheus.operator_crds import PROMETHEUS_OPERATOR
 from e2e.prometheus.rules import ALERTS_FILE, DASHBOARD_FILE
 from e2e.prometheus.server import AGENT_JOB, WEBHOOK_JOB
-from e2e.waiting import wait_for
+from e2e.upstream_crds import installed, kept, strict_dry_run
 
 pytestmark = pytest.mark.e2e
 
 Json = dict[str, Any]
 MONITOR_KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule")
-CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 EVERYTHING: Json = {
     "webhook": {"metrics": {"enabled": True}},
     "monitoring": {
@@ -177,50 +177,15 @@ def test_values_the_chart_cannot_honour_fail_naming_the_field(
     assert says in helm.template_error(values)
 
 
-def _established(kube: KubeClient, name: str) -> bool:
-    conditions = kube.get(f"{CRDS}/{name}").get("status", {}).get("conditions") or []
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-
 @pytest.fixture(scope="module")
 def operator_kinds(kube: KubeClient, e2e_settings: Settings) -> Iterator[dict[str, str]]:
     """prometheus-operator's CRDs on the local cluster while these tests run; kind -> plural."""
-    crds = operator_crds(e2e_settings)
-    created = []
-    for crd in crds.values():
-        try:
-            kube.create(CRDS, crd)
-            created.append(crd["metadata"]["name"])
-        except ApiError as error:
-            if error.status != 409:
-                raise
-    names = [crd["metadata"]["name"] for crd in crds.values()]
-    wait_for(lambda: all(_established(kube, n) for n in names), timeout_s=30, what=f"{names}")
-    yield {kind: crd["spec"]["names"]["plural"] for kind, crd in crds.items()}
-    for name in created:
-        kube.delete(f"{CRDS}/{name}")
-
-
-def _kept(sent: Any, stored: Any) -> bool:
-    """Whether everything `sent` is in `stored` (which may add the schema's defaults)."""
-    if isinstance(sent, dict):
-        return isinstance(stored, dict) and all(
-            key in stored and _kept(value, stored[key]) for key, value in sent.items()
-        )
-    if isinstance(sent, list):
-        return (
-            isinstance(stored, list)
-            and len(sent) == len(stored)
-            and all(_kept(a, b) for a, b in zip(sent, stored, strict=True))
-        )
-    return bool(sent == stored)
+    with installed(kube, PROMETHEUS_OPERATOR.crds(e2e_settings)) as kinds:
+        yield kinds
 
 
 def _dry_run_create(kube: KubeClient, obj: Json, plural: str) -> Json:
-    namespace = obj["metadata"]["namespace"]
-    path = f"/apis/monitoring.coreos.com/v1/namespaces/{namespace}/{plural}"
-    query = {"dryRun": "All", "fieldValidation": "Strict"}
-    return kube.request("POST", path, body=obj, query=query)
+    return strict_dry_run(kube, obj, OPERATOR_API, plural, obj["metadata"]["namespace"])
 
 
 def test_the_api_server_accepts_every_monitoring_object_under_the_operators_schemas(
@@ -232,7 +197,7 @@ def test_the_api_server_accepts_every_monitoring_object_under_the_operators_sche
     assert sorted({o["kind"] for o in monitors}) == sorted(MONITOR_KINDS)
     for obj in monitors:
         accepted = _dry_run_create(kube, obj, operator_kinds[obj["kind"]])
-        assert _kept(obj["spec"], accepted["spec"]), obj["metadata"]["name"]  # nothing pruned
+        assert kept(obj["spec"], accepted["spec"]), obj["metadata"]["name"]  # nothing pruned
     misspelt = copy.deepcopy(one(objects, "ServiceMonitor"))
     misspelt["spec"]["endpoints"][0]["honourLabels"] = True
     with pytest.raises(ApiError, match="honourLabels"):
