@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -25,18 +24,12 @@ from tests.abuse.agent import AgentDirs, agent_dirs, running_agent
 from tests.abuse.fake_api import FakeApi
 from tests.abuse.hostile import review
 from tests.abuse.webhook_client import Client, Webhook
+from tests.native_workload import NATIVE, build_workload
 from tests.unit.node.claims import NODE, allocated_claim, result
 from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.node.cdi import CONTAINER_SHARED_DIR
 from vgpu_bridge.node.kubeletapi import dra_v1_pb2
 
-NATIVE = Path(__file__).resolve().parents[2] / "native" / "vgpu"
-BUILT = (
-    "build/libvgpu.so",
-    "build/fake/libcuda.so.1",
-    "build/fake/libnvidia-ml.so.1",
-    "build/tests/test_limits_file",
-)
 UUID_0 = "GPU-e2e00000-0000-4000-8000-0000000000a0"
 UUID_1 = "GPU-e2e00000-0000-4000-8000-0000000000a1"
 MOCK_GPUS = f"""\
@@ -70,18 +63,10 @@ int main(int argc, char **argv) {
 
 @pytest.fixture(scope="module")
 def workload(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if os.geteuid() != 0 or shutil.which("make") is None or shutil.which("cc") is None:
-        pytest.skip("needs root (a private mount namespace), make and a C compiler")
-    subprocess.run(["make", "-s", "-C", str(NATIVE), *BUILT], check=True)
-    directory = tmp_path_factory.mktemp("workload")
-    (directory / "workload.c").write_text(WORKLOAD)
-    binary = directory / "workload"
-    subprocess.run(
-        ["cc", str(directory / "workload.c"), "-o", str(binary),
-         f"-L{NATIVE / 'build' / 'fake'}", "-l:libcuda.so.1"],
-        check=True,
-    )  # fmt: skip
-    return binary
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a private mount namespace)")
+    return build_workload(tmp_path_factory.mktemp("workload"), WORKLOAD,
+                          also=("build/tests/test_limits_file",))  # fmt: skip
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.integration.node_harness import AgentDirs, agent_dirs, running_agent
+from tests.native_workload import NATIVE, build_workload
 from tests.unit.node.claims import GPUS, NODE, allocated_claim, result
 from vgpu_bridge.node import checkpoint
 from vgpu_bridge.node.cdi import CONTAINER_PRIORITY_DIR, CONTAINER_SHARED_DIR
@@ -24,8 +25,6 @@ from vgpu_bridge.node.hostpids import HostPidFiles
 from vgpu_bridge.node.metrics import NodeCollector
 from vgpu_bridge.node.state import ClaimRef
 
-NATIVE = Path(__file__).resolve().parents[2] / "native" / "vgpu"
-BUILT = ("build/libvgpu.so", "build/fake/libcuda.so.1", "build/fake/libnvidia-ml.so.1")
 WORKLOAD = r"""
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,18 +53,7 @@ REF = ClaimRef("team-a", "lib", "0c1a1d00-0000-4000-8000-00000000011b")
 
 @pytest.fixture(scope="module")
 def workload(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("make") is None or shutil.which("cc") is None:
-        pytest.skip("needs make and a C compiler to build native/vgpu")
-    subprocess.run(["make", "-s", "-C", str(NATIVE), *BUILT], check=True)
-    directory = tmp_path_factory.mktemp("workload")
-    (directory / "workload.c").write_text(WORKLOAD)
-    binary = directory / "workload"
-    subprocess.run(
-        ["cc", str(directory / "workload.c"), "-o", str(binary),
-         f"-L{NATIVE / 'build' / 'fake'}", "-l:libcuda.so.1"],
-        check=True,
-    )  # fmt: skip
-    return binary
+    return build_workload(tmp_path_factory.mktemp("workload"), WORKLOAD)
 
 
 @pytest.fixture
