@@ -110,7 +110,8 @@ def run_contained(
     runner = NATIVE / "build" / "tests" / "test_limits_file"
     done = subprocess.run(
         [str(runner), "contain", str(mounted), str(workload), *allocs],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
+        env={**env, "TEST_TMP": str(dirs.base)},  # its /etc overlay goes with the test's dirs
+        capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return [int(line) for line in done.stdout.split()], done.stderr
