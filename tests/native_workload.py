@@ -12,6 +12,16 @@ from pathlib import Path
 import pytest
 
 NATIVE = Path(__file__).resolve().parents[1] / "native" / "vgpu"
+#: The driver API a workload calls, declared as the fake libcuda.so.1 exports it (no CUDA headers).
+CUDA_DECLARATIONS = """\
+#include <stdio.h>
+#include <stdlib.h>
+typedef int CUresult; typedef int CUdevice; typedef void *CUcontext;
+typedef unsigned long long CUdeviceptr;
+CUresult cuInit(unsigned int); CUresult cuDeviceGet(CUdevice *, int);
+CUresult cuCtxCreate_v2(CUcontext *, unsigned int, CUdevice);
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+"""
 LIBRARY_AND_FAKE_DRIVER = (
     "build/libvgpu.so",
     "build/fake/libcuda.so.1",

@@ -24,7 +24,7 @@ from tests.abuse.agent import AgentDirs, agent_dirs, running_agent
 from tests.abuse.fake_api import FakeApi
 from tests.abuse.hostile import review
 from tests.abuse.webhook_client import Client, Webhook
-from tests.native_workload import NATIVE, build_workload
+from tests.native_workload import CUDA_DECLARATIONS, NATIVE, build_workload
 from tests.unit.node.claims import NODE, allocated_claim, result
 from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.node.cdi import CONTAINER_SHARED_DIR
@@ -37,14 +37,9 @@ MOCK_GPUS = f"""\
 - {{uuid: {UUID_1}, productName: NVIDIA H100 80GB HBM3, memory: 16Gi}}
 """
 OK, OUT_OF_MEMORY, INVALID_DEVICE = 0, 2, 101  # CUresult
-WORKLOAD = r"""
-#include <stdio.h>
-#include <stdlib.h>
-typedef int CUresult; typedef int CUdevice; typedef void *CUcontext;
-typedef unsigned long long CUdeviceptr;
-CUresult cuInit(unsigned int); CUresult cuDeviceGet(CUdevice *, int);
-CUresult cuCtxCreate_v2(CUcontext *, unsigned int, CUdevice);
-CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+WORKLOAD = (
+    CUDA_DECLARATIONS
+    + r"""
 /* each argument ORDINAL:MIB allocates (and keeps) MIB on CUDA ordinal ORDINAL; prints the code
  * (the context's, when there is none on that device) */
 int main(int argc, char **argv) {
@@ -59,6 +54,7 @@ int main(int argc, char **argv) {
     return 0;
 }
 """
+)
 
 
 @pytest.fixture(scope="module")

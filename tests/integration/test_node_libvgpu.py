@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.integration.node_harness import AgentDirs, agent_dirs, running_agent
-from tests.native_workload import NATIVE, build_workload
+from tests.native_workload import CUDA_DECLARATIONS, NATIVE, build_workload
 from tests.unit.node.claims import GPUS, NODE, allocated_claim, result
 from vgpu_bridge.node import checkpoint
 from vgpu_bridge.node.cdi import CONTAINER_PRIORITY_DIR, CONTAINER_SHARED_DIR
@@ -25,14 +25,9 @@ from vgpu_bridge.node.hostpids import HostPidFiles
 from vgpu_bridge.node.metrics import NodeCollector
 from vgpu_bridge.node.state import ClaimRef
 
-WORKLOAD = r"""
-#include <stdio.h>
-#include <stdlib.h>
-typedef int CUresult; typedef int CUdevice; typedef void *CUcontext;
-typedef unsigned long long CUdeviceptr;
-CUresult cuInit(unsigned int); CUresult cuDeviceGet(CUdevice *, int);
-CUresult cuCtxCreate_v2(CUcontext *, unsigned int, CUdevice);
-CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+WORKLOAD = (
+    CUDA_DECLARATIONS
+    + r"""
 int main(int argc, char **argv) {
     CUdevice dev; CUcontext ctx; CUdeviceptr p;
     if (cuInit(0) || cuDeviceGet(&dev, 0) || cuCtxCreate_v2(&ctx, 0, dev)) return 90;
@@ -43,6 +38,7 @@ int main(int argc, char **argv) {
     return 0;
 }
 """
+)
 CLAIM = allocated_claim(
     result("gpu-0", memory="3000Mi", cores="30"),
     uid="0c1a1d00-0000-4000-8000-00000000011b",
