@@ -21,7 +21,7 @@ from vgpu_bridge.core.errors import FieldError
 from vgpu_bridge.core.guardrails import check_claims_per_container, check_pod, several_claims
 from vgpu_bridge.core.models import Problems
 from vgpu_bridge.core.shapes import check_shape
-from vgpu_bridge.core.workloads import object_ref, pod_templates
+from vgpu_bridge.core.workloads import PodTemplate, object_ref, pod_templates
 from vgpu_bridge.kube import (
     Json,
     KubeApi,
@@ -268,11 +268,11 @@ class Admitter:
         that may read the API."""
         claimed = request.kind == "Pod" and bool(_claim_refs(pod))
         problems = self._guardrail_problems(pod) if claimed else Problems()
-        shared = claimed and any(several_claims(t) for t in pod_templates(pod))
+        shared = [(t, n) for t in pod_templates(pod) if (n := several_claims(t))] if claimed else []
         if quick and claimed and (problems or shared or self._quota_counts(request, pod)):
             return None  # reading its claims may take the API
         reasons = self._claimed_pod_reasons(namespace, pod, problems)
-        reasons = reasons or (self._shared_claim_reasons(pod, namespace) if shared else [])
+        reasons = reasons or self._shared_claim_reasons(pod, shared, namespace)
         reasons = reasons or self._quota_reasons(request, namespace, pod)
         if reasons:  # e.g. a pod made from a translated template still books its share
             return _denied(request.uid, reasons, adapter)
@@ -294,20 +294,21 @@ class Admitter:
             return []
         return InvalidRequest(object_ref(pod), [*problems.errors, *why]).lines()
 
-    def _shared_claim_reasons(self, obj: Mapping[str, Any], namespace: object) -> list[str]:
+    def _shared_claim_reasons(
+        self, obj: Mapping[str, Any], shared: list[tuple[PodTemplate, set[str]]], namespace: object
+    ) -> list[str]:
         """Why an untranslated pod is refused for a container that names two claims of our class
-        (issue #25 item 3; core's check_claims_per_container). Claims are read only for
-        containers that name two or more; one that cannot be read counts as ours (it may be
-        made so after the pod). Translated pods need no such check: core refuses GPU keys in a
-        container that already names a claim of our class."""
+        (issue #25 item 3; core's check_claims_per_container). `shared`: each template with the
+        claims its containers name two or more of (core's several_claims); only those are read,
+        and one that cannot be read counts as ours (it may be made so after the pod). Translated
+        pods need no such check: core refuses GPU keys in a container that already names a
+        claim of our class."""
         problems = Problems()
-        for template in pod_templates(obj):
-            names = several_claims(template)
-            if names:
-                ours = self._claims_of_our_class(template.spec, names, namespace)
-                check_claims_per_container(
-                    template, ours=ours, device_class=self.profile.device_class, problems=problems
-                )
+        for template, names in shared:
+            ours = self._claims_of_our_class(template.spec, names, namespace)
+            check_claims_per_container(
+                template, ours=ours, device_class=self.profile.device_class, problems=problems
+            )
         return InvalidRequest(object_ref(obj), problems.errors).lines() if problems else []
 
     def _claims_of_our_class(

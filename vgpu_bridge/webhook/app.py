@@ -122,12 +122,6 @@ def own_certificate(settings: Settings, api: KubeApi) -> CertificateKeeper | Non
     return keeper
 
 
-def keep_certificate(keeper: CertificateKeeper, stop: threading.Event, *, every_s: float) -> None:
-    from vgpu_bridge.webhook.cert_keeper import keep  # loaded already with the keeper
-
-    keep(keeper, stop, every_s=every_s)
-
-
 def tls_files(settings: Settings) -> TLSFiles:
     return TLSFiles(
         settings.tls_cert_file, settings.tls_key_file, client_ca_file=settings.client_ca_file
@@ -278,7 +272,7 @@ def serve(settings: Settings) -> int:
     threads = background(api, following, metrics=admitter.metrics, tls=tls, probes=probes,
                          stop=stop, failed=cannot_connect)  # fmt: skip
     if keeper is not None:
-        threads.append(threading.Thread(target=keep_certificate, args=(keeper, stop),
+        threads.append(threading.Thread(target=keeper.keep, args=(stop,),
                                         kwargs={"every_s": settings.tls_check_seconds},
                                         name="certificate", daemon=True))  # fmt: skip
     signal.signal(signal.SIGTERM, shut_down)

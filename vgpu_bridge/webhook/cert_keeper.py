@@ -184,6 +184,15 @@ class CertificateKeeper:
         log.info("caBundle set", configuration=self.places.configuration,
                  webhooks=[hook["name"] for hook in stale])  # fmt: skip
 
+    def keep(self, stop: threading.Event, *, every_s: float) -> None:
+        """`sync()` every `every_s` seconds until `stop`; a failed pass is logged and retried
+        at the next one (the certificate being served stays valid for months)."""
+        while not stop.wait(every_s):
+            try:
+                self.sync()
+            except Exception as error:  # logged and retried; never the key material
+                log.warning("serving certificate check failed; will retry", error=str(error))
+
 
 def _worth_retrying(error: BaseException) -> bool:
     """At start: an answer of the API (it may not know our RBAC or configuration yet, another
@@ -229,13 +238,3 @@ def _replace(path: Path, content: bytes) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-
-
-def keep(keeper: CertificateKeeper, stop: threading.Event, *, every_s: float) -> None:
-    """`keeper.sync()` every `every_s` seconds until `stop`; a failed pass is logged and retried
-    at the next one (the certificate being served stays valid for months)."""
-    while not stop.wait(every_s):
-        try:
-            keeper.sync()
-        except Exception as error:  # logged and retried; never the key material
-            log.warning("serving certificate check failed; will retry", error=str(error))

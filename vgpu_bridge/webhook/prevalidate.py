@@ -29,13 +29,14 @@ from vgpu_bridge.core.errors import InvalidRequest
 from vgpu_bridge.core.shapes import check_shape
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook import review
+from vgpu_bridge.webhook.workqueue import HEAVY_BYTES
 
 if TYPE_CHECKING:
     import subprocess
 
 log = get_logger("vgpu_bridge.webhook.prevalidate")
-#: a review this big or bigger is read by the child first (the worker queue's heavy size)
-MIN_BYTES = 128 * 1024
+#: a review this big or bigger is read by the child first: the worker queue's heavy size
+MIN_BYTES = HEAVY_BYTES
 _LENGTH = struct.Struct(">Q")
 _NAME_CHARS = 253  # metadata strings kept in a verdict's object stub (DNS subdomain length)
 _MAX_OWNERS = 16
