@@ -84,15 +84,21 @@ class Health:
         return None
 
 
-def with_healthz(app: WSGIApplication, health: Health) -> WSGIApplication:
-    """`app` with `/healthz` answered by `health`."""
+def with_healthz(
+    app: WSGIApplication,
+    health: Health | None,
+    *,
+    details: Callable[[], Mapping[str, str]] = dict,
+) -> WSGIApplication:
+    """`app` with `/healthz` answered by `health` (None: always healthy); a healthy answer also
+    carries `details()` (e.g. why an agent without a GPU waits, `no_gpu.py`)."""
 
     def dispatch(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         if environ.get("PATH_INFO") != HEALTHZ:
             return app(environ, start_response)
-        problem = health.problem()
+        problem = None if health is None else health.problem()
         if problem is None:
-            status, answer = "200 OK", {"status": "ok"}
+            status, answer = "200 OK", {"status": "ok", **details()}
         else:
             log.warning("unhealthy", reason=problem)
             status, answer = "503 Service Unavailable", {"status": "unhealthy", "reason": problem}

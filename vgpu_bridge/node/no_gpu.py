@@ -16,10 +16,8 @@ Mock GPUs never wait: a bad mock list is a configuration error and the agent exi
 
 from __future__ import annotations
 
-import json
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -27,7 +25,7 @@ from prometheus_client.registry import Collector
 
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.node.gpus import Gpu, GpuDiscoveryError
-from vgpu_bridge.node.health import HEALTHZ
+from vgpu_bridge.node.health import with_healthz
 from vgpu_bridge.node.metrics import MetricsServer
 
 log = get_logger("vgpu_bridge.node.no_gpu")
@@ -43,35 +41,19 @@ def why_no_gpus(find: Callable[[], tuple[Gpu, ...]]) -> tuple[tuple[Gpu, ...], s
 
 
 class _WaitingCollector(Collector):
-    def __init__(self) -> None:
-        self.waiting = True
+    """Served only while the agent waits: waiting, and healthy."""
 
     def collect(self) -> Iterator[Metric]:
         waiting = GaugeMetricFamily(
             "vgpu_bridge_agent_waiting_for_gpus",
             "1 while the agent waits for NVML to list a GPU (nothing published or registered)",
         )
-        waiting.add_metric([], 1 if self.waiting else 0)
+        waiting.add_metric([], 1)
         healthy = GaugeMetricFamily(
             "vgpu_bridge_agent_healthy", "1 when /healthz answers 200, 0 when it answers 503"
         )
         healthy.add_metric([], 1)
         yield from (waiting, healthy)
-
-
-def _waiting_app(registry: CollectorRegistry, reason: Callable[[], str]) -> WSGIApplication:
-    metrics = make_wsgi_app(registry)
-
-    def dispatch(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") != HEALTHZ:
-            served: Iterable[bytes] = metrics(environ, start_response)
-            return served
-        body = json.dumps({"status": "ok", "waiting": reason()}).encode() + b"\n"
-        start_response("200 OK", [("Content-Type", "application/json"),
-                                  ("Content-Length", str(len(body)))])  # fmt: skip
-        return [body]
-
-    return dispatch
 
 
 def wait_for_gpus(
@@ -89,13 +71,13 @@ def wait_for_gpus(
         return gpus
     log.warning("no GPU on this node: waiting for one; nothing is published or registered",
                 reason=reason, recheck_seconds=recheck_s)  # fmt: skip
-    collector = _WaitingCollector()
     server = None
     if host_port is not None:
         registry = CollectorRegistry()
-        registry.register(collector)
+        registry.register(_WaitingCollector())
         server = MetricsServer(host_port)
-        server.set_app(_waiting_app(registry, lambda: reason or ""))
+        app = with_healthz(make_wsgi_app(registry), None, details=lambda: {"waiting": reason or ""})
+        server.set_app(app)
         threading.Thread(target=server.serve_forever, name="metrics-waiting", daemon=True).start()
     try:
         while not stop.wait(recheck_s):
@@ -105,7 +87,6 @@ def wait_for_gpus(
                 return gpus
         return None
     finally:
-        collector.waiting = False
         if server is not None:
             server.shutdown()
             server.server_close()
