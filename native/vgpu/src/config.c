@@ -203,11 +203,6 @@ static int parse_limits(struct vgpu_config *cfg, char *const *envp, const char *
 }
 
 /* The lower of two limits where 0 means none (an SM limit of 100 is none too). */
-static uint64_t lower_of(uint64_t a, uint64_t b)
-{
-	return a == 0 ? b : b == 0 || a < b ? a : b;
-}
-
 /* VGPU_CONTAINER_MEMORY_LIMIT[_<i>] and VGPU_CONTAINER_SM_LIMIT[_<i>]: the container's own share
  * where it shares its claim with other containers of the pod (an init container and the app that
  * follows it). The webhook puts them in the pod's env, where CDI's CUDA_* edits cannot replace
@@ -232,9 +227,9 @@ static int lower_to_container_share(struct vgpu_config *cfg, char *const *envp)
 		cfg->failed = true;
 	}
 	for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
-		cfg->mem_limit[i] = lower_of(cfg->mem_limit[i], own.mem_limit[i]);
+		cfg->mem_limit[i] = vgpu_lower_limit(cfg->mem_limit[i], own.mem_limit[i]);
 		if (own.sm_limit[i] < 100)
-			cfg->sm_limit[i] = (unsigned int)lower_of(cfg->sm_limit[i] >= 100 ? 0 : cfg->sm_limit[i],
+			cfg->sm_limit[i] = (unsigned int)vgpu_lower_limit(cfg->sm_limit[i] >= 100 ? 0 : cfg->sm_limit[i],
 								 own.sm_limit[i]);
 	}
 	return rc;

@@ -30,12 +30,6 @@ int vgpu_dev_uuid(CUdevice dev, char *buf, size_t len)
 	return 0;
 }
 
-/* The tighter of two limits where 0 means none. */
-static uint64_t tighter(uint64_t a, uint64_t b)
-{
-	return a == 0 ? b : b == 0 || a < b ? a : b;
-}
-
 /* With a limits file: the file's slot of CUDA ordinal `dev`, found by its UUID; -1 when the file
  * does not name it (logged once per device) or its UUID cannot be read (not remembered: the
  * driver may not be initialised yet). */
@@ -59,6 +53,17 @@ static int file_slot_of(CUdevice dev)
 	return v - 2;
 }
 
+/* The limits file's limits of `slot`, each lowered by CUDA ordinal `dev`'s own share (the
+ * container's VGPU_CONTAINER_*; none for an ordinal out of range, e.g. -1: not known). */
+static void file_limits(int slot, CUdevice dev, uint64_t *mem, unsigned int *sm)
+{
+	bool known = dev >= 0 && dev < VGPU_MAX_DEVICES;
+
+	*mem = vgpu_lower_limit(vgpu_cfg.file_mem[slot], known ? vgpu_cfg.mem_limit[dev] : 0);
+	*sm = (unsigned int)vgpu_lower_limit(vgpu_cfg.file_sm[slot],
+					     known ? vgpu_cfg.sm_limit[dev] : 0);
+}
+
 bool vgpu_dev_denied(CUdevice dev)
 {
 	return vgpu_cfg.limits_file && file_slot_of(dev) < 0;
@@ -75,27 +80,32 @@ bool vgpu_nvml_denied(nvmlDevice_t device)
 
 uint64_t vgpu_mem_limit(CUdevice dev)
 {
+	uint64_t mem = 0;
+	unsigned int sm;
 	int slot;
 
 	if (dev < 0 || dev >= VGPU_MAX_DEVICES)
 		return 0;
 	if (!vgpu_cfg.limits_file)
 		return vgpu_cfg.mem_limit[dev];
-	return (slot = file_slot_of(dev)) < 0 ? 0
-					      : tighter(vgpu_cfg.file_mem[slot], vgpu_cfg.mem_limit[dev]);
+	if ((slot = file_slot_of(dev)) >= 0)
+		file_limits(slot, dev, &mem, &sm);
+	return mem;
 }
 
 unsigned int vgpu_sm_limit(CUdevice dev)
 {
+	uint64_t mem;
+	unsigned int sm = 0;
 	int slot;
 
 	if (dev < 0 || dev >= VGPU_MAX_DEVICES)
 		return 0;
 	if (!vgpu_cfg.limits_file)
 		return vgpu_cfg.sm_limit[dev];
-	return (slot = file_slot_of(dev)) < 0
-		       ? 0
-		       : (unsigned int)tighter(vgpu_cfg.file_sm[slot], vgpu_cfg.sm_limit[dev]);
+	if ((slot = file_slot_of(dev)) >= 0)
+		file_limits(slot, dev, &mem, &sm);
+	return sm;
 }
 
 bool vgpu_launch_denied(void)
@@ -161,12 +171,11 @@ int vgpu_nvml_dev_index(nvmlDevice_t device, uint64_t *limit)
 	}
 	if (vgpu_cfg.limits_file) { /* by UUID; the ordinal only for the container's own share */
 		int slot = vgpu_file_slot(&vgpu_cfg, uuid);
+		unsigned int sm;
 		if (slot < 0)
 			return -1;
-		*limit = tighter(vgpu_cfg.file_mem[slot], ordinal >= 0 ? vgpu_cfg.mem_limit[ordinal] : 0);
-		return vgpu_region_device(uuid, *limit,
-					  (unsigned int)tighter(vgpu_cfg.file_sm[slot],
-								ordinal >= 0 ? vgpu_cfg.sm_limit[ordinal] : 0));
+		file_limits(slot, ordinal, limit, &sm);
+		return vgpu_region_device(uuid, *limit, sm);
 	}
 	if (ordinal < 0)
 		return vgpu_region_device(uuid, 0, 0); /* not this process's device: usage only */

@@ -224,8 +224,7 @@ static void apply_file(struct vgpu_config *cfg, const struct vgpu_config *file, 
 
 	vgpu_config_container_share(&own, envp); /* a bad value already failed cfg */
 	memcpy(cfg->mem_limit, own.mem_limit, sizeof(cfg->mem_limit));
-	for (int i = 0; i < VGPU_MAX_DEVICES; i++)
-		cfg->sm_limit[i] = own.sm_limit[i] >= 100 ? 0 : own.sm_limit[i];
+	memcpy(cfg->sm_limit, own.sm_limit, sizeof(cfg->sm_limit)); /* 100%: none, once settled */
 	cfg->file_devices = file->file_devices;
 	memcpy(cfg->file_uuid, file->file_uuid, sizeof(cfg->file_uuid));
 	memcpy(cfg->file_mem, file->file_mem, sizeof(cfg->file_mem));

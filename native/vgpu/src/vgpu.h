@@ -150,6 +150,12 @@ int vgpu_dev_uuid(CUdevice dev, char *buf, size_t len);
 
 /* ---- time (the launch gates of sm.c and priority.c) ---- */
 /* Nanoseconds on `clock` (CLOCK_MONOTONIC within a process, CLOCK_BOOTTIME across containers). */
+/* The lower of two limits where 0 means none. */
+static inline uint64_t vgpu_lower_limit(uint64_t a, uint64_t b)
+{
+	return a == 0 ? b : b == 0 || a < b ? a : b;
+}
+
 static inline uint64_t vgpu_clock_ns(clockid_t clock)
 {
 	struct timespec ts;
