@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vgpu_bridge.atomic_files import write_atomic
 from vgpu_bridge.node.allocation import ClaimShares
-from vgpu_bridge.node.files import UnsafeFile, read_regular, remove, remove_tree, write_atomic
+from vgpu_bridge.node.files import UnsafeFile, read_regular, remove, remove_tree
 from vgpu_bridge.node.names import UUID
 
 Json = dict[str, Any]

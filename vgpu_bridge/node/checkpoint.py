@@ -28,8 +28,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
+from vgpu_bridge.atomic_files import write_atomic
 from vgpu_bridge.node import names
-from vgpu_bridge.node.files import UnsafeFile, read_regular, remove_tree, write_atomic
+from vgpu_bridge.node.files import UnsafeFile, read_regular, remove_tree
 
 VERSION = "v1"
 MAX_BYTES = 64 * 2**20  # ~10,000 claims of 16 shares each; a bigger file is not ours

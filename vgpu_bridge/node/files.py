@@ -1,10 +1,8 @@
 """The agent's file primitives: atomic writes, bounded reads of files a container can plant, and
 removals that stay inside the agent's own directories.
 
-Atomic writes: a temp file in the same directory, fsync, rename, fsync the directory. A reader
-sees the old content or the new one, never a half-written file; a failure (full or read-only
-disk) leaves the old file as it was and no temp file behind (a kill -9 can leave one: the agent
-removes them at start with `remove_temp_files`).
+Atomic writes are `vgpu_bridge.atomic_files.write_atomic`; a kill -9 can leave a temp file
+behind, which the agent removes at start with `remove_temp_files`.
 
 Untrusted reads (`read_regular`): a claim's dir and the node's priority dir are mounted
 read-write into containers, which can put a symlink (to /dev/zero, to a host file), a FIFO or a
@@ -27,12 +25,12 @@ import os
 import re
 import secrets
 import stat
-import tempfile
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from vgpu_bridge.atomic_files import fsync_dir
 from vgpu_bridge.logs import get_logger
 
 log = get_logger("vgpu_bridge.node.files")
@@ -101,28 +99,6 @@ def _refuse(path: Path, reason: str, detail: object) -> UnsafeFile:
     return UnsafeFile(f"{path}: {reason} ({detail})")
 
 
-def write_atomic(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = True) -> None:
-    """Replace `path` with `data`. `durable=False` skips the fsyncs, for files a crash may lose
-    (CDI specs on a tmpfs, the checkpoint: both rebuilt); the rename is atomic all the same."""
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            # the mode by descriptor, never by path: in a directory a container can write (a
-            # claim's dir), the temp file's name could be swapped for a symlink to a host file
-            os.fchmod(handle.fileno(), mode)
-            handle.write(data)
-            handle.flush()
-            if durable:
-                os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-    if durable:
-        _fsync_dir(path.parent)
-
-
 def temp_name_pattern(pattern: str) -> re.Pattern[str]:
     """The names `write_atomic` gives its temp files for targets whose name matches `pattern`."""
     return re.compile(rf"\.(?:{pattern})\.[A-Za-z0-9_]+\.tmp")
@@ -153,7 +129,7 @@ def remove(path: Path, *, durable: bool = True) -> bool:
     except FileNotFoundError:
         return False
     if durable:
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     return True
 
 
@@ -283,11 +259,3 @@ def _fresh_names() -> Iterator[str]:
     """Names for the entries `_TreeRemoval` moves up, unlike any a container would guess."""
     token = secrets.token_hex(8)
     return (f".vgpu-bridge-deleting.{token}.{n}" for n in itertools.count())
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -27,9 +27,10 @@ from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
+from vgpu_bridge.atomic_files import write_atomic
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.node.cdi import SHARED_REGION_FILE, claim_dir
-from vgpu_bridge.node.files import UnsafeFile, read_regular, write_atomic
+from vgpu_bridge.node.files import UnsafeFile, read_regular
 from vgpu_bridge.node.region import Process, RegionError, read_region_file
 
 log = get_logger("vgpu_bridge.node.hostpids")

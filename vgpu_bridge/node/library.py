@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from vgpu_bridge.atomic_files import write_atomic
 from vgpu_bridge.flag_settings import flag_of
 from vgpu_bridge.node.cdi import CLAIMS_DIR, CONTAINER_LIBRARY, LIBRARY_FILE, PRELOAD_FILE
-from vgpu_bridge.node.files import write_atomic
 from vgpu_bridge.node.settings import InstallSettings
 
 ELF_MAGIC = b"\x7fELF"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from vgpu_bridge.atomic_files import write_atomic
 from vgpu_bridge.node.files import (
     OutsideRoot,
     UnsafeFile,
@@ -21,7 +22,6 @@ from vgpu_bridge.node.files import (
     remove_tree,
     skipped,
     temp_name_pattern,
-    write_atomic,
 )
 
 
