@@ -29,7 +29,15 @@ except ImportError:  # PyYAML built without libyaml: the pure-Python reader, slo
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<: *base`, which may be overridden key by key
 MAX_ALIAS_NODES = 1_000_000  # what aliases may add beyond the nodes written out
-__all__ = ["MAX_ALIAS_NODES", "MAX_DEPTH", "ManifestError", "dump_objects", "load_objects"]
+__all__ = [
+    "MAX_ALIAS_NODES",
+    "MAX_DEPTH",
+    "Document",
+    "ManifestError",
+    "dump_objects",
+    "load_documents",
+    "load_objects",
+]
 
 
 class ManifestError(ValueError):
@@ -186,17 +194,32 @@ def _is_list(doc: dict[str, Any]) -> bool:
     return isinstance(kind, str) and kind.endswith("List") and isinstance(doc.get("items"), list)
 
 
-def load_objects(text: str, *, source: str) -> list[dict[str, Any]]:
-    """Every object in `text` (JSON is YAML too); `List` kinds are expanded into their items.
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One YAML document's objects; `is_list` when they are the `items` of a `List` kind."""
+
+    objects: list[dict[str, Any]]
+    is_list: bool
+
+
+def load_documents(
+    text: str, *, source: str, first_line: int = 0, first_document: int = 1
+) -> list[Document]:
+    """Each non-empty document in `text` (JSON is YAML too) with its objects: one for a plain
+    document, its items for a `List` kind. `first_line` and `first_document` say where `text`
+    starts in its file (a line from 0, a document from 1), so that messages name the file's own.
 
     Each object must be a map with `apiVersion` and `kind`; all problems are reported together.
     """
-    objects: list[dict[str, Any]] = []
+    documents: list[Document] = []
     problems: list[str] = []
-    for number, doc in enumerate(_documents(text, source), start=1):
-        items = doc["items"] if isinstance(doc, dict) and _is_list(doc) else [doc]
-        for index, item in enumerate(items):
-            where = f"{source}: document {number}" + (f" item {index}" if item is not doc else "")
+    for number, doc in enumerate(
+        _documents("\n" * first_line + text, source), start=first_document
+    ):
+        listed = isinstance(doc, dict) and _is_list(doc)
+        objects: list[dict[str, Any]] = []
+        for index, item in enumerate(doc["items"] if listed else [doc]):
+            where = f"{source}: document {number}" + (f" item {index}" if listed else "")
             if not isinstance(item, dict):
                 problems.append(f"{where}: (root): must be an object, got {type(item).__name__}")
                 continue
@@ -204,9 +227,15 @@ def load_objects(text: str, *, source: str) -> list[dict[str, Any]]:
             problems += [f"{where}: {key}: required" for key in missing]
             if not missing:
                 objects.append(item)
+        documents.append(Document(objects, is_list=listed))
     if problems:
         raise ManifestError(problems)
-    return objects
+    return documents
+
+
+def load_objects(text: str, *, source: str) -> list[dict[str, Any]]:
+    """Every object in `text`, `List` kinds expanded into their items (`load_documents`)."""
+    return [obj for document in load_documents(text, source=source) for obj in document.objects]
 
 
 def dump_objects(objects: Iterable[dict[str, Any]], *, output: str) -> str:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from vgpu_bridge.core.cel import card_memory_selector, filter_selectors
+from vgpu_bridge.core.dialects.kai import FRACTION as KAI_FRACTION
+from vgpu_bridge.core.dialects.kai import MEMORY as KAI_MEMORY
 from vgpu_bridge.core.inventory import Inventory
 from vgpu_bridge.core.models import DeviceFilter, GpuRequest, Problems
 from vgpu_bridge.core.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE
@@ -51,11 +54,12 @@ def claim_spec(
         elif first_available:
             device_request = {"name": REQUEST_NAME, "firstAvailable": alternatives}
         else:
+            share = _ShareWords.of(request, percent_path)
             problems.add(
                 percent_path,
                 f"the cluster has {len(alternatives)} card memory sizes, and this scheduler "
-                "cannot choose among alternatives (firstAvailable): a share in percent needs "
-                "one card size; ask for memory in MiB instead",
+                f"cannot choose among alternatives (firstAvailable): {share.stated} needs one "
+                f"card size; ask for {share.in_mib} instead",
             )
             return None
     devices: dict[str, Any] = {"requests": [device_request]}
@@ -99,6 +103,22 @@ def _device_request(
     return body
 
 
+@dataclass(frozen=True, slots=True)
+class _ShareWords:
+    """A share of each card's memory in the user's own words: a KAI fraction or a percentage."""
+
+    stated: str  # e.g. "a gpu-fraction of 0.5", "a share of 50%"
+    in_mib: str  # what to ask for instead, e.g. "gpu-memory in MiB"
+
+    @classmethod
+    def of(cls, request: GpuRequest, path: str) -> _ShareWords:
+        percent = request.memory_percent
+        if path.endswith(f"[{KAI_FRACTION}]") and percent is not None:
+            fraction = format(percent / 100, "f")
+            return cls(f"a {KAI_FRACTION} of {fraction}", f"{KAI_MEMORY} in MiB")
+        return cls(f"a share of {percent}%", "memory in MiB")
+
+
 def _per_card_size(
     request: GpuRequest,
     profile: DriverProfile,
@@ -109,26 +129,27 @@ def _per_card_size(
 ) -> list[dict[str, Any]] | None:
     """A percentage becomes one `firstAvailable` alternative per card memory size."""
     sizes = inventory.sizes(profile.driver)
+    share = _ShareWords.of(request, percent_path)
     if not sizes:
         problems.add(
             percent_path,
-            f"a share of {request.memory_percent}% needs the cluster's card sizes, and no "
-            f"ResourceSlice of driver {profile.driver} is known (translate --inventory SLICES)",
+            f"{share.stated} needs the cluster's card sizes, and no ResourceSlice of driver "
+            f"{profile.driver} is known (translate: --card-memory SIZE or --inventory SLICES)",
         )
         return None
     if len(sizes) > MAX_SUBREQUESTS:
         problems.add(
             percent_path,
             f"the cluster has {len(sizes)} card memory sizes; a claim can list at most "
-            f"{MAX_SUBREQUESTS}: ask for gpumem in MiB instead",
+            f"{MAX_SUBREQUESTS}: ask for {share.in_mib} instead",
         )
         return None
     assert request.memory_percent is not None
     alternatives = []
     for size in sizes:
-        share = max(MiB, int(size * request.memory_percent / 100) // MiB * MiB)
+        share_bytes = max(MiB, int(size * request.memory_percent / 100) // MiB * MiB)
         sized = [*selectors, card_memory_selector(profile, size)]
-        alternative = _device_request(request, profile, sized, share)
+        alternative = _device_request(request, profile, sized, share_bytes)
         name = f"card-{format_bytes(size).lower()}"
         alternatives.append({"name": name, **alternative})
     return alternatives

@@ -20,6 +20,12 @@ class Inventory:
         """The driver's card sizes, smallest first; () when none are known."""
         return tuple(sorted(self.memory_sizes.get(driver, ())))
 
+    def with_sizes(self, driver: str, sizes: frozenset[int]) -> Inventory:
+        """This inventory with `sizes` added to `driver`'s (`translate --card-memory`)."""
+        merged = dict(self.memory_sizes)
+        merged[driver] = frozenset(merged.get(driver, frozenset())) | sizes
+        return Inventory(merged)
+
     @classmethod
     def from_slices(
         cls, slices: Iterable[Mapping[str, Any]], *, memory_capacity: str = "memory"
