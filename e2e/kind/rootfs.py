@@ -1,8 +1,8 @@
 """Debian root filesystems as local Docker images (no registry): ``mmdebstrap`` with the host's
 own apt sources, ``docker import``. Two of them: the kind node's (what kind's base image
 installs) and a Python one that builds the chart's images (``images/build.py`` makes the gcc
-one that builds libvgpu.so, with the aarch64 cross toolchain). Each tarball is cached under
-``<cache>/kind-rootfs/`` by a hash of its package list."""
+one that builds libvgpu.so: amd64 only here, without the aarch64 cross toolchain). Each tarball
+is cached under ``<cache>/kind-rootfs/`` by a hash of its package list."""
 
 from __future__ import annotations
 
