@@ -116,3 +116,24 @@ def build_line(target: str, result: BuildResult, *, version: str | None = None) 
             f"(its go build took {result.build_seconds:.0f}s)"
         )
     return f"{target}: built {about} in {result.seconds:.1f}s"
+
+
+class ModuleDownloadError(RuntimeError):
+    """``go mod download`` could not fetch a module; the message holds the command and output."""
+
+
+def download_module(
+    module: str, version: str, *, env: Mapping[str, str], cwd: Path
+) -> dict[str, str]:
+    """``go mod download -json module@version``'s answer (``Dir``, ``GoMod``, ...): the module in
+    the Go module cache, fetched through the proxy when it is not there yet. ``env`` is the whole
+    environment the go command runs with."""
+    command = ["go", "mod", "download", "-json", f"{module}@{version}"]
+    done = subprocess.run(
+        command, cwd=cwd, env=dict(env), capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr).strip()[-3000:]
+        raise ModuleDownloadError(f"{' '.join(command)} failed:\n{tail}")
+    answer = json.loads(done.stdout)
+    return {key: value for key, value in answer.items() if isinstance(value, str)}

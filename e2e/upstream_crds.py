@@ -10,9 +10,7 @@ under strict validation)."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,13 +22,10 @@ import yaml
 from e2e.cluster import KubeClient
 from e2e.cluster.client import ApiError, Json
 from e2e.cluster.settings import Settings
+from e2e.gobuild import download_module
 from e2e.waiting import wait_for
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-
-
-class UpstreamCrdError(RuntimeError):
-    """The module could not be downloaded; the message carries go's output."""
 
 
 @dataclass(frozen=True)
@@ -49,19 +44,9 @@ class CrdSource:
                 for kind, name in self.files.items()}  # fmt: skip
 
     def _module_dir(self, settings: Settings) -> Path:
-        command = ["go", "mod", "download", "-json", f"{self.module}@{self.version}"]
-        done = subprocess.run(
-            command,
-            cwd=settings.cache_root,
-            env={**os.environ, **settings.go_env, "GOFLAGS": "-mod=mod"},
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode != 0:
-            tail = (done.stdout + done.stderr)[-3000:]
-            raise UpstreamCrdError(f"{' '.join(command)} failed:\n{tail}")
-        return Path(json.loads(done.stdout)["Dir"])
+        env = {**os.environ, **settings.go_env, "GOFLAGS": "-mod=mod"}
+        found = download_module(self.module, self.version, env=env, cwd=settings.cache_root)
+        return Path(found["Dir"])
 
 
 def _established(kube: KubeClient, name: str) -> bool:

@@ -9,7 +9,6 @@ never maintained by hand. Run ``python -m e2e.cluster gomod [VERSION]`` and comm
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -17,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from e2e.cluster.settings import GOTOOLS_DIR
+from e2e.gobuild import ModuleDownloadError, download_module
 
 MODULE_PATH = "vgpu-bridge.invalid/e2e/cluster/gotools"
 _STAGING = re.compile(
@@ -32,17 +32,12 @@ class GoModError(RuntimeError):
 
 def upstream_gomod(version: str, *, go_env: Mapping[str, str]) -> str:
     """The text of ``k8s.io/kubernetes@version``'s go.mod, fetched through the Go module proxy."""
-    done = subprocess.run(
-        ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{version}"],
-        cwd=GOTOOLS_DIR,
-        env={**_base_env(), **go_env},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise GoModError(f"go mod download k8s.io/kubernetes@{version}: {done.stderr.strip()}")
-    return Path(json.loads(done.stdout)["GoMod"]).read_text()
+    env = {**_base_env(), **go_env}
+    try:
+        found = download_module("k8s.io/kubernetes", version, env=env, cwd=GOTOOLS_DIR)
+    except ModuleDownloadError as error:
+        raise GoModError(str(error)) from None
+    return Path(found["GoMod"]).read_text()
 
 
 def render_gomod(upstream: str, version: str) -> str:

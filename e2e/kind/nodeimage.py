@@ -12,7 +12,6 @@ everything that went in, so it is rebuilt only when an input changed.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -20,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from e2e.cluster.settings import DEFAULT_K8S_VERSION, Settings
+from e2e.gobuild import ModuleDownloadError, download_module
 from e2e.kind.build import KIND_VERSION, KindTools
 from e2e.kind.dockerd import docker_env
 from e2e.kind.rootfs import ensure_rootfs_image, image_exists
-from e2e.kind.steps import run
+from e2e.kind.steps import StepError, run
 
 #: kubeadm's ``imageRepository``: every control-plane image is named under it
 IMAGE_REPOSITORY = "vgpu-bridge.local/kind"
@@ -63,13 +63,12 @@ class NodeInputs:
 
 def kind_module_dir(settings: Settings) -> Path:
     """Where ``go mod download`` put kind's module (its images/base/files are the node's)."""
-    out = run(
-        ["go", "mod", "download", "-json", f"sigs.k8s.io/kind@{KIND_VERSION}"],
-        env={**os.environ, **settings.go_env},
-        cwd=Path("/"),
-        quiet=True,
-    )
-    return Path(json.loads(out)["Dir"])
+    env = {**os.environ, **settings.go_env}
+    try:
+        found = download_module("sigs.k8s.io/kind", KIND_VERSION, env=env, cwd=Path("/"))
+    except ModuleDownloadError as error:
+        raise StepError(str(error)) from None
+    return Path(found["Dir"])
 
 
 def ensure_node_image(settings: Settings, inputs: NodeInputs) -> str:

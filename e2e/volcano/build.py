@@ -9,12 +9,10 @@ plane). The binary is rebuilt only when the module's sources change (a stamp key
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import stat
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,17 +127,11 @@ def _workspace(build: VolcanoBuild) -> Path:
 
 def _download(build: VolcanoBuild, module: str, version: str) -> Path:
     """``module@version`` in the Go module cache, fetched through the proxy if missing."""
-    done = subprocess.run(
-        ["go", "mod", "download", "-json", f"{module}@{version}"],
-        cwd=build.cache_root,
-        env={**os.environ, **build.go_env, "GOWORK": "off", "GOFLAGS": "-mod=mod"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise BuildError(f"go mod download {module}@{version}: {done.stdout} {done.stderr}".strip())
-    return Path(json.loads(done.stdout)["Dir"])
+    env = {**os.environ, **build.go_env, "GOWORK": "off", "GOFLAGS": "-mod=mod"}
+    try:
+        return Path(gobuild.download_module(module, version, env=env, cwd=build.cache_root)["Dir"])
+    except gobuild.ModuleDownloadError as error:
+        raise BuildError(str(error)) from None
 
 
 def _make_writable(root: Path) -> None:
