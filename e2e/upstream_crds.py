@@ -20,12 +20,10 @@ from typing import Any
 import yaml
 
 from e2e.cluster import KubeClient
-from e2e.cluster.client import ApiError, Json
+from e2e.cluster.client import Json
+from e2e.cluster.crds import CRDS, create_crds
 from e2e.cluster.settings import Settings
 from e2e.gobuild import download_module
-from e2e.waiting import wait_for
-
-CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 @dataclass(frozen=True)
@@ -49,24 +47,10 @@ class CrdSource:
         return Path(found["Dir"])
 
 
-def _established(kube: KubeClient, name: str) -> bool:
-    conditions = kube.get(f"{CRDS}/{name}").get("status", {}).get("conditions") or []
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-
 @contextmanager
 def installed(kube: KubeClient, crds: Mapping[str, Json]) -> Iterator[dict[str, str]]:
     """The CRDs on the cluster (those already there are left alone); kind -> plural."""
-    created = []
-    for crd in crds.values():
-        try:
-            kube.create(CRDS, crd)
-            created.append(crd["metadata"]["name"])
-        except ApiError as error:
-            if error.status != 409:
-                raise
-    names = [crd["metadata"]["name"] for crd in crds.values()]
-    wait_for(lambda: all(_established(kube, n) for n in names), timeout_s=30, what=f"{names}")
+    created = create_crds(kube, crds.values(), timeout_s=30)
     try:
         yield {kind: crd["spec"]["names"]["plural"] for kind, crd in crds.items()}
     finally:

@@ -17,13 +17,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from e2e.cluster.client import ApiError, Json, KubeClient
-from e2e.waiting import wait_for
+from e2e.cluster.crds import crds_in, create_crds
 from e2e.webhook.process import free_port
 
-CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 QUEUES = "/apis/scheduling.run.ai/v2/queues"
 #: What KAI needs of its CRDs without the operator (the scheduler watches Topologies too).
 NEEDED_CRDS = (
@@ -59,29 +56,9 @@ class KaiBuild:
         return build
 
 
-def install_crds(kube: KubeClient, crd_dir: Path) -> list[str]:
-    names = []
-    for file in NEEDED_CRDS:
-        for crd in yaml.safe_load_all((crd_dir / file).read_text()):
-            if not crd:
-                continue
-            try:
-                kube.create(CRDS, crd)
-            except ApiError as error:
-                if error.status != 409:
-                    raise
-            names.append(crd["metadata"]["name"])
-
-    def all_established() -> bool:
-        return all(_established(kube.get(f"{CRDS}/{name}")) for name in names)
-
-    wait_for(all_established, timeout_s=30, what="KAI's CRDs established")
-    return names
-
-
-def _established(crd: Json) -> bool:
-    conditions = crd.get("status", {}).get("conditions") or []
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+def install_crds(kube: KubeClient, crd_dir: Path) -> None:
+    """Create (or keep) KAI's CRDs that the tier needs and wait until each is Established."""
+    create_crds(kube, crds_in(crd_dir / file for file in NEEDED_CRDS), timeout_s=30)
 
 
 def queue(name: str, *, parent: str | None = None, gpu_limit: float = -1) -> Json:

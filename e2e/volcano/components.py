@@ -15,14 +15,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from e2e.cluster import processes
-from e2e.cluster.client import ApiError, Json, KubeClient
+from e2e.cluster.client import ApiError, KubeClient
+from e2e.cluster.crds import crds_in, create_crds
 from e2e.cluster.processes import Running
-from e2e.waiting import wait_for
 
-CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 QUEUES = "/apis/scheduling.volcano.sh/v1beta1/queues"
 #: The controllers the tests need: vcjobs, PodGroups for plain pods, queue state, job TTL.
 CONTROLLERS = "job-controller,pg-controller,queue-controller,gc-controller"
@@ -67,31 +64,9 @@ class Volcano:
         return all(c.alive() for c in self.components)
 
 
-def install_crds(kube: KubeClient, files: list[Path]) -> list[str]:
+def install_crds(kube: KubeClient, files: list[Path]) -> None:
     """Create (or keep) every CRD in ``files`` and wait until each is Established."""
-    names = []
-    for file in files:
-        for crd in yaml.safe_load_all(file.read_text()):
-            if not crd:
-                continue
-            names.append(crd["metadata"]["name"])
-            try:
-                kube.create(CRDS, crd)
-            except ApiError as error:
-                if error.status != 409:
-                    raise
-    for name in names:
-        wait_for(
-            lambda name=name: _established(kube.get(f"{CRDS}/{name}")),  # type: ignore[misc]
-            timeout_s=60,
-            what=f"CRD {name} Established",
-        )
-    return names
-
-
-def _established(crd: Json) -> bool:
-    conditions = crd.get("status", {}).get("conditions") or []
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+    create_crds(kube, crds_in(files))
 
 
 def scheduler_args(
