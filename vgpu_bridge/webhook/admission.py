@@ -22,16 +22,10 @@ from vgpu_bridge.core.guardrails import check_claims_per_container, check_pod, s
 from vgpu_bridge.core.models import Problems
 from vgpu_bridge.core.shapes import check_shape
 from vgpu_bridge.core.workloads import PodTemplate, object_ref, pod_templates
-from vgpu_bridge.kube import (
-    Json,
-    KubeApi,
-    KubeError,
-    api_path,
-    dns_label_problem,
-    dns_subdomain_problem,
-)
+from vgpu_bridge.kube import KubeApi, dns_label_problem, dns_subdomain_problem
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook import review
+from vgpu_bridge.webhook.claim_lookup import CLAIM_RESOURCES, Claimed, ClaimLookup
 from vgpu_bridge.webhook.fastpath import (
     gpu_key_markers,
     may_ask_for_gpus,
@@ -48,11 +42,6 @@ if TYPE_CHECKING:  # attached once the client has loaded (webhook.app.api_worker
     from vgpu_bridge.webhook.prevalidate import Prevalidator, Verdict
 
 log = get_logger("vgpu_bridge.webhook")
-RESOURCE_API = "/apis/resource.k8s.io/v1"
-CLAIM_RESOURCES = {
-    "resourceClaimTemplateName": "resourceclaimtemplates",
-    "resourceClaimName": "resourceclaims",
-}
 
 
 @dataclass(slots=True)
@@ -220,10 +209,11 @@ class Admitter:
             return _Outcome("unchanged", review.allow(request.uid))
         obj = {**request.object, "metadata": {**meta, "namespace": namespace}}
         renamed = self.config.resource_names()
+        claims = ClaimLookup(self.api, self.profile.device_class)
         if self._opted_out(request) or not may_ask_for_gpus(
             request.kind, request.object, resource_names=renamed
         ):
-            return self._untranslated(request, namespace, obj, quick=quick)
+            return self._untranslated(request, namespace, obj, claims, quick=quick)
         if quick:
             return None
         adapter = self.registry.pick(obj, self.settings.scheduler)
@@ -236,10 +226,10 @@ class Admitter:
             return _denied(request.uid, exc.lines(), adapter.name)
         if not plan.changes_object:
             return self._untranslated(
-                request, namespace, obj, adapter=adapter.name, warnings=list(plan.warnings)
+                request, namespace, obj, claims, adapter=adapter.name, warnings=list(plan.warnings)
             )
         names = [t["metadata"]["name"] for t in plan.templates]
-        reasons = self._placement_reasons(plan, namespace)
+        reasons = self._placement_reasons(plan, namespace, claims)
         reasons = reasons or self._quota_reasons(request, namespace, obj, plan)
         if not reasons and not request.dry_run:
             try:
@@ -257,6 +247,7 @@ class Admitter:
         request: review.AdmissionRequest,
         namespace: object,
         pod: dict[str, Any],
+        claims: ClaimLookup,
         *,
         quick: bool = False,
         adapter: str = "-",
@@ -271,8 +262,8 @@ class Admitter:
         shared = [(t, n) for t in pod_templates(pod) if (n := several_claims(t))] if claimed else []
         if quick and claimed and (problems or shared or self._quota_counts(request, pod)):
             return None  # reading its claims may take the API
-        reasons = self._claimed_pod_reasons(namespace, pod, problems)
-        reasons = reasons or self._shared_claim_reasons(pod, shared, namespace)
+        reasons = self._claimed_pod_reasons(namespace, pod, problems, claims)
+        reasons = reasons or self._shared_claim_reasons(pod, shared, namespace, claims)
         reasons = reasons or self._quota_reasons(request, namespace, pod)
         if reasons:  # e.g. a pod made from a translated template still books its share
             return _denied(request.uid, reasons, adapter)
@@ -280,7 +271,7 @@ class Admitter:
         return _Outcome("unchanged", body, adapter, warnings=warnings or [])
 
     def _claimed_pod_reasons(
-        self, namespace: object, pod: dict[str, Any], problems: Problems
+        self, namespace: object, pod: dict[str, Any], problems: Problems, claims: ClaimLookup
     ) -> list[str]:
         """Why a pod we do not translate, with `problems` by core's guardrails (privileged
         containers, spec.nodeName), is refused because it names a claim or template of our
@@ -289,13 +280,17 @@ class Admitter:
         Dry runs too: reads only. No problems: no API call."""
         if not problems:
             return []
-        why = self._claims_held_to_guardrails(pod, namespace)
+        why = self._claims_held_to_guardrails(pod, namespace, claims)
         if not why:
             return []
         return InvalidRequest(object_ref(pod), [*problems.errors, *why]).lines()
 
     def _shared_claim_reasons(
-        self, obj: Mapping[str, Any], shared: list[tuple[PodTemplate, set[str]]], namespace: object
+        self,
+        obj: Mapping[str, Any],
+        shared: list[tuple[PodTemplate, set[str]]],
+        namespace: object,
+        claims: ClaimLookup,
     ) -> list[str]:
         """Why an untranslated pod is refused for a container that names two claims of our class
         (issue #25 item 3; core's check_claims_per_container). `shared`: each template with the
@@ -305,16 +300,18 @@ class Admitter:
         claim of our class."""
         problems = Problems()
         for template, names in shared:
-            ours = self._claims_of_our_class(template.spec, names, namespace)
+            ours = self._claims_of_our_class(template.spec, names, namespace, claims)
             check_claims_per_container(
                 template, ours=ours, device_class=self.profile.device_class, problems=problems
             )
         return InvalidRequest(object_ref(obj), problems.errors).lines() if problems else []
 
+    @staticmethod
     def _claims_of_our_class(
-        self, spec: Mapping[str, Any], names: set[str], namespace: object
+        spec: Mapping[str, Any], names: set[str], namespace: object, claims: ClaimLookup
     ) -> dict[str, str]:
-        """Pod-claim name → what it claims, for those of `names` that are ours or unreadable."""
+        """Pod-claim name → what it claims, for those of `names` that are ours or cannot be
+        read to tell."""
         ours = {}
         for entry in spec.get("resourceClaims") or ():
             name = entry.get("name") if isinstance(entry, Mapping) else None
@@ -328,18 +325,9 @@ class Admitter:
                     label = f"ResourceClaim {target}"
                 else:  # each pod-claim of a template is a claim of its own
                     label = f"{name} (from ResourceClaimTemplate {target})"
-                if self._maybe_ours(resource, target, namespace):
+                if claims.claimed(resource, namespace, target) is not Claimed.OTHER:
                     ours[str(name)] = label
         return ours
-
-    def _maybe_ours(self, resource: str, name: str, namespace: object) -> bool:
-        """Whether a claim or template is of our class, or cannot be read to tell."""
-        if not isinstance(namespace, str) or dns_label_problem(namespace):
-            return True
-        if dns_subdomain_problem(name):
-            return True
-        found = self._read(api_path(RESOURCE_API, "namespaces", namespace, resource, name))
-        return found is None or self._of_our_class(found)
 
     def _guardrail_problems(self, pod: Mapping[str, Any]) -> Problems:
         problems = Problems()
@@ -348,7 +336,7 @@ class Admitter:
         return problems
 
     def _claims_held_to_guardrails(
-        self, pod: Mapping[str, Any], namespace: object
+        self, pod: Mapping[str, Any], namespace: object, claims: ClaimLookup
     ) -> list[FieldError]:
         """The claims the pod names that are of our class, or cannot be read to tell."""
         problem = dns_label_problem(namespace) if namespace else "required"
@@ -356,23 +344,24 @@ class Admitter:
             return [FieldError("metadata.namespace", f"{problem}, so its claims cannot be read")]
         found = []
         for path, resource, name in _claim_refs(pod):
-            reason = self._guardrail_claim_reason(resource, name, namespace)
+            reason = self._guardrail_claim_reason(
+                claims.claimed(resource, namespace, name), resource, name
+            )
             if reason:
                 found.append(FieldError(path, reason))
         return found
 
-    def _guardrail_claim_reason(self, resource: str, name: str, namespace: str) -> str | None:
+    def _guardrail_claim_reason(self, claimed: Claimed, resource: str, name: str) -> str | None:
         kind, device_class = resource[:-1], self.profile.device_class
-        problem = dns_subdomain_problem(name)
-        if problem:
+        if claimed is Claimed.UNNAMEABLE:
+            problem = dns_subdomain_problem(name)
             return f"{problem}, so whether it claims devices of class {device_class} is unknown"
-        claim = self._read(api_path(RESOURCE_API, "namespaces", namespace, resource, name))
-        if claim is None:
+        if claimed is Claimed.MISSING:
             return (
                 f"{kind} {name} does not exist, so whether it claims devices of class "
                 f"{device_class} cannot be checked; create it before the pod"
             )
-        if not self._of_our_class(claim):
+        if claimed is Claimed.OTHER:
             return None
         return (
             f"{kind} {name} claims devices of class {device_class}, so the pod is held to the "
@@ -408,14 +397,14 @@ class Admitter:
             return False
         return translated or bool((pod.get("spec") or {}).get("resourceClaims"))
 
-    def _placement_reasons(self, plan: Plan, namespace: object) -> list[str]:
+    def _placement_reasons(self, plan: Plan, namespace: object, claims: ClaimLookup) -> list[str]:
         """Why this object's templates and claims cannot be looked up or put in `namespace`."""
         problem = dns_label_problem(namespace) if namespace else "required"
         if problem or not isinstance(namespace, str):
             return [f"metadata.namespace: {problem}"]
-        return self._mixed_claims(plan, namespace)
+        return self._mixed_claims(plan, namespace, claims)
 
-    def _mixed_claims(self, plan: Plan, namespace: str) -> list[str]:
+    def _mixed_claims(self, plan: Plan, namespace: str, claims: ClaimLookup) -> list[str]:
         """A pod that already claims devices of our class beside translated requests is refused;
         so is a claim name that is no DNS subdomain: it is never put into an API path. Only the
         pod templates the plan translated are looked at (a Volcano Job's other tasks may claim
@@ -425,10 +414,12 @@ class Admitter:
             template = pod.template
             for index, claim in enumerate(template.spec.get("resourceClaims") or ()):
                 path = f"{template.spec_path}.resourceClaims[{index}]"
-                reasons += self._claim_reasons(claim, path, namespace)
+                reasons += self._claim_reasons(claim, path, namespace, claims)
         return reasons
 
-    def _claim_reasons(self, claim: Mapping[str, Any], path: str, namespace: str) -> list[str]:
+    def _claim_reasons(
+        self, claim: Mapping[str, Any], path: str, namespace: str, claims: ClaimLookup
+    ) -> list[str]:
         for key, resource in CLAIM_RESOURCES.items():
             name = claim.get(key)
             if name is None:
@@ -436,38 +427,12 @@ class Admitter:
             problem = dns_subdomain_problem(name)
             if problem:
                 return [f"{path}.{key}: {problem}"]
-            if self._claims_our_class(
-                api_path(RESOURCE_API, "namespaces", namespace, resource, name)
-            ):
+            if claims.claimed(resource, namespace, name) is Claimed.OURS:
                 return [
                     f"{path}: already claims devices of class {self.profile.device_class}; "
                     "state GPU requests one way"
                 ]
         return []
-
-    def _claims_our_class(self, path: str) -> bool:
-        found = self._read(path)
-        return found is not None and self._of_our_class(found)
-
-    def _read(self, path: str) -> Json | None:
-        """The claim or template at `path`; None when it does not exist."""
-        try:
-            return self.api.get(path)
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def _of_our_class(self, found: Json) -> bool:
-        """Whether a claim or template requests devices of our DeviceClass."""
-        spec = found.get("spec", {})
-        spec = spec.get("spec", spec)  # a template wraps the claim spec once more
-        requests = spec.get("devices", {}).get("requests") or []
-        classes = {r.get("exactly", {}).get("deviceClassName") for r in requests}
-        classes |= {
-            s.get("deviceClassName") for r in requests for s in r.get("firstAvailable") or ()
-        }
-        return self.profile.device_class in classes
 
 
 def _claim_refs(pod: Mapping[str, Any]) -> list[tuple[str, str, str]]:

@@ -143,3 +143,18 @@ def test_the_quick_path_leaves_a_container_naming_two_claims_to_the_full_path(
     body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
     assert admitter_over(recorded).quick_review_body(json.dumps(body).encode()) is None
     assert recorded.calls == []
+
+
+def test_each_claim_is_read_once_per_admission_however_many_checks_ask(
+    recorded: RecordingApi,
+) -> None:
+    """A privileged pod naming two claims of another class in one container is asked about by
+    core's guardrails (does it claim our devices?) and by the one-claim-per-container check:
+    one GET per claim all the same, and the pod is admitted (neither claim is ours)."""
+    has_claim(recorded, "nic-a", device_class="nic.example.com")
+    has_claim(recorded, "nic-b", device_class="nic.example.com")
+    obj = pod_with([["a", "b"]], {"a": claim("nic-a"), "b": claim("nic-b")})
+    obj["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    assert admitted_unchanged(pod_response(admitter_over(recorded), obj))
+    reads = [call.path.rsplit("/", 1)[-1] for call in recorded.made("GET")]
+    assert sorted(reads) == ["nic-a", "nic-b"]
