@@ -24,12 +24,16 @@ WHOLE_CARD_CORES = 100  # a capacity left unrequested takes the device's default
 
 @dataclass(frozen=True, slots=True)
 class Booking:
-    """Sums over devices. `unsized` counts devices whose memory could not be sized."""
+    """Sums over devices. `unsized` counts devices whose memory could not be sized;
+    `takes_all` holds the spec paths of requests with `allocationMode: All`, which take every
+    matching device: how many is known only once allocated, so they cannot be counted before
+    (each is summed here as one device)."""
 
     devices: int = 0
     memory_bytes: int = 0
     cores: int = 0
     unsized: int = 0
+    takes_all: tuple[str, ...] = ()
 
     def __add__(self, other: Booking) -> Booking:
         return Booking(
@@ -37,15 +41,17 @@ class Booking:
             self.memory_bytes + other.memory_bytes,
             self.cores + other.cores,
             self.unsized + other.unsized,
+            self.takes_all + other.takes_all,
         )
 
     def larger(self, other: Booking) -> Booking:
-        """Field by field, the larger of two alternatives."""
+        """Field by field, the larger of two alternatives (and either one's `takes_all`)."""
         return Booking(
             max(self.devices, other.devices),
             max(self.memory_bytes, other.memory_bytes),
             max(self.cores, other.cores),
             max(self.unsized, other.unsized),
+            self.takes_all + other.takes_all,
         )
 
 
@@ -58,15 +64,20 @@ def spec_booking(
 ) -> Booking:
     """What a ResourceClaimSpec asks of `profile`'s DeviceClass, before allocation."""
     booked = Booking()
-    for request in _requests(spec):
+    for index, request in enumerate(_requests(spec)):
+        path = f"devices.requests[{index}]"
         exact = _map(request.get("exactly"))
         if exact.get("deviceClassName") == profile.device_class:
-            booked += _asked(exact, profile, largest_card)
+            booked += _asked(exact, f"{path}.exactly", profile, largest_card)
             continue
-        subrequests = [_map(s) for s in _list(request.get("firstAvailable"))]
-        ours = [s for s in subrequests if s.get("deviceClassName") == profile.device_class]
+        subrequests = enumerate(_map(s) for s in _list(request.get("firstAvailable")))
+        ours = [
+            _asked(s, f"{path}.firstAvailable[{sub}]", profile, largest_card)
+            for sub, s in subrequests
+            if s.get("deviceClassName") == profile.device_class
+        ]
         if ours:
-            booked += reduce(Booking.larger, (_asked(s, profile, largest_card) for s in ours))
+            booked += reduce(Booking.larger, ours)
     return booked
 
 
@@ -85,13 +96,21 @@ def claim_booking(
     )
 
 
-def _asked(body: Mapping[str, Any], profile: DriverProfile, largest_card: int | None) -> Booking:
-    """One device request (or subrequest): `count` devices, each with the capacity it asks."""
-    count = body.get("count", 1) if body.get("allocationMode", "ExactCount") == "ExactCount" else 1
+def _asked(
+    body: Mapping[str, Any], path: str, profile: DriverProfile, largest_card: int | None
+) -> Booking:
+    """One device request (or subrequest) at `path`: `count` devices, each with the capacity it
+    asks; `allocationMode: All` as one device, marked as `takes_all`."""
+    mode = body.get("allocationMode", "ExactCount")
+    count = body.get("count", 1) if mode == "ExactCount" else 1
     count = count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1
     asked = _map(_map(body.get("capacity")).get("requests"))
     one = _device(asked, profile, largest_card)
-    return Booking(*(count * n for n in (one.devices, one.memory_bytes, one.cores, one.unsized)))
+    takes_all = (f"{path}.allocationMode",) if mode == "All" else ()
+    return Booking(
+        count * one.devices, count * one.memory_bytes, count * one.cores, count * one.unsized,
+        takes_all,
+    )  # fmt: skip
 
 
 def _consumed(result: Mapping[str, Any], profile: DriverProfile, largest: int | None) -> Booking:

@@ -185,8 +185,8 @@ class QuotaGate:
         if spec is None:
             found = self._get(namespace, "resourceclaimtemplates", name)
             spec = (found.get("spec") or {}).get("spec") or {}
-        self._countable(spec, f"resourceclaimtemplate {name}")
-        return spec_booking(spec, profile=self.profile, largest_card=largest)
+        booking = spec_booking(spec, profile=self.profile, largest_card=largest)
+        return _countable(booking, f"resourceclaimtemplate {name}")
 
     def _first_use(self, namespace: str, name: str, largest: int | None) -> Booking | None:
         """What a claim written by hand (named by the pod) books, when this pod is its first
@@ -196,21 +196,8 @@ class QuotaGate:
         status = claim.get("status") or {}
         if status.get("reservedFor"):
             return None
-        if not status.get("allocation"):  # once allocated, its results say what it holds
-            self._countable(claim.get("spec") or {}, f"resourceclaim {name}")
-        return claim_booking(claim, profile=self.profile, largest_card=largest)
-
-    def _countable(self, spec: Mapping[str, Any], what: str) -> None:
-        """Raise `Uncountable` when a claim spec asks for every device of our class
-        (`allocationMode: All`): how many it takes is known only once allocated, and counting
-        it as one device would let it escape the quota (issue 25)."""
-        path = _takes_all(spec, self.profile.device_class)
-        if path is not None:
-            raise Uncountable(
-                f"spec.resourceClaims: {what}: {path}: All takes every matching device, which "
-                "cannot be counted against the namespace's GPU quota before allocation; ask for "
-                "a count (allocationMode: ExactCount)"
-            )
+        booking = claim_booking(claim, profile=self.profile, largest_card=largest)
+        return _countable(booking, f"resourceclaim {name}")  # once allocated, its results count
 
     def _get(self, namespace: str, resource: str, name: str) -> Json:
         try:
@@ -244,26 +231,17 @@ class QuotaGate:
         )
 
 
-def _takes_all(spec: Mapping[str, Any], device_class: str) -> str | None:
-    """The path of the first request of `device_class` with `allocationMode: All`, or None."""
-    devices = spec.get("devices")
-    requests = devices.get("requests") if isinstance(devices, Mapping) else None
-    for index, request in enumerate(requests if isinstance(requests, list) else ()):
-        if not isinstance(request, Mapping):
-            continue
-        exactly, alternatives = request.get("exactly"), request.get("firstAvailable")
-        found = [(f"devices.requests[{index}].exactly", exactly)]
-        if isinstance(alternatives, list):
-            found += [(f"devices.requests[{index}].firstAvailable[{sub}]", alternative)
-                      for sub, alternative in enumerate(alternatives)]  # fmt: skip
-        for path, body in found:
-            if (
-                isinstance(body, Mapping)
-                and body.get("deviceClassName") == device_class
-                and body.get("allocationMode") == "All"
-            ):
-                return f"{path}.allocationMode"
-    return None
+def _countable(booking: Booking, what: str) -> Booking:
+    """`booking`, unless it asks for every device of our class (`allocationMode: All`): how many
+    it takes is known only once allocated, and counting it as one device would let it escape
+    the quota (issue 25); then `Uncountable`."""
+    if booking.takes_all:
+        raise Uncountable(
+            f"spec.resourceClaims: {what}: {booking.takes_all[0]}: All takes every matching "
+            "device, which cannot be counted against the namespace's GPU quota before "
+            "allocation; ask for a count (allocationMode: ExactCount)"
+        )
+    return booking
 
 
 def _measure(booking: Booking, measure: str) -> int:

@@ -119,3 +119,44 @@ def test_an_allocated_claim_of_another_class_of_our_driver_is_counted() -> None:
     }  # fmt: skip
     booked = claim_booking(claim, profile=DEFAULT, largest_card=80 * GiB)
     assert booked == Booking(devices=1, memory_bytes=80 * GiB, cores=100)
+
+
+def test_a_claim_kube_scheduler_made_for_an_extended_resource_books_whole_cards() -> None:
+    """`deviceClass.extendedResourceName` (KEP-5004): a pod the webhook never saw gets a claim
+    kube-scheduler made, asking N cards with no capacity; the cards it holds count against the
+    namespace's quota for the pods admitted after it."""
+    claim = {
+        "metadata": {"annotations": {"resource.kubernetes.io/extended-resource-claim": "true"}},
+        "spec": spec({"name": "container-0-request-0", "exactly": {
+            "deviceClassName": CLASS, "allocationMode": "ExactCount", "count": 2}}),
+        "status": {"allocation": {"devices": {"results": [
+            result("container-0-request-0", memory="80Gi", cores="100", milliCores="1"),
+            result("container-0-request-0", memory="40Gi", cores="100", milliCores="1"),
+        ]}}},
+    }  # fmt: skip
+    booked = claim_booking(claim, profile=DEFAULT, largest_card=80 * GiB)
+    assert booked == Booking(devices=2, memory_bytes=120 * GiB, cores=200)
+
+
+def test_a_request_for_every_device_is_marked_with_its_path_not_counted_silently() -> None:
+    """`allocationMode: All` takes every matching device: summed as one device, and marked, so
+    that a quota check can refuse it instead of counting it as one (issue 25)."""
+    every = {"deviceClassName": CLASS, "allocationMode": "All"}
+    other = {"deviceClassName": "nic.example.com", "allocationMode": "All"}
+    booked = spec_booking(
+        spec(
+            {"name": "nic", "exactly": other},
+            {"name": "gpu", "exactly": every},
+            {"name": "alt", "firstAvailable": [{"name": "a", **exact(1)}, {"name": "b", **every}]},
+        ),
+        profile=DEFAULT,
+        largest_card=80 * GiB,
+    )
+    assert booked.takes_all == (
+        "devices.requests[1].exactly.allocationMode",
+        "devices.requests[2].firstAvailable[1].allocationMode",
+    )
+    assert booked.devices == 2
+    counted = spec_booking(spec({"name": "gpu", "exactly": exact(3)}), profile=DEFAULT,
+                           largest_card=80 * GiB)  # fmt: skip
+    assert counted.takes_all == ()
