@@ -11,9 +11,7 @@ from vgpu_bridge.core.dialects import DIALECTS, Dialect, PodRequest
 from vgpu_bridge.core.dialects.resources import resources_of
 from vgpu_bridge.core.errors import shown
 from vgpu_bridge.core.models import Problems, RawRequest
-from vgpu_bridge.core.workloads import PodTemplate
-
-CONTAINER_LISTS = ("initContainers", "containers")
+from vgpu_bridge.core.workloads import CONTAINER_LISTS, PodTemplate
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,13 @@ from typing import Any
 
 from vgpu_bridge.core.errors import FieldError, InvalidRequest
 from vgpu_bridge.core.models import Problems
-from vgpu_bridge.core.workloads import VOLCANO_GROUP, api_group, object_ref, template_path
+from vgpu_bridge.core.workloads import (
+    CONTAINER_LISTS,
+    VOLCANO_GROUP,
+    api_group,
+    object_ref,
+    template_path,
+)
 
 MAX_DEPTH = 64  # a Pod nests about 10 levels, a Volcano Job about 15
 # Far above any real pod (Kubernetes sets no such limit; etcd's 1.5 MiB bounds a pod at a few
@@ -19,7 +25,6 @@ MAX_CONTAINERS = 256  # per pod: containers and initContainers together
 MAX_POD_CLAIMS = 128  # spec.resourceClaims of one pod
 MAX_CONTAINER_CLAIMS = 128  # resources.claims of one container
 MAX_ENV = 1024  # env entries of one container
-CONTAINER_LISTS = ("initContainers", "containers")
 _STRING_MAPS = ("labels", "annotations")
 _TYPE_NAMES: dict[type, str] = {Mapping: "a map", list: "a list", str: "a string"}
 

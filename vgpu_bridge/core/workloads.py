@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 VOLCANO_GROUP = "batch.volcano.sh"
+#: a pod spec's container lists, init containers first (the order they run in)
+CONTAINER_LISTS = ("initContainers", "containers")
 VOLCANO_SCHEDULING_GROUP = "scheduling.volcano.sh"
 
 
@@ -149,6 +151,11 @@ def template_path(obj: Mapping[str, Any]) -> tuple[str | int, ...] | None:
     objects with no template or several (Volcano Jobs: one per task)."""
     kind = _BY_GROUP_KIND.get((api_group(obj), str(obj.get("kind"))))
     return kind.template_path if kind else None
+
+
+def container_count(spec: Mapping[str, Any]) -> int:
+    """How many containers and init containers a pod spec lists (items of any type)."""
+    return sum(len(items) for name in CONTAINER_LISTS if isinstance(items := spec.get(name), list))
 
 
 def pod_templates(obj: Mapping[str, Any]) -> list[PodTemplate]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from vgpu_bridge.core.workloads import container_count, pod_templates
+
 #: every resource and annotation name the translator reads starts with one of these
 GPU_KEY_PREFIXES = ("nvidia.com/", "volcano.sh/vgpu", "hami.io/", "gpu-fraction", "gpu-memory")
 GPU_KEY_MARKERS = tuple(prefix.encode() for prefix in GPU_KEY_PREFIXES)
@@ -49,26 +51,16 @@ def may_ask_for_gpus(
 
 
 def quick_sized(obj: Mapping[str, Any]) -> bool:
-    """Whether an object has few enough containers to be looked at on the selector thread: a
-    Pod's, a workload's pod template's, a Volcano Job's tasks' (counted by list lengths, and
-    given up once past QUICK_MAX_CONTAINERS)."""
+    """Whether an object has few enough containers to be looked at on the selector thread:
+    those of all its pod templates (a Volcano Job's tasks given up at once when they alone are
+    more than QUICK_MAX_CONTAINERS)."""
     spec = obj.get("spec")
-    if not isinstance(spec, Mapping):
-        return True
-    tasks = spec.get("tasks")
+    tasks = spec.get("tasks") if isinstance(spec, Mapping) else None
     if isinstance(tasks, list) and len(tasks) > QUICK_MAX_CONTAINERS:
         return False
-    templates = [spec.get("template"), *(tasks if isinstance(tasks, list) else ())]
-    pod_specs = [spec, *(t.get("spec") for t in templates if isinstance(t, Mapping))]
-    pod_specs += [  # a Volcano task's template
-        t["template"].get("spec") for t in templates
-        if isinstance(t, Mapping) and isinstance(t.get("template"), Mapping)
-    ]  # fmt: skip
     count = 0
-    for pod_spec in pod_specs:
-        for field in ("containers", "initContainers"):
-            items = pod_spec.get(field) if isinstance(pod_spec, Mapping) else None
-            count += len(items) if isinstance(items, list) else 0
+    for template in pod_templates(obj):
+        count += container_count(template.spec)
         if count > QUICK_MAX_CONTAINERS:
             return False
     return True
