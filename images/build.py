@@ -27,7 +27,7 @@ import yaml
 
 from e2e.cluster.settings import REPO_ROOT, Settings
 from e2e.kind.dockerd import docker_env
-from e2e.kind.rootfs import SOURCES, SUITE, ensure_rootfs_image, image_exists
+from e2e.kind.rootfs import SUITE, ensure_rootfs_image, image_exists, imported, mmdebstrap
 from e2e.kind.steps import StepError, run
 
 IMAGES_DIR = Path(__file__).resolve().parent
@@ -83,11 +83,9 @@ ARCHES = {
 
 def pip_platforms(arch: Arch) -> list[str]:
     """pip's ``--platform`` options for wheels that run on bookworm (glibc 2.GLIBC_MINOR) on
-    ``arch``: pip does not widen a given manylinux tag to older ones. images/site.sh says the
-    same in sh."""
-    tags = [f"manylinux_2_{minor}_{arch.machine}" for minor in range(GLIBC_MINOR, 4, -1)]
-    tags += [f"manylinux{alias}_{arch.machine}" for alias in ("2014", "2010", "1")]
-    return [option for tag in tags for option in ("--platform", tag)]
+    ``arch``, as images/site.sh gives them to pip in the image (``site.sh --platforms``)."""
+    env = {"PATH": "/usr/bin:/bin", "WHEEL_MACHINE": arch.machine, "GLIBC_MINOR": str(GLIBC_MINOR)}
+    return run(["sh", str(IMAGES_DIR / "site.sh"), "--platforms"], env=env, quiet=True).split()
 
 
 def project_version() -> str:
@@ -171,7 +169,7 @@ def base_image(settings: Settings, arch: Arch) -> str:
             f"{sys.executable} -m compileall -q -j 0 --invalidation-mode unchecked-hash"
             f' -s "$1" -p / {stdlib}'
         )
-        _mmdebstrap(
+        mmdebstrap(
             tarball,
             [
                 "--variant=extract",
@@ -228,24 +226,9 @@ def gcc_image(settings: Settings, *, cross: bool) -> str:
     toolchain (the kind tier's amd64-only images go without it: a minute less cold)."""
     packages = (*GCC_PACKAGES, *(CROSS_GCC_PACKAGES if cross else ()))
     digest = _digest(SUITE, *packages)
-    name = f"vgpu-bridge-images/build-gcc:{digest}"
-    if image_exists(name):
-        return name
     tarball = settings.cache_root / "images-rootfs" / f"build-gcc-{digest}.tar"
-    if not tarball.is_file():
-        _mmdebstrap(tarball, ["--variant=minbase", f"--include={','.join(packages)}"])
-    run(["docker", "import", str(tarball), name], env=docker_env())
-    return name
-
-
-def _mmdebstrap(tarball: Path, options: list[str]) -> None:
-    sources = SOURCES if SOURCES.is_file() else Path("/etc/apt/sources.list")
-    if not sources.is_file():
-        raise StepError(f"mmdebstrap needs the host's apt sources; neither {SOURCES} nor {sources}")
-    tarball.parent.mkdir(parents=True, exist_ok=True)
-    partial = tarball.with_suffix(".partial.tar")
-    run(["mmdebstrap", *options, SUITE, str(partial), str(sources)])
-    partial.replace(tarball)
+    options = ["--variant=minbase", f"--include={','.join(packages)}"]
+    return imported(f"vgpu-bridge-images/build-gcc:{digest}", tarball, options)
 
 
 def build_context(settings: Settings, arch: Arch, *, offline: bool) -> Path:

@@ -3,7 +3,25 @@
 # installed into /opt/vgpu-bridge/site as wheels for WHEEL_MACHINE, glibc 2.GLIBC_MINOR and
 # PYTHON_VERSION (not necessarily this machine's), then byte-compiled by this machine's python3,
 # which must be PYTHON_VERSION too: bytecode is the same on every architecture.
+#        site.sh --platforms: only print pip's --platform options for WHEEL_MACHINE and glibc
+# 2.GLIBC_MINOR (images/build.py downloads the wheelhouse with them, on the host)
 set -eu
+
+# every manylinux tag glibc 2.$GLIBC_MINOR runs (pip does not widen one to older ones)
+platforms=
+minor=$GLIBC_MINOR
+while [ "$minor" -ge 5 ]; do
+	platforms="$platforms --platform manylinux_2_${minor}_$WHEEL_MACHINE"
+	minor=$((minor - 1))
+done
+for alias in 2014 2010 1; do
+	platforms="$platforms --platform manylinux${alias}_$WHEEL_MACHINE"
+done
+if [ "$1" = --platforms ]; then
+	echo $platforms
+	exit 0
+fi
+
 extra=$1
 have=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 if [ "$have" != "$PYTHON_VERSION" ]; then
@@ -14,17 +32,6 @@ abi=cp$(echo "$PYTHON_VERSION" | tr -d .)
 # the project's own wheel is pure Python: built here, for any platform
 python3 -m pip wheel --quiet --no-deps $PIP_OPTIONS --wheel-dir /wheels .
 wheel=$(ls /wheels/vgpu_bridge-*.whl)
-# every manylinux tag glibc 2.$GLIBC_MINOR runs (pip does not widen one to older ones);
-# images/build.py's pip_platforms says the same
-platforms=
-minor=$GLIBC_MINOR
-while [ "$minor" -ge 5 ]; do
-	platforms="$platforms --platform manylinux_2_${minor}_$WHEEL_MACHINE"
-	minor=$((minor - 1))
-done
-for alias in 2014 2010 1; do
-	platforms="$platforms --platform manylinux${alias}_$WHEEL_MACHINE"
-done
 python3 -m pip install --quiet $PIP_OPTIONS --target /opt/vgpu-bridge/site --no-compile \
 	--only-binary=:all: $platforms --python-version "$PYTHON_VERSION" \
 	--implementation cp --abi "$abi" --abi abi3 --abi none "$wheel[$extra]"

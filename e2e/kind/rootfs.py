@@ -33,24 +33,31 @@ def image_name(kind: str) -> str:
 def ensure_rootfs_image(settings: Settings, kind: str) -> str:
     """The Docker image of one Debian root filesystem, made when missing; returns its name."""
     name = image_name(kind)
+    tarball = settings.cache_root / "kind-rootfs" / (name.split("/")[1].replace(":", "-") + ".tar")
+    packages = ",".join(ROOTFS_PACKAGES[kind].split())
+    return imported(name, tarball, ["--variant=minbase", f"--include={packages}"])
+
+
+def imported(name: str, tarball: Path, options: list[str]) -> str:
+    """Image ``name``: there already, or ``docker import`` of ``tarball``, which
+    ``mmdebstrap(tarball, options)`` makes when it is not cached."""
     if image_exists(name):
         return name
-    tarball = settings.cache_root / "kind-rootfs" / (name.split("/")[1].replace(":", "-") + ".tar")
     if not tarball.is_file():
-        _mmdebstrap(kind, tarball)
+        mmdebstrap(tarball, options)
     run(["docker", "import", str(tarball), name], env=docker_env())
     return name
 
 
-def _mmdebstrap(kind: str, tarball: Path) -> None:
+def mmdebstrap(tarball: Path, options: list[str]) -> None:
+    """``mmdebstrap OPTIONS SUITE`` with the host's apt sources into ``tarball``, which appears
+    only once it is whole."""
     sources = SOURCES if SOURCES.is_file() else Path("/etc/apt/sources.list")
     if not sources.is_file():
         raise StepError(f"mmdebstrap needs the host's apt sources; neither {SOURCES} nor {sources}")
     tarball.parent.mkdir(parents=True, exist_ok=True)
     partial = tarball.with_suffix(".partial.tar")
-    packages = ",".join(ROOTFS_PACKAGES[kind].split())
-    command = ["mmdebstrap", "--variant=minbase", f"--include={packages}", SUITE, str(partial)]
-    run([*command, str(sources)])
+    run(["mmdebstrap", *options, SUITE, str(partial), str(sources)])
     partial.replace(tarball)
 
 
