@@ -53,14 +53,11 @@ def private_dockerd(settings: Settings) -> Iterator[None]:
     dockerd.ensure_packages()
     data_root = settings.cache_root / DATA_ROOT
     state_file = settings.cache_root / "state" / "images" / "host.json"
-    host.record(state_file)
-    dockerd.start(data_root)
+    host.start_dockerd(data_root, state_file)
     try:
         yield
     finally:
-        dockerd.stop(state_file.parent / "dockerd.log")
-        dockerd.clean_up_after(data_root)
-        restored = host.restore(state_file)
+        restored = host.stop_dockerd(data_root, state_file)
         for line in restored.changes:
             print(f"restored: {line}")
         if restored.failures:

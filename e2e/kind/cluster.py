@@ -159,8 +159,7 @@ def prepare(kind: Kind) -> KindTools:
     ensure_binary(kind.settings)
     ensure_volcano(kind.volcano)
     tools = ensure_tools(kind.settings)
-    host.record(kind.state_file)
-    dockerd.start(kind.data_root)
+    host.start_dockerd(kind.data_root, kind.state_file)
     return tools
 
 
@@ -273,8 +272,6 @@ def down(kind: Kind) -> host.Restored:
             run(["docker", "rm", "-f", "-v", *leftover], env=env)
         run(["docker", "network", "prune", "-f"], env=env)
         run(["docker", "volume", "prune", "-f"], env=env)
-    dockerd.stop(kind.state_file.parent / "dockerd.log")
-    dockerd.clean_up_after(kind.data_root)
-    restored = host.restore(kind.state_file)
+    restored = host.stop_dockerd(kind.data_root, kind.state_file)
     kind.kubeconfig.unlink(missing_ok=True)
     return restored

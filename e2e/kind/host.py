@@ -17,6 +17,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from e2e.kind import dockerd
 from e2e.kind.dockerd import CGROUP_PARENT
 from e2e.realnode.host import KUBELET_SYSCTLS, PROC_SYS, read_sysctls
 
@@ -71,6 +72,21 @@ def record(state_file: Path) -> HostState:
     partial.write_text(json.dumps(state.__dict__))
     partial.replace(state_file)
     return state
+
+
+def start_dockerd(data_root: Path, state_file: Path) -> None:
+    """The host's state recorded in ``state_file``, then the tier's dockerd started on
+    ``data_root`` (the kind tier and ``make images``)."""
+    record(state_file)
+    dockerd.start(data_root)
+
+
+def stop_dockerd(data_root: Path, state_file: Path) -> Restored:
+    """The tier's dockerd stopped (its log kept beside ``state_file``), what it left on the host
+    cleaned up, and the host put back as ``state_file`` recorded."""
+    dockerd.stop(state_file.parent / "dockerd.log")
+    dockerd.clean_up_after(data_root)
+    return restore(state_file)
 
 
 def load(state_file: Path) -> HostState:
