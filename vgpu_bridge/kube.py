@@ -15,6 +15,7 @@ import re
 import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from urllib.parse import quote, unquote
@@ -233,6 +234,18 @@ class _ClientOnFirstUse:
             return self._client
 
 
+#: items per page of `KubeApi.list_all` (kubectl asks for 500)
+LIST_PAGE_SIZE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """A whole list: its items and the resourceVersion to watch it from."""
+
+    items: list[Json]
+    resource_version: str
+
+
 class KubeApi:
     def __init__(self, api_client: ApiClient, *, timeout_s: float = 5.0) -> None:
         self._connection: Callable[[], ApiClient] = lambda: api_client
@@ -322,6 +335,30 @@ class KubeApi:
 
     def list(self, path: str, **query: Any) -> Json:
         return self.request("GET", path, query=query)
+
+    def list_all(self, path: str, **query: Any) -> Listed:
+        """Every item at `path`, read LIST_PAGE_SIZE at a time (`limit` and `continue`): the API
+        server answers a big cluster's lists in pages it can serve cheaply, and one page at a
+        time is parsed here. The pages are one consistent snapshot; when the server has
+        forgotten it (410: the continue token expired), the list starts over, once."""
+        for attempt in (1, 2):
+            items: list[Json] = []
+            page: dict[str, Any] = {}
+            try:
+                while True:
+                    listed = self.request(
+                        "GET", path, query={**query, "limit": LIST_PAGE_SIZE, **page}
+                    )
+                    items += listed.get("items") or []
+                    meta = listed.get("metadata") or {}
+                    token = meta.get("continue")
+                    if not token:
+                        return Listed(items, str(meta.get("resourceVersion", "")))
+                    page = {"continue": token}
+            except KubeError as error:
+                if error.status != 410 or not page or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def create(self, path: str, body: Json, **query: Any) -> Json:
         return self.request("POST", path, query=query, body=body)

@@ -9,7 +9,7 @@ import pytest
 from tests.unit.node.claims import GPUS
 from tests.unit.recording_api import recording_api
 from vgpu_bridge.core import DEFAULT
-from vgpu_bridge.kube import KubeError
+from vgpu_bridge.kube import LIST_PAGE_SIZE, KubeError
 from vgpu_bridge.node.publisher import PublishError, SlicePublisher
 from vgpu_bridge.node.state import ClaimRef
 from vgpu_bridge.webhook.templates import Sweeper, TemplateStore
@@ -38,15 +38,18 @@ def test_the_sweeper_lists_the_referrers_it_always_listed() -> None:
     with recording_api() as recording:
         assert Sweeper(recording.api, grace_s=600).referenced("team-a") == set()
     assert recording.paths == [
-        "/api/v1/namespaces/team-a/pods",
-        "/api/v1/namespaces/team-a/replicationcontrollers",
-        "/apis/apps/v1/namespaces/team-a/deployments",
-        "/apis/apps/v1/namespaces/team-a/replicasets",
-        "/apis/apps/v1/namespaces/team-a/statefulsets",
-        "/apis/apps/v1/namespaces/team-a/daemonsets",
-        "/apis/batch/v1/namespaces/team-a/jobs",
-        "/apis/batch/v1/namespaces/team-a/cronjobs",
-        "/apis/batch.volcano.sh/v1alpha1/namespaces/team-a/jobs",
+        f"{path}?limit={LIST_PAGE_SIZE}"  # read in pages
+        for path in (
+            "/api/v1/namespaces/team-a/pods",
+            "/api/v1/namespaces/team-a/replicationcontrollers",
+            "/apis/apps/v1/namespaces/team-a/deployments",
+            "/apis/apps/v1/namespaces/team-a/replicasets",
+            "/apis/apps/v1/namespaces/team-a/statefulsets",
+            "/apis/apps/v1/namespaces/team-a/daemonsets",
+            "/apis/batch/v1/namespaces/team-a/jobs",
+            "/apis/batch/v1/namespaces/team-a/cronjobs",
+            "/apis/batch.volcano.sh/v1alpha1/namespaces/team-a/jobs",
+        )
     ]
 
 

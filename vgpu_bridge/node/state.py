@@ -207,7 +207,7 @@ class DeviceState:
         and whether the API could be read (if not, nothing else may be assumed stale)."""
         rebuilt: dict[str, PreparedClaim] = {}
         try:
-            items = self._api.list(api_path(CLAIMS, "resourceclaims")).get("items") or []
+            items = self._api.list_all(api_path(CLAIMS, "resourceclaims")).items
         except Exception as error:  # the API unreachable: start empty, repair on Prepare
             log.error("cannot list ResourceClaims to rebuild the checkpoint", error=str(error))
             return rebuilt, False

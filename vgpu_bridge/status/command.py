@@ -226,8 +226,7 @@ def read_report(api: KubeApi, *, namespace: str | None, driver: str, agent_selec
 
 
 def _items(api: KubeApi, path: str, **query: str) -> list[Json]:
-    items: list[Json] = api.list(path, **query).get("items") or []
-    return items
+    return api.list_all(path, **query).items
 
 
 def _allowed(

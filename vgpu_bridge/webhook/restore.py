@@ -62,7 +62,7 @@ def still_needed(api: KubeApi, namespace: str) -> set[str]:
 
 def _items(api: KubeApi, path: str) -> list[Json]:
     try:
-        items: list[Json] = api.list(path).get("items") or []
+        items = api.list_all(path).items
     except KubeError as exc:
         if exc.status == 404:  # e.g. no Volcano in this cluster
             return []

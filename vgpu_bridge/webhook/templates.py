@@ -304,7 +304,7 @@ class Sweeper:
     def sweep_once(self) -> list[str]:
         """One pass; returns `namespace/name` of each template deleted. A pass that fails leaves
         in `left_behind` the templates past the grace it had not yet kept or deleted."""
-        items = self._api.list(ALL_TEMPLATES, labelSelector=OURS).get("items", [])
+        items = self._api.list_all(ALL_TEMPLATES, labelSelector=OURS).items
         now = self._clock()
         old = [t for t in items if now - last_used(t) > self._grace_s]
         deleted = []
@@ -356,7 +356,7 @@ class Sweeper:
 
     def _list_or_none(self, path: str) -> list[Json]:
         try:
-            items: list[Json] = self._api.list(path).get("items", [])
+            items = self._api.list_all(path).items
         except KubeError as exc:
             if exc.status == 404:  # e.g. no Volcano in this cluster
                 return []

@@ -59,9 +59,9 @@ def _list_and_watch(
     timeout_s: int,
     selectors: dict[str, str],
 ) -> None:
-    listed = api.list(path, **selectors)
-    on_list(listed.get("items") or [])
-    version = listed["metadata"]["resourceVersion"]
+    listed = api.list_all(path, **selectors)
+    on_list(listed.items)
+    version = listed.resource_version
     while not stop.is_set():
         resumed_at = version
         version = _watch(api, path, version, stop, on_event, timeout_s, selectors)

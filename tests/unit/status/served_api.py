@@ -1,6 +1,8 @@
 """A loopback API server for the status command's real client: each GET answers what is set for
 its path and query (`serve`), else for its path, else 404; every request's path and query kept.
-Text answers (an agent's /metrics through the pod proxy) as well as JSON."""
+Text answers (an agent's /metrics through the pod proxy) as well as JSON. A list's page size
+(`limit`) is not part of the match: a list is answered whole unless pages are served for its
+`continue` tokens."""
 
 from __future__ import annotations
 
@@ -25,6 +27,12 @@ class ServedApi:
     def serve(self, path: str, body: object, *, status: int = 200, **query: str) -> None:
         """`body` (JSON; a str is served as text) for GETs of `path`, with exactly `query`
         when one is given."""
+        self._set(path, body, status, query)
+
+    def serve_page(
+        self, path: str, body: object, query: dict[str, str], *, status: int = 200
+    ) -> None:
+        """`body` for GETs of `path` with exactly `query` (which may hold `continue`)."""
         self._set(path, body, status, query)
 
     def _set(self, path: str, body: object, status: int, query: dict[str, str]) -> None:
@@ -82,7 +90,8 @@ def _handler(served: ServedApi) -> type[http.server.BaseHTTPRequestHandler]:
             url = urlsplit(self.path)
             query = dict(parse_qsl(url.query))
             served.asked.append((url.path, query))
-            found = served.answers.get((url.path, frozenset(query.items()))) or (
+            matched = {key: value for key, value in query.items() if key != "limit"}
+            found = served.answers.get((url.path, frozenset(matched.items()))) or (
                 served.answers.get((url.path, None))
             )
             status, data, kind = found or (404, b'{"kind": "Status", "code": 404}', "json")

@@ -15,7 +15,7 @@ from tests.unit.recording_api import RecordingApi
 from tests.unit.webhook.admitters import admitter_over
 from vgpu_bridge.core.claims import claim_template, template_name
 from vgpu_bridge.core.workloads import WORKLOAD_KINDS, WorkloadKind
-from vgpu_bridge.kube import KubeError, api_path
+from vgpu_bridge.kube import LIST_PAGE_SIZE, KubeError, api_path
 from vgpu_bridge.webhook.templates import (
     ALL_TEMPLATES,
     LAST_ADMITTED,
@@ -300,7 +300,7 @@ def test_a_template_unreferenced_past_the_grace_is_deleted_with_its_resource_ver
     recorded.answer("DELETE", templates_path(NAMESPACE, name_of(old)), 200, DELETED)
     assert sweeper(recorded).sweep_once() == [f"{NAMESPACE}/{name_of(old)}"]
     [listed] = [c for c in recorded.calls if c.path == ALL_TEMPLATES]
-    assert listed.query == {"labelSelector": OURS}
+    assert listed.query == {"labelSelector": OURS, "limit": str(LIST_PAGE_SIZE)}  # paged
     [delete] = recorded.made("DELETE")
     assert delete.path == templates_path(NAMESPACE, name_of(old))
     assert delete.body["preconditions"] == {"resourceVersion": "42"}
