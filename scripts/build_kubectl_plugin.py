@@ -15,6 +15,7 @@ the manifest's caveats say.
 from __future__ import annotations
 
 import argparse
+import ast
 import gzip
 import hashlib
 import importlib.metadata
@@ -76,6 +77,20 @@ def plugin_modules() -> list[Path]:
     return [file.relative_to(REPO) for file in files]
 
 
+def plugin_requirements(modules: list[Path]) -> dict[str, str]:
+    """What of the bare install the plugin's `modules` import (at any depth of their code: the
+    client is imported lazily), each with the requirement that brings it; `translate`'s own
+    (ruamel.yaml) is not among them."""
+    imported = set()
+    for module in modules:
+        for node in ast.walk(ast.parse((REPO / module).read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+    return {m: r for m, r in bare_requirements().items() if m.split(".")[0] in imported}
+
+
 def bare_requirements() -> dict[str, str]:
     """Each module the bare install's dependencies bring (pyproject.toml's `dependencies`, no
     extra), and the requirement that brings it."""
@@ -111,7 +126,8 @@ def build_zipapp(target: Path, version: str) -> list[Path]:
         info = root / f"vgpu_bridge-{version}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(metadata(version))
-        (root / "__main__.py").write_text(MAIN.format(needs=bare_requirements(), entry=ENTRY))
+        needs = plugin_requirements(modules)
+        (root / "__main__.py").write_text(MAIN.format(needs=needs, entry=ENTRY))
         zipapp.create_archive(root, target, interpreter="/usr/bin/env python3", compressed=True)
     _reproducible_zip(target)
     return modules

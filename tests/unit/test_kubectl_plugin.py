@@ -114,7 +114,7 @@ def test_the_manifest_installs_the_archive_it_names(built: Path) -> None:
 
 def test_the_manifest_caveats_name_every_dependency_the_zipapp_checks(built: Path) -> None:
     caveats = yaml.safe_load((built / "krew" / "vgpu-bridge.yaml").read_text())["spec"]["caveats"]
-    needs = build.bare_requirements()
+    needs = build.plugin_requirements(build.plugin_modules())
     assert set(needs) == {"kubernetes", "yaml", "tenacity", "prometheus_client"}
     for requirement in needs.values():
         assert f"'{requirement}'" in caveats
