@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: help venv fmt lint unit integration abuse e2e e2e-kai test bench demo cluster-bin scheduler-bin native native-test clean
+.PHONY: help venv fmt lint unit integration abuse e2e e2e-kai test test-first-tiers bench demo cluster-bin cluster-bin-pinned cluster-bin-current scheduler-bin native native-test clean
 
 help:
 	@echo "make test    lint + unit + integration + native + e2e (DRA scenarios on 1.36 and 1.37) + real node + kind (installs what it needs; root)"
@@ -47,13 +47,13 @@ abuse: venv
 
 # The e2e tier: a private local control plane per pytest session (e2e/conftest.py), torn down
 # after it; failed tests leave their dump in .cache/e2e-artifacts/. Also the harness's own tests.
-e2e: venv cluster-bin scheduler-bin helm-bin
+e2e: venv cluster-bin-pinned scheduler-bin helm-bin
 	$(PY) -m e2e.prometheus fetch
 	$(PY) -m pytest e2e -q -m "not needs_kai_build"
 
 # The real KAI scheduler and binder, from a build named by KAI_BIN_DIR and KAI_CRD_DIR: the Go
 # proxy does not serve KAI's module, so `make test` cannot build it (docs/kai.md).
-e2e-kai: venv cluster-bin
+e2e-kai: venv cluster-bin-pinned
 	$(PY) -m pytest e2e/kai -q -m needs_kai_build
 
 # The local control plane's one multi-call binary (etcd, kube-apiserver, kube-controller-manager,
@@ -61,8 +61,10 @@ e2e-kai: venv cluster-bin
 # (VGPU_BRIDGE_CACHE moves it, K8S_VERSION picks the release); reused while its sources are unchanged.
 # Both tested releases: the pinned one (K8S_VERSION or v1.36.3) and K8S_CURRENT for e2e-k8s137.
 K8S_CURRENT := v1.37.2
-cluster-bin: venv
+cluster-bin: cluster-bin-pinned cluster-bin-current
+cluster-bin-pinned: venv
 	$(PY) -m e2e.cluster build
+cluster-bin-current: venv
 	K8S_VERSION=$(K8S_CURRENT) $(PY) -m e2e.cluster build
 
 .PHONY: e2e-k8s137
@@ -72,7 +74,7 @@ cluster-bin: venv
 E2E_DRA_SCENARIOS := e2e/webhook/test_admission.py e2e/test_dra_sharing.py \
 	e2e/test_core_booking.py e2e/test_init_container_booking.py e2e/node/test_agent.py \
 	e2e/node/test_prepare_input.py e2e/test_k8s_versions.py
-e2e-k8s137: venv cluster-bin
+e2e-k8s137: venv cluster-bin-current
 	K8S_VERSION=$(K8S_CURRENT) $(PY) -m pytest $(E2E_DRA_SCENARIOS) -q
 
 # The real Volcano and KAI schedulers (issues 7 and 8), built from their Go modules into the same
@@ -89,15 +91,20 @@ native-test:
 	$(MAKE) -C native/vgpu cudart test
 	$(MAKE) -C native/vgpu oldglibc-test
 
+# The unit, native and e2e tiers leave one of two cores idle much of the time: K8S_CURRENT's
+# control plane (about 10 min of Go build cold) is built beside them, with `make -j2`.
 test: lint
-	$(PY) -m pytest tests -q -m "not e2e"
-	$(MAKE) native-test
-	$(MAKE) e2e
+	$(MAKE) -j2 test-first-tiers cluster-bin-current
 	$(MAKE) e2e-k8s137
 	$(MAKE) e2e-realnode
 	$(MAKE) e2e-kind
 
-bench: venv cluster-bin helm-bin
+test-first-tiers: venv
+	$(PY) -m pytest tests -q -m "not e2e"
+	$(MAKE) -j1 native-test
+	$(MAKE) -j1 e2e
+
+bench: venv cluster-bin-pinned helm-bin
 	$(PY) bench/translate.py
 	$(PY) bench/webhook.py
 	$(PY) bench/schedule.py
@@ -107,7 +114,7 @@ bench: venv cluster-bin helm-bin
 
 # The demo (e2e/demo): builds or reuses the local cluster, runs the webhook and a node agent with
 # mock GPUs, applies examples/, prints what each workload got. KEEP=1 leaves the cluster up.
-demo: venv cluster-bin scheduler-bin helm-bin
+demo: venv cluster-bin-pinned scheduler-bin helm-bin
 	$(PY) -m e2e.demo $(if $(KEEP),--keep)
 
 .PHONY: helm-bin e2e-kind
@@ -148,7 +155,7 @@ images: venv
 # the others install again); `python -m e2e.kind down` always runs after and puts the host back.
 # Never at the same time as the real-node tier (one lock for both). Needs root.
 KIND_SCENARIOS := $(sort $(wildcard e2e/kind/scenarios*.py))
-e2e-kind: venv cluster-bin helm-bin
+e2e-kind: venv cluster-bin-pinned helm-bin
 	flock /tmp/vgpu-node-tier.lock bash -c '$(PY) -m e2e.kind up && $(PY) -m pytest $(KIND_SCENARIOS) -q; \
 		status=$$?; $(PY) -m e2e.kind down || status=1; exit $$status'
 
@@ -158,7 +165,7 @@ e2e-kind: venv cluster-bin helm-bin
 # pods run as real containers. Needs root; changes three kernel tunables while it runs and puts
 # them back; never beside the kind tier (both take /tmp/vgpu-node-tier.lock). `python -m e2e.realnode
 # down` cleans up after a crash.
-e2e-realnode: venv cluster-bin
+e2e-realnode: venv cluster-bin-pinned
 	$(PY) -m e2e.realnode build
 	VGPU_REALNODE=1 flock /tmp/vgpu-node-tier.lock $(PY) -m pytest e2e/realnode -q
 

@@ -71,11 +71,15 @@ def test_make_e2e_k8s137_runs_the_dra_scenarios_on_the_current_release() -> None
 
 
 def test_make_test_runs_the_current_release_after_the_whole_tier() -> None:
-    lines = [line.strip() for line in _dry_run("test")]
-    makes = [line.split()[-1] for line in lines if re.fullmatch(r"\S*make \S+", line)]
-    assert "e2e" in makes
-    assert "e2e-k8s137" in makes
-    assert makes.index("e2e") < makes.index("e2e-k8s137")
+    """The current release's control plane is built beside the first tiers (`make -j2`), and
+    its scenarios run after the whole e2e tier."""
+    lines = [line.strip().split() for line in _dry_run("test")]
+    makes = [words[1:] for words in lines if words and re.fullmatch(r"\S*make", words[0])]
+    targets = [word for words in makes for word in words if not word.startswith("-")]
+    assert ["-j2", "test-first-tiers", "cluster-bin-current"] in makes
+    assert "e2e" in targets
+    assert "e2e-k8s137" in targets
+    assert targets.index("e2e") < targets.index("e2e-k8s137")
 
 
 def test_the_versions_page_names_every_tested_release_and_the_charts_value() -> None:
