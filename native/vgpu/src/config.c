@@ -357,17 +357,14 @@ int vgpu_config_parse(struct vgpu_config *cfg, char *const *envp)
 	return rc ? -1 : 0;
 }
 
-int vgpu_config_parse_limits(struct vgpu_config *cfg, char *const *settings)
+int vgpu_config_parse_file_settings(struct vgpu_config *cfg, char *const *settings)
 {
-	int rc = 0;
+	int rc;
 
 	config_defaults(cfg);
-	rc |= parse_limits(cfg, settings, "CUDA_DEVICE_MEMORY_LIMIT", true);
-	rc |= parse_limits(cfg, settings, "CUDA_DEVICE_SM_LIMIT", false);
-	rc |= parse_shared_cache(cfg, settings);
+	rc = parse_shared_cache(cfg, settings);
 	if (parse_priority(cfg, settings) < 0)
 		rc = fail(cfg, "CUDA_TASK_PRIORITY", env_get(settings, "CUDA_TASK_PRIORITY"),
 			  "expected an integer 0..1000");
-	vgpu_config_settle(cfg);
 	return rc ? -1 : 0;
 }

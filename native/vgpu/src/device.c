@@ -69,13 +69,11 @@ bool vgpu_dev_denied(CUdevice dev)
 	return vgpu_cfg.limits_file && file_slot_of(dev) < 0;
 }
 
-bool vgpu_nvml_denied(nvmlDevice_t device)
+bool vgpu_nvml_denied(nvmlDevice_t device, char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE])
 {
-	char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
-
-	return vgpu_cfg.limits_file &&
-	       (real_nvmlDeviceGetUUID(device, uuid, sizeof(uuid)) != NVML_SUCCESS ||
-		vgpu_file_slot(&vgpu_cfg, uuid) < 0);
+	if (real_nvmlDeviceGetUUID(device, uuid, NVML_DEVICE_UUID_V2_BUFFER_SIZE) != NVML_SUCCESS)
+		uuid[0] = '\0';
+	return vgpu_cfg.limits_file && (uuid[0] == '\0' || vgpu_file_slot(&vgpu_cfg, uuid) < 0);
 }
 
 uint64_t vgpu_mem_limit(CUdevice dev)
@@ -149,15 +147,14 @@ int vgpu_current_device(void)
 	return real_cuCtxGetDevice(&dev) == CUDA_SUCCESS ? dev : -1;
 }
 
-int vgpu_nvml_dev_index(nvmlDevice_t device, uint64_t *limit)
+int vgpu_nvml_dev_index(nvmlDevice_t device, const char *uuid, uint64_t *limit)
 {
-	char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE], u[64];
+	char u[64];
 	unsigned int index;
 	int count = 0, ordinal = -1;
 
 	*limit = 0;
-	if (real_nvmlDeviceGetUUID(device, uuid, sizeof(uuid)) != NVML_SUCCESS ||
-	    real_nvmlDeviceGetIndex(device, &index) != NVML_SUCCESS)
+	if (uuid[0] == '\0' || real_nvmlDeviceGetIndex(device, &index) != NVML_SUCCESS)
 		return -1;
 	/* NVML numbers devices as the machine does, CUDA as CUDA_VISIBLE_DEVICES says: the
 	 * limit is the one of the CUDA ordinal with this UUID. Before cuInit, the container's NVML

@@ -170,24 +170,21 @@ int vgpu_file_slot(const struct vgpu_config *cfg, const char *uuid)
 	return -1;
 }
 
-/* The per-device settings into file->file_*; the others are moved to the front of `settings`
- * (still NULL-terminated) for vgpu_config_parse_limits. 0, or -1 with *why set. */
-static int parse_devices(struct vgpu_config *file, char **settings, const char **why)
+/* The per-device settings into file->file_* (the others were read by
+ * vgpu_config_parse_file_settings). 0, or -1 with *why set. */
+static int parse_devices(struct vgpu_config *file, char *const *settings, const char **why)
 {
 	static char reason[256];
 	bool mem_set[VGPU_MAX_DEVICES] = {false}, sm_set[VGPU_MAX_DEVICES] = {false};
-	char **rest = settings;
 
-	for (char **s = settings; *s; s++) {
+	for (char *const *s = settings; *s; s++) {
 		const char *uuid = device_key_uuid(*s), *eq = strchr(*s, '='), *bad = NULL;
 		char name[VGPU_UUID_LEN];
 		bool mem;
 		int slot;
 
-		if (uuid == NULL) {
-			*rest++ = *s;
+		if (uuid == NULL)
 			continue;
-		}
 		mem = strncmp(*s, MEM_KEY, strlen(MEM_KEY)) == 0;
 		snprintf(name, sizeof(name), "%.*s", (int)(eq - uuid), uuid);
 		if ((slot = vgpu_file_slot(file, name)) < 0) {
@@ -211,7 +208,6 @@ static int parse_devices(struct vgpu_config *file, char **settings, const char *
 		}
 		(mem ? mem_set : sm_set)[slot] = true;
 	}
-	*rest = NULL;
 	return 0;
 }
 
@@ -253,16 +249,10 @@ int vgpu_config_load(struct vgpu_config *cfg, char *const *envp, const char *pat
 		return file_fail(cfg, path, 0, why);
 	if ((line = split_settings(text, len, settings, &why)) != 0)
 		return file_fail(cfg, path, line, why);
-	memset(&file, 0, sizeof(file));
-	struct vgpu_config devices = file;
-	if (parse_devices(&devices, settings, &why) < 0)
-		return file_fail(cfg, path, 0, why);
-	if (vgpu_config_parse_limits(&file, settings) < 0)
+	if (vgpu_config_parse_file_settings(&file, settings) < 0)
 		return file_fail(cfg, path, 0, file.error);
-	file.file_devices = devices.file_devices;
-	memcpy(file.file_uuid, devices.file_uuid, sizeof(file.file_uuid));
-	memcpy(file.file_mem, devices.file_mem, sizeof(file.file_mem));
-	memcpy(file.file_sm, devices.file_sm, sizeof(file.file_sm));
+	if (parse_devices(&file, settings, &why) < 0)
+		return file_fail(cfg, path, 0, why);
 	bool file_region = false;
 	for (char **s = settings; *s; s++)
 		file_region |= strncmp(*s, "CUDA_DEVICE_MEMORY_SHARED_CACHE=", 32) == 0;

@@ -562,13 +562,14 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 }
 
 /* The container's view of an NVML device; false when it has no limit (the driver's view). */
-static bool nvml_view(nvmlDevice_t device, unsigned long long *total, unsigned long long *free_,
-		      unsigned long long *used)
+static bool nvml_view(nvmlDevice_t device, const char *uuid, unsigned long long *total,
+		      unsigned long long *free_, unsigned long long *used)
 {
 	uint64_t limit, usage;
 	int didx;
 
-	if (!vgpu_cfg.any_mem_limit || (didx = vgpu_nvml_dev_index(device, &limit)) < 0 || limit == 0)
+	if (!vgpu_cfg.any_mem_limit || (didx = vgpu_nvml_dev_index(device, uuid, &limit)) < 0 ||
+	    limit == 0)
 		return false;
 	usage = current_usage(didx);
 	virtual_info(limit, usage, total, free_);
@@ -578,27 +579,29 @@ static bool nvml_view(nvmlDevice_t device, unsigned long long *total, unsigned l
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
+	char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
 	nvmlReturn_t r;
 
 	vgpu_init();
-	if (vgpu_cfg.failed || vgpu_nvml_denied(device))
+	if (vgpu_cfg.failed || vgpu_nvml_denied(device, uuid))
 		return NVML_ERROR_NO_PERMISSION;
 	r = real_nvmlDeviceGetMemoryInfo(device, memory);
 	if (r == NVML_SUCCESS && memory)
-		nvml_view(device, &memory->total, &memory->free, &memory->used);
+		nvml_view(device, uuid, &memory->total, &memory->free, &memory->used);
 	return r;
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
+	char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
 	nvmlReturn_t r;
 
 	vgpu_init();
-	if (vgpu_cfg.failed || vgpu_nvml_denied(device))
+	if (vgpu_cfg.failed || vgpu_nvml_denied(device, uuid))
 		return NVML_ERROR_NO_PERMISSION;
 	r = real_nvmlDeviceGetMemoryInfo_v2(device, memory);
 	if (r == NVML_SUCCESS && memory &&
-	    nvml_view(device, &memory->total, &memory->free, &memory->used))
+	    nvml_view(device, uuid, &memory->total, &memory->free, &memory->used))
 		memory->reserved = 0; /* driver reservations are outside the container's share */
 	return r;
 }

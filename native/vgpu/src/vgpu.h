@@ -53,9 +53,10 @@ int vgpu_config_parse(struct vgpu_config *cfg, char *const *envp);
 /* vgpu_config_parse, then the limits file at `path` when there is one: the file's limits are the
  * ceiling, the environment may only lower them. A file that is there but unusable fails closed. */
 int vgpu_config_load(struct vgpu_config *cfg, char *const *envp, const char *path);
-/* The limits file's settings (KEY=VALUE array): limits, priority and region only, every bad value
- * (priority included) an error. */
-int vgpu_config_parse_limits(struct vgpu_config *cfg, char *const *settings);
+/* The limits file's settings that name no device (a KEY=VALUE array): the priority and the region,
+ * over the defaults; every bad value (priority included) an error. The per-device limits are the
+ * file's own reading (limits_file.c). */
+int vgpu_config_parse_file_settings(struct vgpu_config *cfg, char *const *settings);
 /* VGPU_CONTAINER_MEMORY_LIMIT[_<i>] and VGPU_CONTAINER_SM_LIMIT[_<i>] alone, into own->*_limit
  * (100% SM left as 100); 0, or -1 with own->error. */
 int vgpu_config_container_share(struct vgpu_config *own, char *const *envp);
@@ -131,15 +132,18 @@ int vgpu_current_device(void);
 /* Effective limits of CUDA ordinal `dev` (0 = none). */
 uint64_t vgpu_mem_limit(CUdevice dev);
 unsigned int vgpu_sm_limit(CUdevice dev);
-/* Memory limit for an NVML handle: looks its UUID up in the region, then falls back to treating
- * the NVML index as the CUDA ordinal. Returns the region device index or -1. */
-int vgpu_nvml_dev_index(nvmlDevice_t device, uint64_t *limit);
+/* Memory limit for an NVML handle whose UUID vgpu_nvml_denied read ("" when it could not): looks
+ * the UUID up in the region, then falls back to treating the NVML index as the CUDA ordinal.
+ * Returns the region device index or -1. */
+int vgpu_nvml_dev_index(nvmlDevice_t device, const char *uuid, uint64_t *limit);
 /* With a limits file: true for a CUDA ordinal / NVML device whose UUID the file does not name
  * (or whose UUID cannot be read). Such a device gets no context, no memory and no launches
  * (fail closed);
  * the first refusal per device is logged with its UUID. Without a file: false. */
 bool vgpu_dev_denied(CUdevice dev);
-bool vgpu_nvml_denied(nvmlDevice_t device);
+/* The NVML form reads the device's UUID into `uuid` ("" when it cannot), once per call, for
+ * vgpu_nvml_dev_index to use after it. */
+bool vgpu_nvml_denied(nvmlDevice_t device, char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE]);
 /* Before a launch: true when a limits file is there and the current context's device is one it
  * does not name (one branch once every visible device is known to be named). */
 bool vgpu_launch_denied(void);

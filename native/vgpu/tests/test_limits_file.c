@@ -140,6 +140,17 @@ static void a_reordered_cuda_visible_devices_keeps_each_cards_own_limit(void)
  * other claim's device (U1 here) is not in it: no context (so none of the driver's context
  * memory), no memory, no launches, no NVML view, a log line naming its UUID. The named device
  * works as before. */
+/* How many times the fake NVML was asked for a UUID so far. */
+static unsigned long nvml_uuid_reads(void)
+{
+	void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_NOLOAD);
+	unsigned long (*reads)(void) =
+		nvml ? (unsigned long (*)(void))dlsym(nvml, "fake_nvml_uuid_reads") : NULL;
+
+	CHECK(reads != NULL);
+	return reads ? reads() : 0;
+}
+
 static void the_unnamed_device_gets_nothing(void)
 {
 	const char *err = err_file("unnamed");
@@ -166,7 +177,9 @@ static void the_unnamed_device_gets_nothing(void)
 	CHECK(nvmlInit_v2() == NVML_SUCCESS && nvmlDeviceGetHandleByIndex_v2(1, &h1) == NVML_SUCCESS &&
 	      nvmlDeviceGetHandleByIndex_v2(0, &h0) == NVML_SUCCESS);
 	CHECK_EQ(nvmlDeviceGetMemoryInfo(h1, &m), NVML_ERROR_NO_PERMISSION);
+	unsigned long reads = nvml_uuid_reads();
 	CHECK(nvmlDeviceGetMemoryInfo(h0, &m) == NVML_SUCCESS && m.total == GiB);
+	CHECK_EQ(nvml_uuid_reads() - reads, 1UL); /* the gate and the view share one read */
 	CHECK_EQ(alloc_on(0, 512 * MiB), CUDA_SUCCESS);
 	CHECK_EQ(launch_kind("kernel", NULL), CUDA_SUCCESS);
 	CHECK_EQ(alloc_on(0, 768 * MiB), CUDA_ERROR_OUT_OF_MEMORY);

@@ -81,10 +81,18 @@ static void format_uuid(unsigned int index, char *buf, size_t len)
 		 b[14], b[15]);
 }
 
+static unsigned long uuid_reads; /* nvmlDeviceGetUUID calls, for tests that count them */
+
+EXPORT unsigned long fake_nvml_uuid_reads(void)
+{
+	return __atomic_load_n(&uuid_reads, __ATOMIC_RELAXED);
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
 	char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
 
+	__atomic_fetch_add(&uuid_reads, 1, __ATOMIC_RELAXED);
 	if (!valid(device) || uuid == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	format_uuid(device->index, buf, sizeof(buf));
