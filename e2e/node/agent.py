@@ -41,6 +41,7 @@ class AgentProcess:
     gpus: list[dict[str, str]]
     driver: str = DEFAULT.driver  # another name goes to the agent as VGPU_BRIDGE_DRIVER_NAME
     metrics_port: int = field(default_factory=free_port)
+    extra_env: dict[str, str] = field(default_factory=dict)  # more VGPU_BRIDGE_* settings
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -72,6 +73,7 @@ class AgentProcess:
         }
         if self.driver != DEFAULT.driver:  # the default goes unsaid, as most installs leave it
             environ["VGPU_BRIDGE_DRIVER_NAME"] = self.driver
+        environ.update(self.extra_env)
         command = [
             sys.executable, "-m", "vgpu_bridge.cli", "node",
             "--node-name", self.node,
@@ -120,11 +122,17 @@ def _base_env() -> dict[str, str]:
 
 @contextmanager
 def running_agent(
-    node: str, kubeconfig: Path, gpus: list[dict[str, str]], *, driver: str = DEFAULT.driver
+    node: str,
+    kubeconfig: Path,
+    gpus: list[dict[str, str]],
+    *,
+    driver: str = DEFAULT.driver,
+    extra_env: dict[str, str] | None = None,
 ) -> Iterator[AgentProcess]:
-    """`vgpu-bridge node` for `node` with mock `gpus`, as DRA driver `driver`."""
+    """`vgpu-bridge node` for `node` with mock `gpus`, as DRA driver `driver`, with
+    `extra_env` (`VGPU_BRIDGE_*` settings) besides."""
     root = Path(tempfile.mkdtemp(prefix="vb-agent-", dir="/tmp"))
-    agent = AgentProcess(node, root, kubeconfig, gpus, driver)
+    agent = AgentProcess(node, root, kubeconfig, gpus, driver, extra_env=dict(extra_env or {}))
     try:
         agent.start()
         yield agent

@@ -24,6 +24,12 @@ def alert_rules(path: Path = ALERTS_FILE) -> list[Json]:
     return [rule for group in groups for rule in group["rules"] if "alert" in rule]
 
 
+def is_absence_alert(rule: Json) -> bool:
+    """An alert on a vanished job (`absent(...)`): it has no threshold, and no series while the
+    job is scraped."""
+    return str(rule["expr"]).startswith("absent(")
+
+
 def with_short_holds(path: Path, *, hold: str, source: Path = ALERTS_FILE) -> Path:
     """The rules of `source` written to `path` with every `for` set to `hold`, so that an e2e
     test sees an alert fire in seconds; expressions, labels and annotations are unchanged."""

@@ -2,9 +2,10 @@
 ServiceMonitor and PodMonitors find the agent and webhook pods on a port they expose and give them
 the job names (and the agents a `node`) the rules select on; the PrometheusRule holds exactly the
 rule file promtool tests, and the dashboard ConfigMap exactly the dashboard JSON, labelled for
-Grafana's sidecar. The API server of the local cluster, given prometheus-operator's CRDs, accepts
-every rendered monitoring object under strict field validation. Values the chart cannot honour
-fail naming the field."""
+Grafana's sidecar; `metrics.hamiCompatible` gives the agents their `--hami-metrics` setting and
+`get` on pods, nothing of either by default. The API server of the local cluster, given
+prometheus-operator's CRDs, accepts every rendered monitoring object under strict field
+validation. Values the chart cannot honour fail naming the field."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from e2e.prometheus.operator_crds import PROMETHEUS_OPERATOR
 from e2e.prometheus.rules import ALERTS_FILE, DASHBOARD_FILE
 from e2e.prometheus.server import AGENT_JOB, WEBHOOK_JOB
 from e2e.upstream_crds import installed, kept, strict_dry_run
+from vgpu_bridge.node.settings import Settings as NodeSettings
 
 pytestmark = pytest.mark.e2e
 
@@ -114,6 +116,30 @@ def test_pod_monitors_alone_scrape_the_agents_too(helm: Helm) -> None:
     assert endpoint["port"] in _port_names(pods)
     assert endpoint["honorLabels"] is True
     assert _job_and_node(endpoint) == (AGENT_JOB, True)
+
+
+def _agent_env_and_pod_rules(objects: list[Json]) -> tuple[dict[str, str], list[Json]]:
+    [agent] = [c for c in one(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+               if c["name"] == "agent"]  # fmt: skip
+    role = _named(objects, "ClusterRole", "-agent")
+    pods = [r for r in role["rules"] if "pods" in r["resources"]]
+    return {e["name"]: e.get("value", "") for e in agent["env"]}, pods
+
+
+def test_hami_compatible_metrics_turn_on_the_agents_setting_and_let_it_read_pods(
+    helm: Helm,
+) -> None:
+    environ, pod_rules = _agent_env_and_pod_rules(helm.template())
+    assert "VGPU_BRIDGE_HAMI_METRICS" not in environ
+    assert pod_rules == []  # off by default: the agent reads no pod
+    objects = helm.template({"metrics": {"hamiCompatible": True}})
+    environ, pod_rules = _agent_env_and_pod_rules(objects)
+    settings = NodeSettings.from_env(
+        {k: v for k, v in environ.items() if k.startswith("VGPU_BRIDGE_") and v}
+        | {"VGPU_BRIDGE_NODE_NAME": "node-a"}
+    )
+    assert settings.hami_metrics is True
+    assert pod_rules == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
 
 
 def test_the_prometheus_rule_holds_exactly_the_rule_file_promtool_tests(helm: Helm) -> None:

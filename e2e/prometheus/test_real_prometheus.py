@@ -3,8 +3,10 @@ webhook while a shared-GPU workload runs: a HAMi-style pod (gpumem 3000, gpucore
 through the webhook, the real scheduler and the agent's gRPC, and a CUDA program under libvgpu
 (fake driver) runs with the environment of the agent's CDI spec, holding 2900 MiB after one
 refused allocation and launching kernels. Every alert expression of the chart's rule file (its
-threshold made `bool`) and every dashboard query returns series; stopping the agent fires
-VgpuBridgeAgentDown. The rules are loaded with every `for` shortened to 2 s (rules.py)."""
+threshold made `bool`) and every dashboard query returns series, the absence alerts' none;
+stopping the agent fires VgpuBridgeAgentDown and VgpuBridgeAgentAbsent. The rules are loaded with
+every `for` shortened to 2 s (rules.py). The agent also serves HAMi's series
+(`--hami-metrics`): queries of HAMi's own dashboard return the share's pod, container and values."""
 
 from __future__ import annotations
 
@@ -23,7 +25,13 @@ from e2e.node.conftest import device_class_present
 from e2e.pods import claim_of, running_pod
 from e2e.prometheus.install import PrometheusTools
 from e2e.prometheus.promql import with_bool_threshold
-from e2e.prometheus.rules import alert_rules, dashboard, dashboard_queries, with_short_holds
+from e2e.prometheus.rules import (
+    alert_rules,
+    dashboard,
+    dashboard_queries,
+    is_absence_alert,
+    with_short_holds,
+)
 from e2e.prometheus.server import PrometheusServer, config, running_prometheus
 from e2e.prometheus.workload import build_workload, container_env, running_workload
 from e2e.waiting import wait_for
@@ -42,6 +50,7 @@ ALLOCATIONS_MIB = [2000, 1500, 900]  # 2000 + 1500 passes the 3000 MiB share: re
 CUDA_SUCCESS, CUDA_ERROR_OUT_OF_MEMORY = 0, 2
 SM_UTIL = 95  # what the fake NVML reports: above the share's 30%, so libvgpu throttles
 MIB = 2**20
+JOBS = ("vgpu-bridge-agent", "vgpu-bridge-webhook")
 
 
 @dataclass
@@ -102,7 +111,10 @@ def scene(
     with ExitStack() as stack:
         node = stack.enter_context(_own_node(kube))
         stack.enter_context(device_class_present(kube, DEFAULT.driver))
-        agent = stack.enter_context(running_agent(node, e2e_cluster.kubeconfig, GPUS))
+        agent = stack.enter_context(
+            running_agent(node, e2e_cluster.kubeconfig, GPUS,
+                          extra_env={"VGPU_BRIDGE_HAMI_METRICS": "true"})
+        )  # fmt: skip
         preparer = GrpcPreparer(agent.dra_socket)
         stack.callback(preparer.close)
         stack.enter_context(KubeletStandIn(kube, [node], preparer=preparer))
@@ -155,13 +167,14 @@ def test_the_share_is_seen_booked_used_refused_and_measured(scene: Scene) -> Non
         what="the workload's 2900 MiB in the agent's metrics",
     )
     assert _value(scene.prometheus, f"vgpu_bridge_claim_allocations_refused_total{claim}") == 1
-    assert _value(scene.prometheus, f"max(vgpu_bridge_claim_cores_limit_percent{claim})") == 30
+    assert _value(scene.prometheus, f"max(vgpu_bridge_claim_cores_limit_ratio{claim})") == 0.3
     wait_for(
         lambda: (
-            _value(scene.prometheus, f"vgpu_bridge_claim_sm_utilisation_percent{claim}") == SM_UTIL
+            _value(scene.prometheus, f"vgpu_bridge_claim_sm_utilization_ratio{claim}")
+            == SM_UTIL / 100
         ),
         timeout_s=45,
-        what="libvgpu's measured SM utilisation in the agent's metrics",
+        what="libvgpu's measured SM utilization in the agent's metrics",
     )
 
 
@@ -169,9 +182,23 @@ def test_every_alert_expression_returns_series_for_the_running_share(scene: Scen
     empty = [
         rule["alert"]
         for rule in alert_rules()
-        if not _series(scene.prometheus, with_bool_threshold(rule["expr"]))
+        if not is_absence_alert(rule)
+        and not _series(scene.prometheus, with_bool_threshold(rule["expr"]))
     ]
     assert not empty, f"alert expressions without series: {empty}"
+
+
+def test_the_absence_alerts_return_nothing_while_both_jobs_are_scraped(scene: Scene) -> None:
+    absences = [rule for rule in alert_rules() if is_absence_alert(rule)]
+    assert len(absences) == 2
+    wait_for(
+        lambda: all(scene.prometheus.query(f'up{{job="{job}"}} == 1') for job in JOBS),
+        timeout_s=45,
+        what="both jobs scraped",
+    )
+    assert {rule["alert"]: scene.prometheus.query(rule["expr"]) for rule in absences} == {
+        rule["alert"]: [] for rule in absences
+    }
 
 
 def _as_grafana_would(expr: str, *, node: str) -> str:
@@ -191,7 +218,63 @@ def test_every_dashboard_query_returns_series_for_the_running_share(scene: Scene
     assert not empty, "dashboard queries without series:\n" + "\n".join(empty)
 
 
-def test_stopping_the_agent_fires_agent_down_for_its_node(scene: Scene) -> None:
+# Queries of HAMi's own Grafana dashboard, as its panels and variables write them (Project-HAMi/HAMi
+# dashboards/hami-vgpu-dashboard.json: "vGPU memory: used vs limit", "vGPU memory used % of limit",
+# "Container device utilization", the "Allocated GPU memory" and "Physical GPUs" stats, and the
+# node variable's label_values query).
+HAMI_USED = 'hami_vgpu_memory_used_bytes{namespace=~"$namespace"}'
+HAMI_LIMIT = 'hami_vgpu_memory_limit_bytes{namespace=~"$namespace"}'
+HAMI_USED_PERCENT = (
+    '100 * hami_vgpu_memory_used_bytes{namespace=~"$namespace"} / '
+    'hami_vgpu_memory_limit_bytes{namespace=~"$namespace"}'
+)
+HAMI_UTILIZATION = 'hami_container_device_utilization_ratio{namespace=~"$namespace"}'
+HAMI_ALLOCATED = 'sum(hami_gpu_memory_allocated_bytes{node=~"$node"})'
+HAMI_CARDS = 'count(hami_gpu_memory_limit_bytes{node=~"$node"})'
+HAMI_NODES = "hami_gpu_memory_limit_bytes"  # label_values(hami_gpu_memory_limit_bytes, node)
+
+
+def _as_hami_dashboard_would(expr: str, scene: Scene) -> str:
+    return expr.replace("$namespace", scene.namespace).replace("$node", scene.node)
+
+
+def test_hami_dashboard_queries_return_the_shares_pod_container_and_values(scene: Scene) -> None:
+    def query(expr: str) -> list[Json]:
+        return wait_for(
+            lambda: scene.prometheus.query(_as_hami_dashboard_would(expr, scene)) or None,
+            timeout_s=60,
+            what=f"HAMi's query {expr}",
+        )
+
+    wait_for(
+        lambda: [float(s["value"][1]) for s in query(HAMI_USED)] == [2900 * MIB],
+        timeout_s=60,
+        what="the workload's 2900 MiB in hami_vgpu_memory_used_bytes",
+    )
+    [used] = query(HAMI_USED)
+    labels = {k: v for k, v in used["metric"].items() if k not in ("instance", "job")}
+    assert labels == {
+        "__name__": "hami_vgpu_memory_used_bytes",
+        "namespace": scene.namespace,
+        "pod": "shared",
+        "container": "main",
+        "vdevice_index": "0",
+        "device_uuid": GPUS[0]["uuid"],
+        "zone": "vGPU",
+        "node": scene.node,
+    }
+    assert [float(s["value"][1]) for s in query(HAMI_LIMIT)] == [3000 * MIB]
+    assert [float(s["value"][1]) for s in query(HAMI_USED_PERCENT)] == [
+        pytest.approx(100 * 2900 / 3000)
+    ]
+    assert [float(s["value"][1]) for s in query(HAMI_UTILIZATION)] == [SM_UTIL]
+    assert [float(s["value"][1]) for s in query(HAMI_ALLOCATED)] == [3000 * MIB]
+    assert [float(s["value"][1]) for s in query(HAMI_CARDS)] == [1]
+    nodes = scene.prometheus.api("label/node/values", **{"match[]": HAMI_NODES})
+    assert scene.node in nodes
+
+
+def test_stopping_the_agent_fires_agent_down_for_its_node_and_agent_absent(scene: Scene) -> None:
     assert scene.prometheus.firing("VgpuBridgeAgentDown") == []
     scene.agent.stop()
     try:
@@ -200,8 +283,15 @@ def test_stopping_the_agent_fires_agent_down_for_its_node(scene: Scene) -> None:
             timeout_s=60,
             what="VgpuBridgeAgentDown to fire",
         )
+        absent = wait_for(
+            lambda: scene.prometheus.firing("VgpuBridgeAgentAbsent") or None,
+            timeout_s=60,
+            what="VgpuBridgeAgentAbsent to fire: no agent target is up",
+        )
     finally:
         scene.agent.start()  # the stand-in unprepares the pod through it at teardown
     assert alert["labels"]["node"] == scene.node
     assert alert["labels"]["severity"] == "critical"
     assert scene.node in alert["annotations"]["summary"]
+    assert [a["labels"]["severity"] for a in absent] == ["warning"]
+    assert absent[0]["annotations"]["runbook_url"].endswith("#vgpubridgeagentabsent")

@@ -9,7 +9,8 @@ ResourceClaim is gone, every `--device-health-seconds` the cards' health (an unh
 taint published at once, see `device_health`), every second the prepared claims' host-pids
 files (`hostpids.py`: the host pids libvgpu cannot see from inside a pod, so that it measures
 its own container's SM use), and every 30 s the sweep of what containers can write
-(`claimdirs.py`: the trash emptied, the priority dir cleaned, each claim dir measured).
+(`claimdirs.py`: the trash emptied, the priority dir cleaned, each claim dir measured); with
+`--hami-metrics true`, every 10 s the pods and containers using each claim (`hami_metrics.py`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from vgpu_bridge.node.device_health.mock_source import MockHealthFiles
 from vgpu_bridge.node.device_health.nvml_source import NvmlHealthOnFirstUse
 from vgpu_bridge.node.gpus import Gpu, GpuDiscoveryError, mock_gpus, nvml_gpus
 from vgpu_bridge.node.grpc import PluginServer
+from vgpu_bridge.node.hami_metrics import SYNC_PERIOD_S as HAMI_SYNC_PERIOD_S
+from vgpu_bridge.node.hami_metrics import HamiSeries, PodNames
 from vgpu_bridge.node.health import Health
 from vgpu_bridge.node.hostpids import PERIOD_S as HOST_PIDS_PERIOD_S
 from vgpu_bridge.node.hostpids import HostPidFiles
@@ -78,6 +81,7 @@ class Agent:
     host_pids: HostPidFiles
     tenant_dirs: TenantDirs
     device_health: DeviceHealthWatcher | None  # None: --device-health false
+    pod_names: PodNames | None = None  # who uses each claim; None: --hami-metrics false
 
     def start(self) -> MetricsServer | None:
         """Checkpoint recovered, DRA then registration socket, then /metrics and /healthz."""
@@ -95,7 +99,13 @@ class Agent:
             tenant_usage=self.tenant_dirs.usage,
             sweep_steps=self.tenant_dirs.steps,
             publications=lambda: self.publisher.last,
+            hami=self._hami_series(),
         )
+
+    def _hami_series(self) -> HamiSeries | None:
+        if self.pod_names is None:
+            return None
+        return HamiSeries(self.pod_names, self.gpus, node=self.settings.node_name)
 
     def close(self, *, grace_s: float = 5.0) -> None:
         """Sockets removed (registration first), then the checkpoint's lock released."""
@@ -127,8 +137,9 @@ def build(settings: Settings, api: KubeApi, *, gpus: tuple[Gpu, ...]) -> Agent:
     if device_health is not None:
         registry.register(DeviceHealthCollector(lambda: device_health.taints, gpus=gpus,
                                                 node=settings.node_name))  # fmt: skip
+    pod_names = PodNames(api, state.snapshot) if settings.hami_metrics else None
     return Agent(settings, profile, gpus, registry, state, server, publisher, health, host_pids,
-                 tenant_dirs, device_health)  # fmt: skip
+                 tenant_dirs, device_health, pod_names)  # fmt: skip
 
 
 def health_source(settings: Settings, gpus: Sequence[Gpu]) -> HealthSource:
@@ -163,6 +174,9 @@ def workers(agent: Agent, stop: threading.Event) -> list[threading.Thread]:
         ("tenant-dirs", SWEEP_PERIOD_S, "sweeping container-writable dirs",
          agent.tenant_dirs.sweep),
     ]  # fmt: skip
+    if agent.pod_names is not None:
+        periodic.append(("hami-names", HAMI_SYNC_PERIOD_S, "looking up the claims' pods",
+                         agent.pod_names.sync))  # fmt: skip
     if agent.device_health is not None:
         periodic.append(("device-health", settings.device_health_seconds,
                          "checking the cards' health", agent.device_health.check))  # fmt: skip

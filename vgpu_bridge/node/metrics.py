@@ -7,7 +7,9 @@ The region is read by `region.py`; a file that is not a region this agent reads 
 The agent's HTTP server serves these at `/metrics` and its health at `/healthz` (`health.py`);
 `AgentCollector` turns that health and the last ResourceSlice publication into series too, so an
 alert can say which of the two is wrong. The rules that watch all of these are
-charts/vgpu-bridge/files/alerts.yaml (docs/monitoring.md).
+charts/vgpu-bridge/files/alerts.yaml (docs/monitoring.md). Ratios are 0-1 (`_ratio`). The
+registry also serves the build and process series (`build_info`), and, with `--hami-metrics`,
+HAMi's series computed from the same readings of the regions (`hami_metrics.py`).
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from vgpu_bridge.build_info import register_standard
 from vgpu_bridge.node.cdi import SHARED_REGION_FILE, claim_dir
+from vgpu_bridge.node.checkpoint import PreparedClaim
 from vgpu_bridge.node.claimdirs import DirUsage, SweepStep
 from vgpu_bridge.node.files import not_deleted, skipped
 from vgpu_bridge.node.gpus import Gpu
+from vgpu_bridge.node.hami_metrics import ClaimReading, HamiSeries
 from vgpu_bridge.node.health import Health, with_healthz
 from vgpu_bridge.node.hostpids import HostPidTable
 from vgpu_bridge.node.publisher import Publication
@@ -86,9 +91,12 @@ class NodeCollector(Collector):
         vgpu_dir: Path,
         host_pids: Callable[[str], HostPidTable] = lambda _uid: {},
         proc: Path = Path("/proc"),
+        hami: HamiSeries | None = None,
     ):
         """`host_pids(claim uid)`: what the agent found for the claim's slots libvgpu could not
-        tell (`HostPidFiles.found`), so a pod's memory is counted to its container and pod."""
+        tell (`HostPidFiles.found`), so a pod's memory is counted to its container and pod.
+        `hami`: HAMi's series too (`--hami-metrics`), from the regions read for ours."""
+        self._hami = hami
         self._host_pids = host_pids
         self._proc = proc
         self._state = state
@@ -104,7 +112,9 @@ class NodeCollector(Collector):
             "vgpu_bridge_gpu_memory_allocated_bytes", "memory of prepared shares", labels=card
         )
         cores = GaugeMetricFamily(
-            "vgpu_bridge_gpu_cores_allocated_percent", "SM percent of prepared shares", labels=card
+            "vgpu_bridge_gpu_cores_allocated_ratio",
+            "SM share of prepared shares (0-1: 1 is the whole card)",
+            labels=card,
         )
         shares = GaugeMetricFamily("vgpu_bridge_gpu_shares", "prepared shares", labels=card)
         for gpu in self._gpus:
@@ -112,18 +122,33 @@ class NodeCollector(Collector):
             labels = [self._node, gpu.device_name, gpu.uuid, gpu.product_name]
             total.add_metric(labels, gpu.memory)
             memory.add_metric(labels, sum(d.memory for d in devices))
-            cores.add_metric(labels, sum(d.cores for d in devices))
+            cores.add_metric(labels, sum(d.cores for d in devices) / 100)
             shares.add_metric(labels, len(devices))
         yield from (total, memory, cores, shares)
-        yield from self._claims(claims)
+        readings = [self._reading(claim) for claim in claims]
+        yield from self._claims(readings)
+        if self._hami is not None:
+            yield from self._hami.families(readings)
 
-    def _claims(self, claims: list[Any]) -> Iterator[Metric]:
+    def _reading(self, claim: PreparedClaim) -> ClaimReading:
+        """The claim's region, read once a scrape, and its memory by container."""
+        usage = self._usage(claim.uid)
+        if usage is None:
+            return ClaimReading(claim, None)
+        by_owner = _by_container(usage, self._proc, self._host_pids(claim.uid))
+        return ClaimReading(
+            claim, usage, {(c.pod_uid, c.container_id): v for c, v in by_owner.items()}
+        )
+
+    def _claims(self, readings: list[ClaimReading]) -> Iterator[Metric]:
         share = ["namespace", "claim", "claim_uid", "device", "uuid"]
         limit = GaugeMetricFamily(
             "vgpu_bridge_claim_memory_limit_bytes", "a share's memory limit", labels=share
         )
         sm = GaugeMetricFamily(
-            "vgpu_bridge_claim_cores_limit_percent", "a share's SM limit", labels=share
+            "vgpu_bridge_claim_cores_limit_ratio",
+            "a share's SM limit (0-1; 0: no limit)",
+            labels=share,
         )
         region = ["namespace", "claim", "claim_uid"]
         used = GaugeMetricFamily(
@@ -149,8 +174,9 @@ class NodeCollector(Collector):
             labels=[*region, "uuid"],
         )
         sm_util = GaugeMetricFamily(
-            "vgpu_bridge_claim_sm_utilisation_percent",
-            "SM utilisation its containers' processes last measured (libvgpu, highest of them)",
+            "vgpu_bridge_claim_sm_utilization_ratio",
+            "SM utilization its containers' processes last measured (libvgpu, highest of them; "
+            "0-1 of the card)",
             labels=region,
         )
         readable = GaugeMetricFamily(
@@ -160,29 +186,26 @@ class NodeCollector(Collector):
             labels=region,
         )
         prepared = GaugeMetricFamily("vgpu_bridge_prepared_claims", "claims prepared on the node")
-        prepared.add_metric([], len(claims))
-        for claim in claims:
+        prepared.add_metric([], len(readings))
+        for reading in readings:
+            claim, usage = reading.claim, reading.usage
             for device in claim.devices:
                 labels = [claim.namespace, claim.name, claim.uid, device.device_name, device.uuid]
                 limit.add_metric(labels, device.memory)
-                sm.add_metric(labels, device.cores)
+                sm.add_metric(labels, device.cores / 100)
             labels = [claim.namespace, claim.name, claim.uid]
-            usage = self._usage(claim.uid)
             readable.add_metric(labels, 0 if usage is None else 1)
             if usage is not None:
                 for uuid, value in usage.used.items():
                     used.add_metric([*labels, uuid], value)
                 for uuid, value in usage.refused.items():
                     refused.add_metric([*labels, uuid], value)
-                sm_util.add_metric(labels, usage.sm_util)
+                sm_util.add_metric(labels, usage.sm_util / 100)
                 processes.add_metric(labels, usage.processes)
                 launches.add_metric(labels, usage.launches)
-                by_owner = _by_container(usage, self._proc, self._host_pids(claim.uid))
-                for container, per_uuid in by_owner.items():
+                for (pod_uid, container_id), per_uuid in reading.by_container.items():
                     for uuid, value in per_uuid.items():
-                        by_container.add_metric(
-                            [*labels, container.pod_uid, container.container_id, uuid], value
-                        )
+                        by_container.add_metric([*labels, pod_uid, container_id, uuid], value)
         yield from (limit, sm, used, refused, sm_util, processes, launches, by_container)
         yield from (readable, prepared)
 
@@ -343,14 +366,18 @@ def serve_metrics(
     tenant_usage: Callable[[], Mapping[str, DirUsage]] = dict,
     sweep_steps: Callable[[], Mapping[str, SweepStep]] = dict,
     publications: Callable[[], Publication | None] = lambda: None,
+    hami: HamiSeries | None = None,
 ) -> MetricsServer | None:
     """Serve `/metrics` and `/healthz` on `host_port` from a daemon thread; the server (stop it
     with `.shutdown()`), or None when disabled. `publications`: the publisher's `last`;
-    `tenant_usage` and `sweep_steps`: the sweeper's (`TenantDirs.usage`, `.steps`)."""
+    `tenant_usage` and `sweep_steps`: the sweeper's (`TenantDirs.usage`, `.steps`); `hami`:
+    HAMi's series too (`--hami-metrics`)."""
     if host_port is None:
         return None
+    register_standard(registry)
     registry.register(AgentCollector(health, publications))
-    registry.register(NodeCollector(state, gpus, node=node, vgpu_dir=vgpu_dir, host_pids=host_pids))
+    registry.register(NodeCollector(state, gpus, node=node, vgpu_dir=vgpu_dir, host_pids=host_pids,
+                                    hami=hami))  # fmt: skip
     registry.register(TenantFilesCollector(tenant_usage, sweep_steps))
     server = MetricsServer(host_port)
     server.set_app(with_healthz(make_wsgi_app(registry), health))

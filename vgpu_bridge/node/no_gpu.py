@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from vgpu_bridge.build_info import register_standard
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.node.gpus import Gpu, GpuDiscoveryError
 from vgpu_bridge.node.health import with_healthz
@@ -74,6 +75,7 @@ def wait_for_gpus(
     server = None
     if host_port is not None:
         registry = CollectorRegistry()
+        register_standard(registry)
         registry.register(_WaitingCollector())
         server = MetricsServer(host_port)
         app = with_healthz(make_wsgi_app(registry), None, details=lambda: {"waiting": reason or ""})

@@ -43,6 +43,11 @@ class Settings(FlagSettings):
     metrics_listen: str = host_port(
         "0.0.0.0:9401", description="HOST:PORT of /metrics and /healthz; empty to disable"
     )
+    hami_metrics: bool = setting(
+        False,
+        description="also serve HAMi's series (hami_vgpu_memory_used_bytes, ...) with its names, "
+        "labels and units, for HAMi's dashboards; reads the claims' pods",
+    )
     resync_seconds: float = setting(30, gt=0, description="how often slices are checked")
     health_grace_seconds: float = setting(
         120,

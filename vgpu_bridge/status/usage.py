@@ -18,7 +18,7 @@ from vgpu_bridge.status.model import Share
 
 CARD_METRIC = "vgpu_bridge_gpu_memory_bytes"  # labels node, device, uuid, product
 CLAIM_USED_METRIC = "vgpu_bridge_claim_memory_used_bytes"  # labels claim_uid, uuid
-CLAIM_SM_METRIC = "vgpu_bridge_claim_sm_utilisation_percent"  # labels claim_uid
+CLAIM_SM_METRIC = "vgpu_bridge_claim_sm_utilization_ratio"  # labels claim_uid; 0-1
 
 
 class MetricsError(ValueError):
@@ -68,7 +68,7 @@ def parse_agent_metrics(node: str, text: str) -> Usage:
                     key = (labels.get("claim_uid", ""), labels.get("uuid", ""))
                     used[key] = used.get(key, 0) + int(sample.value)
                 elif sample.name == CLAIM_SM_METRIC:
-                    sm[labels.get("claim_uid", "")] = int(sample.value)
+                    sm[labels.get("claim_uid", "")] = round(sample.value * 100)  # percent
     except ValueError as error:
         raise MetricsError(f"agent metrics of node {node}: {error}") from None
     return Usage(frozenset({node}), used, uuids, sm)

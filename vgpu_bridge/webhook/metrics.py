@@ -152,9 +152,12 @@ class WebhookMetrics:
         import happens outside the lock: admissions keep recording meanwhile, never waiting."""
         from prometheus_client import CollectorRegistry
 
+        from vgpu_bridge.build_info import register_standard
+
         with self._lock:
             if self._registry is None:
                 registry = CollectorRegistry()
+                register_standard(registry)
                 for metric in self._defined:
                     metric.make(registry)
                 self._registry = registry

@@ -79,7 +79,7 @@ def test_refusals_and_sm_utilisation_of_a_claim_come_from_its_region(
     claim = (("claim", CLAIM.name), ("claim_uid", UID), ("namespace", CLAIM.namespace))
     refused = tuple(sorted((*claim, ("uuid", uuid))))
     assert samples[("vgpu_bridge_claim_allocations_refused_total", refused)] == 3
-    assert samples[("vgpu_bridge_claim_sm_utilisation_percent", claim)] == 45
+    assert samples[("vgpu_bridge_claim_sm_utilization_ratio", claim)] == 0.45
 
 
 def test_a_claim_without_a_region_has_no_refusal_or_utilisation_series(
@@ -88,7 +88,7 @@ def test_a_claim_without_a_region_has_no_refusal_or_utilisation_series(
     names = {name for name, _ in _samples(prepared[0])}
     assert "vgpu_bridge_claim_region_readable" in names
     assert "vgpu_bridge_claim_allocations_refused_total" not in names
-    assert "vgpu_bridge_claim_sm_utilisation_percent" not in names
+    assert "vgpu_bridge_claim_sm_utilization_ratio" not in names
 
 
 class Clock:

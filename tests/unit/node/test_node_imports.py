@@ -23,6 +23,7 @@ def test_the_agent_imports_only_core_the_shared_client_and_itself(path: Path) ->
         "vgpu_bridge.flag_settings",
         "vgpu_bridge.logs",
         "vgpu_bridge.atomic_files",
+        "vgpu_bridge.build_info",
     )
     for name in _imports(path):
         if name.split(".")[0] == "vgpu_bridge":

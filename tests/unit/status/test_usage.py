@@ -22,12 +22,12 @@ def used_sample(pod: str, uuid: str, used: int) -> str:
 
 
 def sm_sample(pod: str, percent: int) -> str:
-    """The SM utilisation sample `NodeCollector` writes for a claim's region."""
+    """The SM utilization sample `NodeCollector` writes for a claim's region (a 0-1 ratio)."""
     claim = next(c for c in recorded("claims") if c["metadata"]["uid"] == claim_uid(pod))
     labels = (
         f'claim="{claim["metadata"]["name"]}",claim_uid="{claim_uid(pod)}",namespace="{NAMESPACE}"'
     )
-    return f"vgpu_bridge_claim_sm_utilisation_percent{{{labels}}} {float(percent)!r}\n"
+    return f"vgpu_bridge_claim_sm_utilization_ratio{{{labels}}} {percent / 100!r}\n"
 
 
 def in_use() -> str:
@@ -37,7 +37,7 @@ def in_use() -> str:
         + used_sample("infer-a", "GPU-agent-0000", 512 * MiB)
         + used_sample("train", "GPU-agent-0001", 3 * MiB + 7)
     )
-    sm = "# TYPE vgpu_bridge_claim_sm_utilisation_percent gauge\n" + sm_sample("infer-a", 64)
+    sm = "# TYPE vgpu_bridge_claim_sm_utilization_ratio gauge\n" + sm_sample("infer-a", 64)
     return agent_metrics() + used + sm + sm_sample("train", 0)
 
 

@@ -8,6 +8,7 @@ import threading
 
 from prometheus_client import generate_latest
 
+from vgpu_bridge.version import package_version
 from vgpu_bridge.webhook import metrics as metrics_module
 from vgpu_bridge.webhook.metrics import WebhookMetrics
 
@@ -69,3 +70,10 @@ def test_a_process_that_never_scrapes_keeps_a_bounded_number_of_calls() -> None:
     assert metrics.latency._pending == []  # made once MAX_PENDING were kept
     count = metrics.registry.get_sample_value("vgpu_bridge_admission_duration_seconds_count")
     assert count == metrics_module.MAX_PENDING + 10
+
+
+def test_the_registry_serves_the_build_and_the_process_series() -> None:
+    registry = WebhookMetrics().load()
+    assert registry.get_sample_value("vgpu_bridge_build_info", {"version": package_version()}) == 1
+    assert (registry.get_sample_value("process_resident_memory_bytes") or 0) > 0
+    assert b"python_info{" in generate_latest(registry)
