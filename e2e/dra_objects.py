@@ -36,14 +36,19 @@ def quantity(text: str | int) -> Decimal:
     return Decimal(match.group(1)) * _SUFFIX[match.group(2)]
 
 
-def device_class(name: str, *, driver: str) -> Json:
-    """Selects the driver's shareable devices only."""
+def device_class(name: str, *, driver: str, extended_resource_name: str = "") -> Json:
+    """Selects the driver's shareable devices only; with ``extended_resource_name`` it also serves
+    pods asking for that extended resource (KEP-5004), as the chart's
+    ``deviceClass.extendedResourceName`` makes it."""
     expression = f'device.driver == "{driver}" && device.allowMultipleAllocations == true'
+    spec: Json = {"selectors": [{"cel": {"expression": expression}}]}
+    if extended_resource_name:
+        spec["extendedResourceName"] = extended_resource_name
     return {
         "apiVersion": RESOURCE_V1,
         "kind": "DeviceClass",
         "metadata": {"name": name},
-        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+        "spec": spec,
     }
 
 

@@ -29,6 +29,7 @@ REQUIRED_SCENARIOS = (
     "e2e/test_dra_sharing.py",
     "e2e/test_core_booking.py",
     "e2e/node/test_agent.py",
+    "e2e/test_extended_resource.py",  # whole GPUs through DeviceClass extendedResourceName (1.37)
 )
 
 
@@ -88,6 +89,7 @@ def test_the_versions_page_names_every_tested_release_and_the_charts_value() -> 
         assert version in page
     assert "kubernetes.allowGatedConsumableCapacity" in page
     assert "DRAConsumableCapacity=true" in page
+    assert "deviceClass.extendedResourceName" in page
 
 
 @pytest.mark.e2e

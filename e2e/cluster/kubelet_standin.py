@@ -1,7 +1,9 @@
 """The kubelet stand-in: a test component doing the kubelet's part for pods on fake nodes.
 
 For each pod bound to one of its nodes it waits until every ResourceClaim of the pod exists, is
-allocated and reserved for the pod (the kubelet refuses to start a pod otherwise), hands the pod to
+allocated and reserved for the pod (the kubelet refuses to start a pod otherwise): those its
+``spec.resourceClaims`` name, and the one kube-scheduler made for its extended resources backed by
+a DeviceClass (KEP-5004; named in ``status.extendedResourceClaimStatus``), then hands the pod to
 a ``NodePreparer`` (the kubelet's DRA manager calling the node agent's ``NodePrepareResources``),
 then marks the pod Running. When a pod is being deleted it calls ``unprepare`` (on the preparer
 that prepared it, even if another one is plugged in by then) and finishes the
@@ -31,7 +33,7 @@ class ClaimRef:
     namespace: str
     name: str
     uid: str
-    pod_claim_name: str
+    pod_claim_name: str  # "" for kube-scheduler's extended-resource claim: the pod names none
     claim: Json = field(compare=False, repr=False)
 
 
@@ -194,6 +196,15 @@ class KubeletStandIn:
                 return None
             uid = claim["metadata"]["uid"]
             claims.append(ClaimRef(meta["namespace"], claim_name, uid, entry["name"], claim))
+        extended = (pod.get("status", {}).get("extendedResourceClaimStatus") or {}).get(
+            "resourceClaimName"
+        )
+        if extended:
+            claim = self._reserved_claim(meta["namespace"], extended, meta["uid"])
+            if claim is None:
+                return None
+            uid = claim["metadata"]["uid"]
+            claims.append(ClaimRef(meta["namespace"], extended, uid, "", claim))
         namespace, node = meta["namespace"], pod["spec"]["nodeName"]
         return BoundPod(namespace, meta["name"], meta["uid"], node, tuple(claims), pod)
 
