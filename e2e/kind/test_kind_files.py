@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e.chart.rendering import Helm, containers, one
+from e2e.chart.rendering import CHART, KUBE_VERSION, Helm, containers, one
 from e2e.cluster.settings import REPO_ROOT
 from e2e.kind.cluster import CONFIG, GPU_NODE_LABEL, GPU_TAINT, IMAGES, VALUES
+from e2e.kind.scenarios_migration import MIGRATION_VALUES, POOL_LABEL, PROBE, WORKLOAD
 
 pytestmark = pytest.mark.e2e
 NODE_IMAGE = re.compile(r"^kindest/node:v1\.(\d+)\.(\d+)(@sha256:[0-9a-f]{64})?$")
@@ -125,3 +126,34 @@ def test_scenarios_use_examples_that_exist() -> None:
     assert used
     for path in used:
         assert (REPO_ROOT / "examples" / path).is_file(), path
+
+
+def test_migration_values_keep_legacy_namespaces_from_every_webhook_and_our_agent_on_dra_nodes(
+    helm: Helm,
+) -> None:
+    """What the migration scenario installs (the kind values, then examples/migration's), as
+    docs/migration.md tells users to: helm template with both files, in that order."""
+    out = helm.run(
+        "template", "vgpu-bridge", str(CHART), "--namespace", "vgpu-bridge",
+        "--kube-version", KUBE_VERSION, "--values", str(VALUES), "--values", str(MIGRATION_VALUES),
+    )  # fmt: skip
+    objects = [doc for doc in yaml.safe_load_all(out) if doc]
+    hooks = one(objects, "MutatingWebhookConfiguration")["webhooks"]
+    legacy = {"key": POOL_LABEL, "operator": "NotIn", "values": ["legacy"]}
+    assert hooks
+    for hook in hooks:
+        assert legacy in hook["namespaceSelector"]["matchExpressions"], hook["name"]
+    spec = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {POOL_LABEL: "dra"}
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    keys = [t["matchExpressions"][0]["key"] for t in terms["nodeSelectorTerms"]]
+    assert GPU_NODE_LABEL.split("=")[0] in keys  # the GPU-node affinity still holds too
+
+
+def test_the_migration_scenario_applies_examples_that_exist() -> None:
+    for path in (MIGRATION_VALUES, WORKLOAD, PROBE):
+        assert path.is_file(), path
+    workload = yaml.safe_load(WORKLOAD.read_text())
+    (container,) = workload["spec"]["template"]["spec"]["containers"]
+    assert "nvidia.com/gpu" in container["resources"]["limits"]
+    assert "namespace" not in workload["metadata"]  # one text, applied to both namespaces

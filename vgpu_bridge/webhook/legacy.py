@@ -1,4 +1,6 @@
-"""Legacy HAMi in the same cluster: both modes must never manage the same GPUs."""
+"""Legacy HAMi in the same cluster: both modes must never manage the same GPUs. During a move
+node pool by node pool (docs/migration.md) they run side by side on separate pools, and every
+translated admission carries these warnings until HAMi is gone."""
 
 from __future__ import annotations
 
@@ -6,11 +8,13 @@ from vgpu_bridge.kube import KubeApi
 
 HAMI_NODE_ANNOTATION = "hami.io/node-nvidia-register"  # written by HAMi's device plugin
 HAMI_SCHEDULER_SELECTOR = "app.kubernetes.io/component=hami-scheduler"
+RECIPE = "docs/migration.md"
+SHOWN_NODES = 3
 
 
 def legacy_hami_warnings(api: KubeApi) -> list[str]:
     """Warnings naming the legacy HAMi parts found (nodes its device plugin registered, its
-    scheduler's pods); [] when none."""
+    scheduler's pods) and the recipe to follow; [] when none."""
     warnings = []
     nodes = api.list("/api/v1/nodes").get("items", [])
     registered = sorted(
@@ -19,14 +23,16 @@ def legacy_hami_warnings(api: KubeApi) -> list[str]:
         if HAMI_NODE_ANNOTATION in (n["metadata"].get("annotations") or {})
     )
     if registered:
-        shown = ", ".join(registered[:3]) + ("…" if len(registered) > 3 else "")
+        shown = ", ".join(registered[:SHOWN_NODES]) + ("…" if len(registered) > SHOWN_NODES else "")
         warnings.append(
-            f"legacy HAMi's device plugin manages GPUs on nodes {shown}: do not let vgpu-bridge "
-            "and legacy HAMi share GPUs"
+            f"legacy HAMi's device plugin manages GPUs on nodes {shown}: never run vgpu-bridge's "
+            "agent there; keep HAMi on a legacy node pool and move pool by pool as "
+            f"{RECIPE} says"
         )
     schedulers = api.list("/api/v1/pods", labelSelector=HAMI_SCHEDULER_SELECTOR).get("items", [])
     if schedulers:
         warnings.append(
-            "legacy hami-scheduler runs in this cluster: do not run both modes on the same GPUs"
+            "legacy hami-scheduler runs in this cluster: keep HAMi and vgpu-bridge on separate "
+            f"node pools and move pool by pool as {RECIPE} says"
         )
     return warnings
