@@ -5,13 +5,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: help venv fmt lint unit integration abuse e2e e2e-kai test test-first-tiers bench demo cluster-bin cluster-bin-pinned cluster-bin-current scheduler-bin native native-test clean
+.PHONY: help venv fmt lint unit integration abuse e2e e2e-kai test test-first-tiers bench bench-scale demo cluster-bin cluster-bin-pinned cluster-bin-current scheduler-bin native native-test clean
 
 help:
 	@echo "make test    lint + unit + integration + native + e2e (DRA scenarios on 1.36 and 1.37) + real node + kind (installs what it needs; root)"
 	@echo "make fmt     format the code"
 	@echo "make lint    ruff + mypy strict"
 	@echo "make bench   benchmarks, printed as tables"
+	@echo "make bench-scale   the viewer and a webhook replica at 1,000, 2,500 and 10,000 simulated GPUs (issue 26)"
 	@echo "make chart   check the chart's README, lint it, package it into dist/"
 	@echo "make kubectl-plugin   the kubectl plugin as a zipapp and krew's archive, in dist/"
 	@echo "make demo    the local cluster, the webhook, a node agent with mock GPUs, examples/ applied, a table (KEEP=1 keeps the cluster)"
@@ -105,6 +106,12 @@ test-first-tiers: venv
 	$(PY) -m pytest tests -q -m "not e2e"
 	$(MAKE) -j1 native-test
 	$(MAKE) -j1 e2e
+
+# 10,000 GPUs by simulation (bench/scale.py: fake nodes, our agent's slices, allocated claims
+# on the local control plane): the viewer's and a webhook replica's cost per step. Long (the
+# 10,000-GPU step creates 30,000 objects); not part of `make bench`.
+bench-scale: venv cluster-bin-pinned
+	$(PY) bench/scale.py
 
 bench: venv cluster-bin-pinned helm-bin
 	$(PY) bench/translate.py

@@ -55,13 +55,19 @@ def build_report(
     unplaced: list[Share] = []
     for share in sorted(shares, key=_share_order):
         on_card.get((share.node, share.device), unplaced).append(share)
-    filled = [_booked(card, on_card[key], booked, usage) for key, card in sorted(cards.items())]
+    by_card: dict[tuple[str, str], list[Share]] = {}
+    for share in booked:  # grouped once: a walk of every share per card is quadratic at scale
+        by_card.setdefault((share.node, share.device), []).append(share)
+    filled = [
+        _booked(card, on_card[key], by_card.get(key, []), usage)
+        for key, card in sorted(cards.items())
+    ]
     return Report(tuple(filled), tuple(unplaced), pending_pods(pods), tuple(notes))
 
 
-def _booked(card: Card, shown: list[Share], booked: list[Share], usage: Usage | None) -> Card:
-    """`card` with the shares shown on it, and the booking and use of every share it holds."""
-    mine = [s for s in booked if (s.node, s.device) == (card.node, card.device)]
+def _booked(card: Card, shown: list[Share], mine: list[Share], usage: Usage | None) -> Card:
+    """`card` with the shares shown on it, and the booking and use of `mine`, every share it
+    holds."""
     read = usage is not None and card.node in usage.nodes
     return replace(
         card,

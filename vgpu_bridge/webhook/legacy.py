@@ -16,7 +16,7 @@ def legacy_hami_warnings(api: KubeApi) -> list[str]:
     """Warnings naming the legacy HAMi parts found (nodes its device plugin registered, its
     scheduler's pods) and the recipe to follow; [] when none."""
     warnings = []
-    nodes = api.list("/api/v1/nodes").get("items", [])
+    nodes = api.list_all("/api/v1/nodes").items  # paged: a fleet has thousands
     registered = sorted(
         n["metadata"]["name"]
         for n in nodes
@@ -29,7 +29,7 @@ def legacy_hami_warnings(api: KubeApi) -> list[str]:
             "agent there; keep HAMi on a legacy node pool and move pool by pool as "
             f"{RECIPE} says"
         )
-    schedulers = api.list("/api/v1/pods", labelSelector=HAMI_SCHEDULER_SELECTOR).get("items", [])
+    schedulers = api.list_all("/api/v1/pods", labelSelector=HAMI_SCHEDULER_SELECTOR).items
     if schedulers:
         warnings.append(
             "legacy hami-scheduler runs in this cluster: keep HAMi and vgpu-bridge on separate "

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.unit.recording_api import RecordingApi
+from vgpu_bridge.kube import LIST_PAGE_SIZE
 from vgpu_bridge.webhook.legacy import (
     HAMI_NODE_ANNOTATION,
     HAMI_SCHEDULER_SELECTOR,
@@ -29,8 +30,10 @@ def cluster(recorded: RecordingApi, nodes: list[Json], schedulers: int = 0) -> N
 def test_a_cluster_without_hami_gets_no_warning(recorded: RecordingApi) -> None:
     cluster(recorded, [node("gpu-a", registered=False)])
     assert legacy_hami_warnings(recorded.api) == []
+    (nodes,) = [c for c in recorded.made("GET") if c.path == "/api/v1/nodes"]
+    assert nodes.query == {"limit": str(LIST_PAGE_SIZE)}  # paged: a fleet has thousands of nodes
     (pods,) = [c for c in recorded.made("GET") if c.path == "/api/v1/pods"]
-    assert pods.query == {"labelSelector": HAMI_SCHEDULER_SELECTOR}
+    assert pods.query == {"labelSelector": HAMI_SCHEDULER_SELECTOR, "limit": str(LIST_PAGE_SIZE)}
 
 
 def test_nodes_hamis_device_plugin_registered_are_named_with_the_migration_recipe(

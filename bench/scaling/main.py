@@ -1,0 +1,123 @@
+"""The command line of ``bench/scale.py``: grow the fleet step by step on one private control
+plane, measure at each step, print a table per part."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.scaling.fleet import GPUS_PER_NODE, Fleet, Layout
+from bench.scaling.replica_start import start_replica
+from bench.scaling.tables import ReplicaRow, Step, ViewerRow, replica_table, viewer_table
+from bench.scaling.viewer import expected_lists, run_viewer, start_floor
+from e2e.cluster import LocalCluster, Settings, running_cluster
+
+DEFAULT_STEPS = (1000, 2500, 10000)
+VIEWER_ALL_GOAL_S, VIEWER_NAMESPACE_GOAL_S, REPLICA_READY_GOAL_S = 5.0, 1.0, 5.0
+
+
+def _steps(text: str) -> list[int]:
+    try:
+        steps = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of whole numbers: {text!r}") from None
+    if not steps or any(s < GPUS_PER_NODE for s in steps) or steps != sorted(set(steps)):
+        raise argparse.ArgumentTypeError(
+            f"GPU counts of at least {GPUS_PER_NODE}, rising (the fleet grows): {text!r}"
+        )
+    return steps
+
+
+def arguments(argv: list[str], description: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="bench/scale.py", description=description)
+    parser.add_argument("--steps", type=_steps, default=list(DEFAULT_STEPS),
+                        help="GPU counts, rising (default 1000,2500,10000)")  # fmt: skip
+    parser.add_argument("--claims-per-gpu", type=float, default=2.0,
+                        help="allocated claims per GPU (default 2)")  # fmt: skip
+    parser.add_argument("--viewer-runs", type=int, default=3, help="runs of each view per step")
+    parser.add_argument("--replica-starts", type=int, default=3, help="webhook starts per step")
+    parser.add_argument("--threads", type=int, default=8, help="client threads that create")
+    args = parser.parse_args(argv)
+    if args.claims_per_gpu <= 0 or args.viewer_runs < 1 or args.replica_starts < 1:
+        parser.error("--claims-per-gpu must be above 0, --viewer-runs and --replica-starts >= 1")
+    return args
+
+
+@dataclass(frozen=True)
+class View:
+    """One way of running the viewer: its name in the table, its arguments, its goal."""
+
+    name: str
+    scope: list[str]
+    goal_s: float
+    namespace: str | None  # None: every namespace
+
+
+def views(layout: Layout) -> list[View]:
+    small = layout.small_namespace
+    return [
+        View("-A", ["-A"], VIEWER_ALL_GOAL_S, None),
+        View(f"-n {small}", ["-n", small], VIEWER_NAMESPACE_GOAL_S, small),
+    ]
+
+
+def measure_viewer(
+    cluster: LocalCluster, fleet: Fleet, step: Step, view: View, *, runs: int
+) -> ViewerRow:
+    layout, kube = fleet.layout, cluster.client()
+    shares = step.claims if view.namespace is None else min(layout.small_claims, step.claims)
+    measured = [
+        run_viewer(kube, cluster.kubeconfig, view.scope, claim_prefix=layout.claim_prefix)
+        for _ in range(runs)
+    ]
+    expected = expected_lists(
+        claims=step.claims,
+        pods=0,
+        slices=step.slices,
+        namespaced=view.namespace is not None,
+        namespace_claims=shares,
+    )
+    return ViewerRow(step, view.name, measured, expected, shares, view.goal_s)
+
+
+def measure_replica(cluster: LocalCluster, step: Step, *, starts: int, workdir: Path) -> ReplicaRow:
+    kube = cluster.client()
+    measured = [start_replica(kube, cluster.kubeconfig, workdir) for _ in range(starts)]
+    return ReplicaRow(step, measured, REPLICA_READY_GOAL_S)
+
+
+def main(argv: list[str], *, description: str) -> int:
+    args = arguments(argv, description)
+    layout = Layout(claims_per_gpu=args.claims_per_gpu)
+    viewer_rows: list[ViewerRow] = []
+    replica_rows: list[ReplicaRow] = []
+    floor = start_floor(args.viewer_runs)
+    with running_cluster(Settings.from_env()) as cluster, tempfile.TemporaryDirectory() as tmp:
+        fleet = Fleet(cluster.client(), layout, threads=args.threads)
+        for gpus in args.steps:
+            claims = round(gpus * args.claims_per_gpu)
+            created_s = fleet.grow(gpus=gpus, claims=claims)
+            step = Step(gpus, fleet.gpus, claims, len(fleet.slices), fleet.nodes)
+            _progress(
+                f"step {gpus:,} GPUs: {step.nodes:,} nodes, {step.cards:,} cards, "
+                f"{step.slices:,} slices, {claims:,} claims; grown in {created_s:.0f} s"
+            )
+            for view in views(layout):
+                viewer_rows.append(
+                    measure_viewer(cluster, fleet, step, view, runs=args.viewer_runs)
+                )
+                _progress(viewer_table(viewer_rows[-1:]).splitlines()[2])
+            replica_rows.append(measure_replica(cluster, step, starts=args.replica_starts,
+                                                workdir=Path(tmp) / "webhook"))  # fmt: skip
+            _progress(replica_table(replica_rows[-1:]).splitlines()[2])
+    print(viewer_table(viewer_rows, floor))
+    print()
+    print(replica_table(replica_rows))
+    return 0
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

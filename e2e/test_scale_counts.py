@@ -1,0 +1,77 @@
+"""`kubectl vgpu status` reads its lists in pages of 500 (issue 26's reduced run): a count, not a
+time. A fleet of 200 GPUs (25 fake nodes with our agent's slices) and 1,200 allocated claims of
+our driver in 5 namespaces is made on the session's cluster (``bench/scaling/fleet.py``, the
+benchmark's own), the view is run as the ``kubectl-vgpu`` plugin, and the LIST requests it made
+are read from the API server's ``apiserver_request_total``. A view that read the claims in one
+unpaged list would make one LIST where ceil(n/500) are expected.
+
+The counter does not say who asked, and in this session the kubelet stand-in lists every pod five
+times a second and the node agents list their slices: only claim lists, which nothing else makes
+meanwhile, and pod lists in the fleet's own namespace are counted exactly. Everything made is
+deleted after the module (claims, namespaces, slices, nodes).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+
+import pytest
+
+from bench.scaling.fleet import Fleet, Layout
+from bench.scaling.viewer import pages, run_viewer
+from e2e.cluster import KubeClient, LocalCluster
+
+pytestmark = pytest.mark.e2e
+
+GPUS, CLAIMS, NAMESPACES, SMALL_CLAIMS = 200, 1_200, 5, 100
+RESOURCE = "/apis/resource.k8s.io/v1"
+
+
+@pytest.fixture(scope="module")
+def fleet(kube: KubeClient) -> Iterator[Fleet]:
+    tag = f"scale-{secrets.token_hex(3)}"
+    layout = Layout(
+        node_prefix=f"{tag}-node-",
+        namespace_prefix=f"{tag}-ns-",
+        claim_prefix=f"{tag}-claim-",
+        small_namespace=f"{tag}-small",
+        namespaces=NAMESPACES,
+        small_claims=SMALL_CLAIMS,
+        claims_per_gpu=CLAIMS / GPUS,
+    )
+    made = Fleet(kube, layout, with_device_class=False)  # the class belongs to other fixtures
+    try:
+        made.grow(gpus=GPUS, claims=CLAIMS)
+        yield made
+    finally:
+        made.remove()
+
+
+def every_claim(kube: KubeClient) -> int:
+    """Claims in the cluster now: what `-A` and the bookings of `-n` read."""
+    return len(kube.items(f"{RESOURCE}/resourceclaims"))
+
+
+def test_status_all_namespaces_reads_every_claim_in_pages_of_500(
+    kube: KubeClient, e2e_cluster: LocalCluster, fleet: Fleet
+) -> None:
+    claims = every_claim(kube)
+    assert claims >= CLAIMS
+    run = run_viewer(kube, e2e_cluster.kubeconfig, ["-A"], claim_prefix=fleet.layout.claim_prefix)
+    assert run.shares_shown == CLAIMS  # every page made it into the view
+    assert run.requests.lists("resourceclaims", scope="cluster") == pages(claims) >= 3
+    assert run.requests.lists("resourceclaims", scope="namespace") == 0
+
+
+def test_status_of_one_namespace_reads_its_claims_once_and_every_claim_in_pages(
+    kube: KubeClient, e2e_cluster: LocalCluster, fleet: Fleet
+) -> None:
+    claims = every_claim(kube)
+    scope = ["-n", fleet.layout.small_namespace]
+    run = run_viewer(kube, e2e_cluster.kubeconfig, scope, claim_prefix=fleet.layout.claim_prefix)
+    assert run.shares_shown == SMALL_CLAIMS
+    assert run.requests.lists("resourceclaims", scope="namespace") == 1
+    assert run.requests.lists("pods", scope="namespace") == 1
+    # the cards' bookings count the whole cluster's claims: paged as well
+    assert run.requests.lists("resourceclaims", scope="cluster") == pages(claims) >= 3
