@@ -44,7 +44,10 @@ pytestmark = pytest.mark.e2e
 RESOURCE = "/apis/resource.k8s.io/v1"
 NODE_LABEL = "e2e.vgpu-bridge.io/prometheus-node"
 NAMESPACE_LABEL = "e2e.vgpu-bridge.io/prometheus"
-GPUS = [{"uuid": "GPU-prom-0000", "productName": "NVIDIA H100 80GB HBM3", "memory": "80Gi"}]
+# The mock card has the fake driver's device 0 UUID, as NVML and CUDA name a real card alike:
+# the HAMi series join the share's device (NVML's UUID) with the region's use (CUDA's).
+FAKE_DRIVER_DEVICE_0 = "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae00"
+GPUS = [{"uuid": FAKE_DRIVER_DEVICE_0, "productName": "NVIDIA H100 80GB HBM3", "memory": "80Gi"}]
 SHARE = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000, "nvidia.com/gpucores": 30}
 ALLOCATIONS_MIB = [2000, 1500, 900]  # 2000 + 1500 passes the 3000 MiB share: refused
 CUDA_SUCCESS, CUDA_ERROR_OUT_OF_MEMORY = 0, 2
