@@ -22,6 +22,7 @@ import secrets
 import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -42,6 +43,7 @@ from e2e.kind.scenarios import (  # the fixtures and helpers of the kind scenari
 )
 from e2e.waiting import wait_for
 from vgpu_bridge.core import DEFAULT
+from vgpu_bridge.core.quantity import parse_quantity
 from vgpu_bridge.kube import KubeApi, KubeError
 from vgpu_bridge.webhook.legacy import HAMI_NODE_ANNOTATION, RECIPE
 
@@ -63,6 +65,7 @@ ADVERTISED = {
     "nvidia.com/gpumem": str(CARDS * CARD_MIB),
 }
 MOCK_CARDS = len(yaml.safe_load(VALUES.read_text())["agent"]["mockGpus"])  # each agent's
+HAMI_LIMITS = {"nvidia.com/gpu": Decimal(1), "nvidia.com/gpumem": Decimal(3000)}  # the example's
 SWEEP_S = 5  # the webhook looks for legacy HAMi this often (the chart's default is 120 s)
 
 
@@ -251,6 +254,11 @@ def limits(pod: Json) -> dict[str, str]:
     return found
 
 
+def quantities(resources: Mapping[str, str]) -> dict[str, Decimal]:
+    """The API server writes quantities canonically (`gpumem: 3000` comes back `3k`)."""
+    return {name: parse_quantity(value) for name, value in resources.items()}
+
+
 def assert_translated_on(pod: Json, nodes: list[str]) -> None:
     assert pod["spec"]["nodeName"] in nodes, (pod["spec"]["nodeName"], nodes)
     assert pod["spec"].get("resourceClaims"), "the pod was not translated"
@@ -276,7 +284,7 @@ def test_a_legacy_namespace_pod_is_left_alone_and_runs_on_the_legacy_node(
     pod = workload_pod(api, namespaces.legacy)
     assert pod["spec"]["nodeName"] == pools.legacy
     assert not pod["spec"].get("resourceClaims")
-    assert limits(pod) == {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}
+    assert quantities(limits(pod)) == HAMI_LIMITS
     probe = dry_run(kind, namespaces.legacy)  # never sent to our webhook
     assert not probe.translated
     assert probe.warnings == []
@@ -311,7 +319,7 @@ def test_moving_the_last_pool_over_needs_no_change_to_the_manifest(
     assert_translated_on(workload_pod(api, moved), pools.dra)
     deployment = api.get(f"/apis/apps/v1/namespaces/{moved}/deployments/{WORKLOAD_NAME}")
     template = deployment["spec"]["template"]["spec"]["containers"][0]
-    assert template["resources"]["limits"] == {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}
+    assert quantities(template["resources"]["limits"]) == HAMI_LIMITS
     assert "unchanged" in apply_workload(kind, moved)  # Git and the cluster still agree
 
     pools.plugin.uninstall()  # the last legacy node: HAMi's device plugin goes, our agent comes
