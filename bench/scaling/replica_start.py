@@ -17,6 +17,7 @@ from pathlib import Path
 from bench.scaling.api_counts import Requests, counted
 from bench.webhook import rss_mb
 from e2e.cluster import KubeClient
+from e2e.processes import stop_process
 from e2e.webhook.process import WebhookProcess, free_port
 from tests.tls import write_self_signed
 
@@ -59,12 +60,7 @@ def start_replica(kube: KubeClient, kubeconfig: Path, workdir: Path) -> ReplicaS
             time.sleep(SETTLE_S)
             return ready_s, at_ready, rss_mb(process.pid)
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process)
 
     (ready_s, at_ready, settled), requests = counted(kube, start_and_wait)
     return ReplicaStart(ready_s, at_ready, settled, requests)

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from e2e.node.agent import free_port
+from e2e.processes import stop_process
 from e2e.waiting import wait_for
 
 AGENT_JOB = "vgpu-bridge-agent"
@@ -103,12 +104,7 @@ def running_prometheus(binary: Path, workdir: Path, settings: Json) -> Iterator[
         wait_for(lambda: _ready(server, process, rules=rules), timeout_s=60, what="prometheus")
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, grace_s=15)
 
 
 def _ready(server: PrometheusServer, process: subprocess.Popen[bytes], *, rules: bool) -> bool:

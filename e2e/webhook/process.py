@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from e2e.cluster.client import Json, KubeClient
+from e2e.processes import stop_process
 from e2e.waiting import wait_for
 from tests.tls import write_self_signed
 
@@ -173,9 +174,4 @@ def running_webhook(
         yield webhook
     finally:
         kube.delete(f"{CONFIGS}/{name}")
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
