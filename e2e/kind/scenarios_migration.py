@@ -320,7 +320,17 @@ def test_moving_the_last_pool_over_needs_no_change_to_the_manifest(
     deployment = api.get(f"/apis/apps/v1/namespaces/{moved}/deployments/{WORKLOAD_NAME}")
     template = deployment["spec"]["template"]["spec"]["containers"][0]
     assert quantities(template["resources"]["limits"]) == HAMI_LIMITS
-    assert "unchanged" in apply_workload(kind, moved)  # Git and the cluster still agree
+    # Git and the cluster still agree: applied again, nothing rolls out, and kubectl diff (a
+    # server-side dry run through admission) finds nothing. kubectl itself may print
+    # "configured": it sends gpumem as written (3000), which the API server keeps as 3k.
+    apply_workload(kind, moved)
+    path = f"/apis/apps/v1/namespaces/{moved}/deployments/{WORKLOAD_NAME}"
+    assert api.get(path)["metadata"]["generation"] == deployment["metadata"]["generation"]
+    diff = subprocess.run(
+        [*kind.kubectl, "diff", "-n", moved, "-f", "-"], input=WORKLOAD.read_text(),
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert diff.returncode == 0, f"kubectl diff: {diff.stdout}{diff.stderr}"
 
     pools.plugin.uninstall()  # the last legacy node: HAMi's device plugin goes, our agent comes
     label_nodes(api, [pools.legacy], {POOL_LABEL: "dra"})
