@@ -29,6 +29,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from e2e.dra_objects import quantity
 from e2e.kind.cluster import GPU_NODE_LABEL, NAMESPACE, VALUES, Kind, install
 from e2e.kind.scenarios import (  # the fixtures and helpers of the kind scenarios
     EXAMPLES,
@@ -43,7 +44,6 @@ from e2e.kind.scenarios import (  # the fixtures and helpers of the kind scenari
 )
 from e2e.waiting import wait_for
 from vgpu_bridge.core import DEFAULT
-from vgpu_bridge.core.quantity import parse_quantity
 from vgpu_bridge.kube import KubeApi, KubeError
 from vgpu_bridge.webhook.legacy import HAMI_NODE_ANNOTATION, RECIPE
 
@@ -256,7 +256,7 @@ def limits(pod: Json) -> dict[str, str]:
 
 def quantities(resources: Mapping[str, str]) -> dict[str, Decimal]:
     """The API server writes quantities canonically (`gpumem: 3000` comes back `3k`)."""
-    return {name: parse_quantity(value) for name, value in resources.items()}
+    return {name: quantity(value) for name, value in resources.items()}
 
 
 def assert_translated_on(pod: Json, nodes: list[str]) -> None:
