@@ -1,6 +1,7 @@
-"""The real KAI scheduler and binder against the session's control plane, from binaries made
-elsewhere (``KAI_BIN_DIR``: ``scheduler`` and ``binder``; ``KAI_CRD_DIR``: KAI's
-``deployments/kai-scheduler/crds``; ``KAI_VERSION``: what the build is). Nothing here builds KAI.
+"""The real KAI scheduler and binder against the session's control plane: the build
+``python -m e2e.kai build --source DIR`` made last (``<cache>/kai-current.json``, e2e/kai/build.py),
+or binaries made elsewhere (``KAI_BIN_DIR``: ``scheduler`` and ``binder``; ``KAI_CRD_DIR``: KAI's
+``deployments/kai-scheduler/crds``; ``KAI_VERSION``: what the build is).
 
 Like KAI's own env-tests: its CRDs, Queues, a PodGroup per pod with the ``pod-group-name``
 annotation (no podgrouper), and no admission, podgroupcontroller, queuecontroller or operator.
@@ -17,9 +18,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from e2e.cluster import Settings
 from e2e.cluster.client import ApiError, Json, KubeClient
 from e2e.cluster.crds import crds_in, create_crds
+from e2e.kai.build import current_build
 from e2e.webhook.process import free_port
+from vgpu_bridge.adapters.kai.adapter import has_consumable_capacity
 
 QUEUES = "/apis/scheduling.run.ai/v2/queues"
 #: What KAI needs of its CRDs without the operator (the scheduler watches Topologies too).
@@ -37,22 +41,39 @@ class KaiBuild:
     binder: Path
     crd_dir: Path
     version: str
+    #: Whether the build includes KAI PR #2102 (consumable capacity): read from the source tree
+    #: for builds made here; from the version (the adapter's gate) for binaries made elsewhere.
+    has_consumable_capacity: bool
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> KaiBuild | None:
+        """``KAI_BIN_DIR``/``KAI_CRD_DIR`` when set, else the cache's newest build, else None."""
         env = os.environ if environ is None else environ
         bin_dir, crd_dir = env.get("KAI_BIN_DIR"), env.get("KAI_CRD_DIR")
-        if not bin_dir or not crd_dir:
-            return None
-        build = cls(
-            Path(bin_dir) / "scheduler",
-            Path(bin_dir) / "binder",
-            Path(crd_dir),
-            env.get("KAI_VERSION", "unknown"),
-        )
+        if bin_dir and crd_dir:
+            version = env.get("KAI_VERSION", "unknown")
+            build = cls(
+                Path(bin_dir) / "scheduler",
+                Path(bin_dir) / "binder",
+                Path(crd_dir),
+                version,
+                has_consumable_capacity(version) is True,
+            )
+        else:
+            record = current_build(Settings.from_env(env).cache_root)
+            if record is None:
+                return None
+            where = Path(str(record["dir"]))
+            build = cls(
+                where / "bin" / "scheduler",
+                where / "bin" / "binder",
+                where / "crds",
+                str(record.get("version", "unknown")),
+                record.get("has_pr2102") is True,
+            )
         missing = [p for p in (build.scheduler, build.binder, build.crd_dir) if not p.exists()]
         if missing:
-            raise FileNotFoundError(f"KAI_BIN_DIR/KAI_CRD_DIR: missing {missing}")
+            raise FileNotFoundError(f"KAI build: missing {missing}")
         return build
 
 

@@ -1,140 +1,134 @@
-"""Pods placed by the real KAI scheduler and bound by the real KAI binder (``KAI_BIN_DIR``,
-``KAI_CRD_DIR``, ``KAI_VERSION``; see e2e/kai/real_kai.py). Skipped when no KAI build is given:
-the module proxy these machines reach does not serve KAI's module (docs/kai.md).
+"""Pods placed by the real KAI scheduler and bound by the real KAI binder: the build that
+``python -m e2e.kai build --source DIR`` made last, or ``KAI_BIN_DIR``, ``KAI_CRD_DIR`` and
+``KAI_VERSION`` (e2e/kai/real_kai.py). ``make e2e-kai`` runs them and fails without a build;
+elsewhere they skip: the module proxy these machines reach does not serve KAI's module.
 
-What a build with consumable capacity (after v0.17.0, KAI PR #2102) must do, and what a build
-without it does instead (whole devices), so the same tests show either.
+What a build with PR #2102 (consumable capacity) does, and what a build without it does
+instead (nothing placed; whole devices for a class without the shareable-only selector).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
-from e2e.cluster import KubeClient, KubeletStandIn, LocalCluster
+from e2e.cluster import KubeClient
 from e2e.cluster.client import Json
 from e2e.dra_objects import pod_with_claim_template, quantity, share_template
-from e2e.kai.real_kai import QUEUES, KaiBuild, install_crds, pod_group, queue, running_kai
-from e2e.pods import claim_of, get_pod, only_result, running_pod, unschedulable_condition
-from e2e.waiting import wait_for
-from e2e.webhook.our_driver import Card
-from vgpu_bridge.adapters.kai.adapter import has_consumable_capacity
+from e2e.kai.conftest import HALF_GPU, ONE_GPU, UNLIMITED
+from e2e.kai.kai_pods import (
+    assert_pending_without_allocation,
+    needs_shares,
+    placed,
+    submit,
+    unschedulable_message,
+)
+from e2e.kai.real_kai import KaiBuild, pod_group
+from e2e.pods import claim_of, get_pod, only_result, running_pod
 from vgpu_bridge.core import DEFAULT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.needs_kai_build]
 RESOURCE = "/apis/resource.k8s.io/v1"
-PARENT, UNLIMITED, ONE_GPU, HALF_GPU = "e2e-parent", "e2e-unlimited", "e2e-one-gpu", "e2e-half-gpu"
-
-
-@pytest.fixture(scope="package")
-def kai_build() -> KaiBuild:
-    build = KaiBuild.from_env()
-    if build is None:
-        pytest.skip("no KAI build given (KAI_BIN_DIR, KAI_CRD_DIR): KAI's module is not served")
-    return build
-
-
-@pytest.fixture(scope="package")
-def real_kai(
-    kai_build: KaiBuild,
-    kube: KubeClient,
-    e2e_cluster: LocalCluster,
-    kai_cards: dict[str, list[Card]],
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[KaiBuild]:
-    install_crds(kube, kai_build.crd_dir)
-    queues = [queue(PARENT), queue(UNLIMITED, parent=PARENT), queue(ONE_GPU, parent=PARENT,
-              gpu_limit=1), queue(HALF_GPU, parent=PARENT, gpu_limit=0.5)]  # fmt: skip
-    for body in queues:
-        kube.create(QUEUES, body)
-    workdir = tmp_path_factory.mktemp("kai")
-    with running_kai(
-        kai_build, e2e_cluster.kubeconfig, workdir, feature_gates="DRAConsumableCapacity=true"
-    ):
-        yield kai_build
-        for log in sorted(workdir.glob("*.log")):
-            print(f"--- {log.name}\n{log.read_text()[-4000:]}")
-    for body in reversed(queues):
-        kube.delete(f"{QUEUES}/{body['metadata']['name']}")
-
-
-@pytest.fixture
-def kai_ns(
-    real_kai: KaiBuild, kai_namespace: Callable[[str], str], kubelet_standin: KubeletStandIn
-) -> str:
-    """A namespace under our webhook as docs/kai.md registers it; pods bound by KAI's binder
-    to the fake nodes are marked Running by the kubelet stand-in."""
-    return kai_namespace("first")
-
-
-def submit(kube: KubeClient, ns: str, name: str, annotations: dict[str, str], q: str) -> Json:
-    """A bare pod for KAI with its own PodGroup (what the podgrouper would make)."""
-    kube.create(f"/apis/scheduling.run.ai/v2alpha2/namespaces/{ns}/podgroups", pod_group(name, q))
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "labels": {"kai.scheduler/queue": q},
-            "annotations": {"pod-group-name": name, **annotations},
-        },
-        "spec": {
-            "schedulerName": "kai-scheduler",
-            "containers": [{"name": "main", "image": "registry.invalid/e2e/no-image:never"}],
-            "terminationGracePeriodSeconds": 0,
-        },
-    }
-    created: Json = kube.create(f"/api/v1/namespaces/{ns}/pods", pod)
-    return created
 
 
 def results_of(kube: KubeClient, ns: str, names: list[str]) -> list[Json]:
     return [only_result(claim_of(kube, ns, running_pod(kube, ns, n, timeout_s=90))) for n in names]
 
 
-def unschedulable_message(kube: KubeClient, ns: str, name: str, *, contains: str) -> str:
-    def message() -> str | None:
-        condition = unschedulable_condition(kube, ns, name)
-        text = str((condition or {}).get("message", ""))
-        return text if contains in text else None
-
-    return wait_for(message, timeout_s=60, what=f"{ns}/{name} unschedulable with {contains!r}")
-
-
-def assert_placed_as_shares_of_one_device(
-    kube: KubeClient, ns: str, names: list[str], memory: str, build: KaiBuild
+def test_two_gpu_memory_pods_share_one_device(
+    kube: KubeClient, kai_ns: str, real_kai: KaiBuild, fake_nodes: list[str]
 ) -> None:
-    if not has_consumable_capacity(build.version):
+    """One after the other on a two-card node: the second share joins the first's card (the
+    allocator takes the first device with room), as shares (`shareID`, `consumedCapacity`)."""
+    names = ["mem-a", "mem-b"]
+    if not real_kai.has_consumable_capacity:
         # KAI <= v0.17.0 allocates with no DRA features: its CEL view of a device lacks
         # allowMultipleAllocations, so our DeviceClass (shareable devices only) matches nothing.
         for name in names:
-            message = unschedulable_message(kube, ns, name, contains="cannot allocate all DRA")
-            assert message.count("cannot allocate all DRA claims on node") == 2, message
+            submit(kube, kai_ns, name, UNLIMITED, annotations={"gpu-memory": "10240"})
         for name in names:
-            assert not claim_of(kube, ns, get_pod(kube, ns, name))["status"].get("allocation")
+            message = unschedulable_message(kube, kai_ns, name, contains="cannot allocate all DRA")
+            assert message.count("cannot allocate all DRA claims on node") == 2, message
+            assert not claim_of(kube, kai_ns, get_pod(kube, kai_ns, name))["status"].get(
+                "allocation"
+            )
         return
-    results = results_of(kube, ns, names)
-    assert len({(r["pool"], r["device"]) for r in results}) == 1, results
-    for result in results:
+    results = []
+    for name in names:
+        submit(kube, kai_ns, name, UNLIMITED, annotations={"gpu-memory": "10240"},
+               node=fake_nodes[0])  # fmt: skip
+        results.append(placed(kube, kai_ns, name))
+    assert results[0][:2] == results[1][:2], results
+    for _, _, result in results:
         assert result["shareID"]
-        assert quantity(result["consumedCapacity"]["memory"]) == quantity(memory)
+        assert quantity(result["consumedCapacity"]["memory"]) == quantity("10Gi")
 
 
-def test_two_gpu_memory_pods_share_one_device(
-    kube: KubeClient, kai_ns: str, real_kai: KaiBuild
+def test_gpu_fractions_pair_up_on_one_card(
+    kube: KubeClient, kai_ns: str, real_kai: KaiBuild, fake_nodes: list[str]
 ) -> None:
-    for name in ("mem-a", "mem-b"):
-        submit(kube, kai_ns, name, {"gpu-memory": "10240"}, UNLIMITED)
-    assert_placed_as_shares_of_one_device(kube, kai_ns, ["mem-a", "mem-b"], "10Gi", real_kai)
-
-
-def test_gpu_fraction_pods_with_one_card_size(
-    kube: KubeClient, kai_ns: str, real_kai: KaiBuild
-) -> None:
+    """Two `gpu-fraction: 0.5` pods (one card size) end on one card, 40Gi each."""
+    needs_shares(real_kai)
+    results = []
     for name in ("frac-a", "frac-b"):
-        submit(kube, kai_ns, name, {"gpu-fraction": "0.5"}, UNLIMITED)
-    assert_placed_as_shares_of_one_device(kube, kai_ns, ["frac-a", "frac-b"], "40Gi", real_kai)
+        submit(kube, kai_ns, name, UNLIMITED, annotations={"gpu-fraction": "0.5"},
+               node=fake_nodes[0])  # fmt: skip
+        results.append(placed(kube, kai_ns, name))
+    assert results[0][:2] == results[1][:2], results
+    for _, _, result in results:
+        assert result["shareID"]
+        assert quantity(result["consumedCapacity"]["memory"]) == quantity("40Gi")
+
+
+def test_a_node_takes_new_shares_only_while_it_has_an_untouched_card(
+    kube: KubeClient, kai_ns: str, real_kai: KaiBuild, fake_nodes: list[str]
+) -> None:
+    """KAI counts a claim of a class named *gpu* as one whole GPU and wants an idle GPU on the
+    node before it asks the DRA allocator: on a node of two 80Gi cards, two 30,000 MiB shares
+    share card A and a third takes card B; the fourth (10,000 MiB) stays Pending although card A
+    still has 21,920 MiB free and card B 51,920 MiB."""
+    needs_shares(real_kai)
+    node = fake_nodes[0]
+    devices = []
+    for name in ("big-a", "big-b", "big-c"):
+        submit(kube, kai_ns, name, UNLIMITED, annotations={"gpu-memory": "30000"}, node=node)
+        devices.append(placed(kube, kai_ns, name)[1])
+    assert devices[0] == devices[1] != devices[2], devices
+    submit(kube, kai_ns, "small-d", UNLIMITED, annotations={"gpu-memory": "10000"}, node=node)
+    message = assert_pending_without_allocation(kube, kai_ns, "small-d")
+    # KAI names only the node the selector rules out; node 0's reason is its GPU count
+    assert "no nodes with enough resources were found" in message, message
+
+
+def test_a_one_card_node_takes_one_share(
+    kube: KubeClient, kai_ns: str, real_kai: KaiBuild, fake_nodes: list[str]
+) -> None:
+    """The same limit on a one-card node: a 1 GiB share runs, a second one waits; once the first
+    is gone the card is untouched again and the second runs."""
+    needs_shares(real_kai)
+    node = fake_nodes[1]
+    submit(kube, kai_ns, "one-a", UNLIMITED, annotations={"gpu-memory": "1024"}, node=node)
+    placed(kube, kai_ns, "one-a")
+    submit(kube, kai_ns, "one-b", UNLIMITED, annotations={"gpu-memory": "1024"}, node=node)
+    assert_pending_without_allocation(kube, kai_ns, "one-b")
+    kube.delete(f"/api/v1/namespaces/{kai_ns}/pods/one-a", grace_period_s=0)
+    placed(kube, kai_ns, "one-b")
+
+
+def test_a_whole_gpu_pod_stays_off_a_shared_card(
+    kube: KubeClient, kai_ns: str, real_kai: KaiBuild, fake_nodes: list[str]
+) -> None:
+    """`nvidia.com/gpu: 1` without a memory request is the whole card: next to a share on a
+    two-card node it gets the other card, all of its memory."""
+    needs_shares(real_kai)
+    node = fake_nodes[0]
+    submit(kube, kai_ns, "share", UNLIMITED, annotations={"gpu-memory": "10240"}, node=node)
+    share_device = placed(kube, kai_ns, "share")[1]
+    submit(kube, kai_ns, "whole", UNLIMITED, limits={"nvidia.com/gpu": "1"}, node=node)
+    _, whole_device, result = placed(kube, kai_ns, "whole")
+    assert whole_device != share_device
+    assert quantity(result["consumedCapacity"]["memory"]) == quantity("80Gi"), result
 
 
 @pytest.mark.parametrize(
@@ -149,7 +143,7 @@ def test_each_share_counts_as_one_whole_gpu_of_the_queue(
 ) -> None:
     """KAI's quota check, before any allocation: a queue limited to half a GPU refuses even
     the smallest share, because KAI counts each device of a claim of a "gpu" class as one."""
-    submit(kube, kai_ns, "small", annotations, HALF_GPU)
+    submit(kube, kai_ns, "small", HALF_GPU, annotations=annotations)
     message = unschedulable_message(kube, kai_ns, "small", contains="OverLimit")
     assert "Limit is 0.5 GPUs" in message, message
     assert f"workload requested {gpus} GPUs" in message, message
@@ -159,11 +153,11 @@ def test_one_gpu_queue_runs_one_share_at_a_time(
     kube: KubeClient, kai_ns: str, real_kai: KaiBuild
 ) -> None:
     """A queue with `gpu.limit: 1` runs one 1 GiB share at a time, though a card holds 80."""
-    if not has_consumable_capacity(real_kai.version):
+    if not real_kai.has_consumable_capacity:
         pytest.skip(f"KAI {real_kai.version} places none of our shares (see the tests above)")
-    submit(kube, kai_ns, "small-a", {"gpu-memory": "1024"}, ONE_GPU)
+    submit(kube, kai_ns, "small-a", ONE_GPU, annotations={"gpu-memory": "1024"})
     running_pod(kube, kai_ns, "small-a", timeout_s=90)
-    submit(kube, kai_ns, "small-b", {"gpu-memory": "1024"}, ONE_GPU)
+    submit(kube, kai_ns, "small-b", ONE_GPU, annotations={"gpu-memory": "1024"})
     message = unschedulable_message(kube, kai_ns, "small-b", contains="OverLimit")
     assert "currently 1 GPUs allocated" in message, message
     kube.delete(f"/api/v1/namespaces/{kai_ns}/pods/small-a", grace_period_s=0)
@@ -208,7 +202,7 @@ def test_capacity_requests_of_another_class_without_consumable_capacity(
         body["spec"]["terminationGracePeriodSeconds"] = 0
         kube.create(f"/api/v1/namespaces/{kai_ns}/pods", body)
     results = results_of(kube, kai_ns, names)
-    if has_consumable_capacity(real_kai.version):
+    if real_kai.has_consumable_capacity:
         for result in results:
             assert result["shareID"]
             assert quantity(result["consumedCapacity"]["memory"]) == quantity("1Gi")

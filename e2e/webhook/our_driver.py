@@ -55,26 +55,27 @@ def shareable_card(card: Card) -> Json:
     }
 
 
-def publish(kube: KubeClient, cards: dict[str, list[Card]]) -> list[str]:
-    """Our DeviceClass plus one slice per node; returns the slice names."""
-    kube.create(
-        f"{RESOURCE}/deviceclasses", device_class(DEFAULT.device_class, driver=DEFAULT.driver)
-    )
+def publish(
+    kube: KubeClient, cards: dict[str, list[Card]], *, driver: str = DEFAULT.driver
+) -> list[str]:
+    """Our DeviceClass plus one slice per node; returns the slice names. `driver` names both,
+    as an install with `--driver-name` does."""
+    kube.create(f"{RESOURCE}/deviceclasses", device_class(driver, driver=driver))
     names = []
     for node, node_cards in cards.items():
-        name = f"{node}-{DEFAULT.driver}"
+        name = f"{node}-{driver}"
         body = resource_slice(
-            name, driver=DEFAULT.driver, node=node, devices=[shareable_card(c) for c in node_cards]
+            name, driver=driver, node=node, devices=[shareable_card(c) for c in node_cards]
         )
         kube.create(f"{RESOURCE}/resourceslices", body)
         names.append(name)
     return names
 
 
-def withdraw(kube: KubeClient, slices: list[str]) -> None:
+def withdraw(kube: KubeClient, slices: list[str], *, driver: str = DEFAULT.driver) -> None:
     for name in slices:
         kube.delete(f"{RESOURCE}/resourceslices/{name}")
-    kube.delete(f"{RESOURCE}/deviceclasses/{DEFAULT.device_class}")
+    kube.delete(f"{RESOURCE}/deviceclasses/{driver}")
 
 
 @contextmanager
