@@ -78,6 +78,22 @@ VALIDATION_REFUSALS = [
         'must sort before KAI\'s "mutating-kai-admission"',
     ),
     (
+        "kai-counts-shares-but-the-class-says-no-gpu",
+        {"kai": {"enabled": True}, "driverName": "shares.accel.example.com"},
+        "vgpu-bridge",
+        'DeviceClass "shares.accel.example.com" has no "gpu" in its name',
+    ),
+    (
+        "kai-counts-no-shares-but-a-class-says-gpu",
+        {
+            "kai": {"enabled": True, "sharesCountAsGpus": False},
+            "driverName": "shares.accel.example.com",
+            "deviceClasses": [{"name": "h100.gpu.example.com", "selectors": []}],
+        },
+        "vgpu-bridge",
+        'DeviceClass "h100.gpu.example.com" has "gpu" in its name',
+    ),
+    (
         "name-after-volcano",
         {"volcano": {"enabled": True}, "webhook": {"configurationName": "zz-gpu"}},
         "vgpu-bridge",

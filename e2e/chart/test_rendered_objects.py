@@ -282,6 +282,22 @@ def test_scheduler_toggles_reach_the_webhook_as_env(helm: Helm) -> None:
     assert settings.kai_without_capacity == "refuse"
 
 
+def test_kai_shares_outside_gpu_quota_take_a_driver_name_without_gpu(helm: Helm) -> None:
+    """kai.sharesCountAsGpus=false with such a name: both binaries and the DeviceClass get it."""
+    name = "shares.accel.example.com"
+    values = {"kai": {"enabled": True, "sharesCountAsGpus": False}, "driverName": name}
+    objects = helm.template(values)
+    assert one(objects, "DeviceClass")["metadata"]["name"] == name
+    for kind in ("Deployment", "DaemonSet"):
+        values_seen = {
+            var.get("value")
+            for container in containers(one(objects, kind))
+            for var in container.get("env") or []
+            if var["name"] == "VGPU_BRIDGE_DRIVER_NAME"
+        }
+        assert values_seen == {name}, kind
+
+
 def test_generated_certificate_is_signed_by_the_ca_bundle_for_the_service(helm: Helm) -> None:
     defaults = helm.template({"tls": {"mode": "generate"}})
     secret = one(defaults, "Secret")
