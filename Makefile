@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: help venv fmt lint unit integration abuse e2e e2e-kai test test-first-tiers bench bench-scale demo cluster-bin cluster-bin-pinned cluster-bin-current scheduler-bin native native-test clean
+.PHONY: help venv fmt lint unit integration abuse e2e e2e-kai test test-first-tiers later-tier-builds bench bench-scale demo cluster-bin cluster-bin-pinned cluster-bin-current scheduler-bin native native-test clean
 
 help:
 	@echo "make test    lint + unit + integration + native + e2e (DRA scenarios on 1.36 and 1.37) + real node + kind (installs what it needs; root)"
@@ -52,10 +52,13 @@ e2e: venv cluster-bin-pinned scheduler-bin helm-bin
 	$(PY) -m e2e.prometheus fetch
 	$(PY) -m pytest e2e -q -m "not needs_kai_build"
 
-# The real KAI scheduler and binder, from a build named by KAI_BIN_DIR and KAI_CRD_DIR: the Go
-# proxy does not serve KAI's module, so `make test` cannot build it (docs/kai.md).
+# The real KAI scheduler and binder (e2e/kai/test_real_kai.py), from a KAI source tree you provide:
+# KAI_SOURCE=DIR builds it first (python -m e2e.kai build --source DIR, into the cache); without it,
+# the newest build made so (or KAI_BIN_DIR and KAI_CRD_DIR). The Go proxy does not serve KAI's
+# module, so `make test` never builds it (docs/kai.md). A missing build fails, not skips.
 e2e-kai: venv cluster-bin-pinned
-	$(PY) -m pytest e2e/kai -q -m needs_kai_build
+	$(if $(KAI_SOURCE),$(PY) -m e2e.kai build --source $(KAI_SOURCE) $(if $(KAI_VERSION),--version $(KAI_VERSION)))
+	KAI_REQUIRED=1 $(PY) -m pytest e2e/kai -q -m needs_kai_build
 
 # The local control plane's one multi-call binary (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler), built from e2e/cluster/gotools into ~/.cache/vgpu-bridge/k8s-<version>/bin
@@ -80,11 +83,10 @@ E2E_DRA_SCENARIOS := e2e/webhook/test_admission.py e2e/test_dra_sharing.py \
 e2e-k8s137: venv cluster-bin-current
 	K8S_VERSION=$(K8S_CURRENT) $(PY) -m pytest $(E2E_DRA_SCENARIOS) -q
 
-# The real Volcano and KAI schedulers (issues 7 and 8), built from their Go modules into the same
-# cache; each package appears here once its tools module exists.
+# The real Volcano scheduler (issue 7), built from its Go module into the same cache. KAI's is
+# built only from a source tree you provide (make e2e-kai KAI_SOURCE=DIR).
 scheduler-bin: venv
-	@if [ -f e2e/volcano/__main__.py ]; then $(PY) -m e2e.volcano build; fi
-	@if [ -f e2e/kai/__main__.py ]; then $(PY) -m e2e.kai build; fi
+	$(PY) -m e2e.volcano build
 
 # native/vgpu: libvgpu.so and its tests over the fake driver (issue 6 fills native/vgpu/Makefile).
 native:
@@ -95,12 +97,18 @@ native-test:
 	$(MAKE) -C native/vgpu oldglibc-test
 
 # The unit, native and e2e tiers leave one of two cores idle much of the time: K8S_CURRENT's
-# control plane (about 10 min of Go build cold) is built beside them, with `make -j2`.
+# control plane (about 10 min of Go build cold), then the real-node and kind tiers' Go programs
+# (containerd, runc, kind, crictl, CNI plugins, CoreDNS), are built beside them, with `make -j2`.
 test: lint
-	$(MAKE) -j2 test-first-tiers cluster-bin-current
+	$(MAKE) -j2 test-first-tiers later-tier-builds
 	$(MAKE) e2e-k8s137
 	$(MAKE) e2e-realnode
 	$(MAKE) e2e-kind
+
+.PHONY: later-tier-builds
+later-tier-builds: cluster-bin-current
+	$(PY) -m e2e.realnode build
+	$(PY) -m e2e.kind build
 
 test-first-tiers: venv
 	$(PY) -m pytest tests -q -m "not e2e"

@@ -78,6 +78,8 @@ def test_fraction_with_two_card_sizes_is_refused() -> None:
         ("v0.17.1-0.20260826090000-0123456789ab", True),
         ("v0.0.0-20260803101500-0123456789ab", False),
         ("v0.0.0-20260826090000-0123456789ab", True),
+        ("v0.0.0-20260824235959-0123456789ab", False),  # the day before #2102 merged
+        ("v0.0.0-20260825000000-0123456789ab", True),  # the day it merged: dated on or after
         ("0.0.0-20260826090000-0123456789ab", True),
         ("v0.17.1-rc.1.0.20260803101500-0123456789ab", False),
         ("v0.17.0-rc.1.0.20260826090000-0123456789ab", True),
