@@ -160,20 +160,18 @@ class PluginServer:
 
     def problem(self, *, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
         """Why the servers do not serve on their sockets, or None when both do: each path must
-        be a socket that a gRPC client connects to (HTTP/2 handshake done) within `timeout_s`.
-        Catches a stopped server and a socket file removed under a running one."""
+        be a socket whose gRPC server answers a call within `timeout_s`. Catches a stopped server
+        and a socket file removed under a running one. The call names a method no server has
+        (`PROBE_METHOD`): a serving gRPC server answers UNIMPLEMENTED at once, with no side
+        effect. (Waiting for a new channel's readiness instead costs grpcio's 0.2 s state poll
+        per socket, which made every /healthz and /metrics take 0.4 s.)"""
         for what, socket in (("DRA", self.dra_socket), ("registration", self.registration_socket)):
             if not socket.is_socket():
                 return f"the {what} socket {socket} is gone"
-            channel = grpc.insecure_channel(f"unix:{socket}")
-            try:
-                grpc.channel_ready_future(channel).result(timeout=timeout_s)
-            except grpc.FutureTimeoutError:
+            if not _answers(socket, timeout_s):
                 return (
                     f"no gRPC server answers on the {what} socket {socket} within {timeout_s:g} s"
                 )
-            finally:
-                channel.close()
         return None
 
     def stop(self, grace_s: float = 5.0) -> None:
@@ -181,6 +179,23 @@ class PluginServer:
         self.registration_socket.unlink(missing_ok=True)
         self._dra.stop(grace_s).wait()
         self.dra_socket.unlink(missing_ok=True)
+
+
+#: A method no gRPC server of ours (or the kubelet's) serves: the health probe's call.
+PROBE_METHOD = "/vgpu_bridge.health.v1.Probe/Ping"
+
+
+def _answers(socket: Path, timeout_s: float) -> bool:
+    """Whether a gRPC server on `socket` answers one call (any status but UNAVAILABLE or
+    DEADLINE_EXCEEDED: UNIMPLEMENTED is the expected answer) within `timeout_s`."""
+    with grpc.insecure_channel(f"unix:{socket}") as channel:
+        probe: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(PROBE_METHOD)
+        try:
+            probe(b"", timeout=timeout_s, wait_for_ready=True)
+        except grpc.RpcError as error:
+            code = error.code() if isinstance(error, grpc.Call) else None
+            return code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    return True
 
 
 def _serve_on(server: grpc.Server, socket: Path) -> None:
