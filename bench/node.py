@@ -25,10 +25,17 @@ from vgpu_bridge.node.kubeletapi import dra_v1_pb2, dra_v1_pb2_grpc
 SINGLE_CALLS = 200
 BATCH_CALLS, BATCH_SIZE = 10, 100
 TARGET_P99_MS = 50.0
-GPUS = [
-    {"uuid": f"GPU-bench-{i:04}", "productName": "NVIDIA H100 80GB HBM3", "memory": "80Gi"}
-    for i in range(8)
-]
+
+
+def mock_gpus(count: int) -> list[dict[str, str]]:
+    """`count` mock 80Gi cards for the agent's `--mock-gpus`, named `gpu-0`... in its slices."""
+    return [
+        {"uuid": f"GPU-bench-{i:04}", "productName": "NVIDIA H100 80GB HBM3", "memory": "80Gi"}
+        for i in range(count)
+    ]
+
+
+GPUS = mock_gpus(8)
 
 
 def _claims(kube: KubeClient, namespace: str, node: str, count: int, tag: str) -> list[Json]:
@@ -39,7 +46,7 @@ def _claims(kube: KubeClient, namespace: str, node: str, count: int, tag: str) -
     ]  # fmt: skip
 
 
-def _request(claims: list[Json]) -> dra_v1_pb2.NodePrepareResourcesRequest:
+def prepare_request(claims: list[Json]) -> dra_v1_pb2.NodePrepareResourcesRequest:
     return dra_v1_pb2.NodePrepareResourcesRequest(
         claims=[
             dra_v1_pb2.Claim(namespace=c["metadata"]["namespace"], name=c["metadata"]["name"],
@@ -49,9 +56,9 @@ def _request(claims: list[Json]) -> dra_v1_pb2.NodePrepareResourcesRequest:
     )  # fmt: skip
 
 
-def _timed(stub: dra_v1_pb2_grpc.DRAPluginStub, claims: list[Json]) -> float:
+def timed_prepare(stub: dra_v1_pb2_grpc.DRAPluginStub, claims: list[Json]) -> float:
     """Milliseconds of one NodePrepareResources call with `claims`; exits on any claim error."""
-    request = _request(claims)
+    request = prepare_request(claims)
     start = time.perf_counter()
     response = stub.NodePrepareResources(request, timeout=45)
     elapsed = (time.perf_counter() - start) * 1000
@@ -80,11 +87,11 @@ def main() -> int:
         with running_agent(node, cluster.kubeconfig, GPUS) as agent:
             stub = dra_v1_pb2_grpc.DRAPluginStub(grpc.insecure_channel(f"unix:{agent.dra_socket}"))
             singles = _claims(kube, namespace, node, SINGLE_CALLS, "single")
-            new = [_timed(stub, [claim]) for claim in singles]
-            again = [_timed(stub, [claim]) for claim in singles]
+            new = [timed_prepare(stub, [claim]) for claim in singles]
+            again = [timed_prepare(stub, [claim]) for claim in singles]
             batches = [_claims(kube, namespace, node, BATCH_SIZE, f"batch{b}")
                        for b in range(BATCH_CALLS)]  # fmt: skip
-            batched = [_timed(stub, batch) for batch in batches]
+            batched = [timed_prepare(stub, batch) for batch in batches]
     load = os.getloadavg()[0]
     print(f"NodePrepareResources over the agent's unix socket (real API server; target p99 "
           f"< {TARGET_P99_MS:.0f} ms per claim)")  # fmt: skip
