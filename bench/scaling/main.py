@@ -9,7 +9,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.scaling.dense_node import DenseNode, dense_node_table
 from bench.scaling.fleet import GPUS_PER_NODE, Fleet, Layout
+from bench.scaling.lifecycle import measure_lifecycle
 from bench.scaling.replica_start import start_replica
 from bench.scaling.tables import ReplicaRow, Step, ViewerRow, replica_table, viewer_table
 from bench.scaling.viewer import expected_lists, run_viewer, start_floor
@@ -40,6 +42,12 @@ def arguments(argv: list[str], description: str) -> argparse.Namespace:
     parser.add_argument("--viewer-runs", type=int, default=3, help="runs of each view per step")
     parser.add_argument("--replica-starts", type=int, default=3, help="webhook starts per step")
     parser.add_argument("--threads", type=int, default=8, help="client threads that create")
+    parser.add_argument("--templates", type=int, default=10_000,
+                        help="part 3: templates at the last step (0: skip)")  # fmt: skip
+    parser.add_argument("--template-namespaces", type=int, default=100,
+                        help="part 3: namespaces they are spread over (default 100)")  # fmt: skip
+    parser.add_argument("--dense-shares", type=int, default=48,
+                        help="part 5: shares per card of the 8-card node (0: skip)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.claims_per_gpu <= 0 or args.viewer_runs < 1 or args.replica_starts < 1:
         parser.error("--claims-per-gpu must be above 0, --viewer-runs and --replica-starts >= 1")
@@ -113,9 +121,28 @@ def main(argv: list[str], *, description: str) -> int:
             replica_rows.append(measure_replica(cluster, step, starts=args.replica_starts,
                                                 workdir=Path(tmp) / "webhook"))  # fmt: skip
             _progress(replica_table(replica_rows[-1:]).splitlines()[2])
+        # parts 3 and 5 at the last step: the template lifecycle, then the densest node
+        lifecycle = ""
+        if args.templates:
+            lifecycle = measure_lifecycle(
+                cluster,
+                templates=args.templates,
+                namespaces=args.template_namespaces,
+                referenced=0.3,
+                workdir=Path(tmp) / "lifecycle",
+            )
+        dense = (
+            dense_node_table(DenseNode(shares_per_card=args.dense_shares), cluster=cluster)
+            if args.dense_shares
+            else ""
+        )
     print(viewer_table(viewer_rows, floor))
     print()
     print(replica_table(replica_rows))
+    for table in (lifecycle, dense):
+        if table:
+            print()
+            print(table)
     return 0
 
 
