@@ -8,13 +8,15 @@ not made yet, or a workload (its future pods), still names is created again from
 object, which holds everything it needs (the spec is deterministic and the name carries its hash).
 The sweeper deletes only unreferenced templates, so it never fights this.
 
-Deletions are queued by the watch thread and handled by a worker, one API pass per namespace.
+Deletions are queued by the watch thread and handled by a worker, which collects a burst for a
+moment and then makes one API pass per namespace.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -98,9 +100,15 @@ class TemplateRestorer:
     """Takes deleted templates from the watch (`deleted`, never blocks) and makes again, on its
     own thread (`run`), those still needed."""
 
-    def __init__(self, api: KubeApi, *, ensure: Ensure, max_pending: int = 10_000) -> None:
+    def __init__(
+        self, api: KubeApi, *, ensure: Ensure, max_pending: int = 10_000, linger_s: float = 0.5
+    ) -> None:
         self._api, self._ensure = api, ensure
         self._pending: queue.Queue[Json] = queue.Queue(maxsize=max_pending)
+        # Deletions come in bursts (the sweeper deletes a namespace's templates one after
+        # another): after the first, more are collected for `linger_s`, so a burst costs a few
+        # passes of LISTs per namespace rather than one per deletion or two.
+        self._linger_s = linger_s
 
     def deleted(self, template: Json) -> None:
         try:
@@ -115,7 +123,12 @@ class TemplateRestorer:
                 first = self._pending.get(timeout=0.5)
             except queue.Empty:
                 continue
-            batch = [first]
+            batch, until = [first], time.monotonic() + self._linger_s
+            while (left := until - time.monotonic()) > 0 and not stop.is_set():
+                try:
+                    batch.append(self._pending.get(timeout=left))
+                except queue.Empty:
+                    break
             while not self._pending.empty():
                 batch.append(self._pending.get_nowait())
             self.restore(batch)
