@@ -72,12 +72,16 @@ def test_make_e2e_k8s137_runs_the_dra_scenarios_on_the_current_release() -> None
 
 
 def test_make_test_runs_the_current_release_after_the_whole_tier() -> None:
-    """The current release's control plane is built beside the first tiers (`make -j2`), and
-    its scenarios run after the whole e2e tier."""
+    """The current release's control plane is built beside the first tiers (`make -j2`), then
+    the later tiers' Go programs, and its scenarios run after the whole e2e tier."""
     lines = [line.strip().split() for line in _dry_run("test")]
     makes = [words[1:] for words in lines if words and re.fullmatch(r"\S*make", words[0])]
     targets = [word for words in makes for word in words if not word.startswith("-")]
-    assert ["-j2", "test-first-tiers", "cluster-bin-current"] in makes
+    assert ["-j2", "test-first-tiers", "later-tier-builds"] in makes
+    builds = [line.strip() for line in _dry_run("later-tier-builds")]
+    first = builds.index(f"K8S_VERSION={CURRENT_K8S_VERSION} .venv/bin/python -m e2e.cluster build")
+    assert first < builds.index(".venv/bin/python -m e2e.realnode build")
+    assert first < builds.index(".venv/bin/python -m e2e.kind build")
     assert "e2e" in targets
     assert "e2e-k8s137" in targets
     assert targets.index("e2e") < targets.index("e2e-k8s137")
