@@ -41,8 +41,8 @@ def test_images_carry_the_oci_labels(part: str) -> None:
     found = labels(part)
     for key, value in OCI_LABELS.items():
         assert found[f"org.opencontainers.image.{key}"] == value
-    license_text = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["license"]
-    assert found["org.opencontainers.image.licenses"] == license_text["text"] == build.LICENSE
+    license_expression = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["license"]
+    assert found["org.opencontainers.image.licenses"] == license_expression == build.LICENSE
     assert found["org.opencontainers.image.title"] == f"vgpu-bridge-{part}"
     arguments = {
         line.split()[1].split("=")[0] for line in final_stage(part) if line.startswith("ARG")
