@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import subprocess
 import sys
@@ -57,13 +56,12 @@ from pathlib import Path
 
 from bench.scaling.api_counts import RequestKind, Requests, counted, request_totals
 from bench.scaling.bulk import CLIENT_THREADS, ApiConnection, in_threads
+from bench.scaling.replica_start import running_replica
 from bench.scaling.viewer import pages
 from bench.webhook import rss_mb
 from e2e.cluster import KubeClient, LocalCluster, Settings, running_cluster
 from e2e.cluster.client import Json
-from e2e.processes import stop_process
-from e2e.webhook.process import WebhookProcess, free_port
-from tests.tls import write_self_signed
+from e2e.webhook.process import WebhookProcess
 from vgpu_bridge.core import DEFAULT, DeviceFilter, GpuRequest, Inventory
 from vgpu_bridge.core.claims import claim_spec, claim_template, template_name
 from vgpu_bridge.core.models import Problems
@@ -211,31 +209,10 @@ class Replica:
 @contextmanager
 def replica(kubeconfig: Path, workdir: Path, *, grace_s: int) -> Iterator[Replica]:
     """A webhook replica, ready, with sweep grace `grace_s`; stopped on leaving."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    cert, key = workdir / "tls.crt", workdir / "tls.key"
-    if not cert.exists():
-        cert, key = write_self_signed(workdir)
-    webhook = WebhookProcess(free_port(), cert, workdir / "webhook.log")
-    command = [
-        sys.executable, "-m", "vgpu_bridge.cli", "webhook",
-        "--listen", f"127.0.0.1:{webhook.port}",
-        "--tls-cert-file", str(cert), "--tls-key-file", str(key),
-        "--kubeconfig", str(kubeconfig),
-    ]  # fmt: skip
-    environ = {**os.environ, "VGPU_BRIDGE_SWEEP_GRACE_SECONDS": str(grace_s),
+    environ = {"VGPU_BRIDGE_SWEEP_GRACE_SECONDS": str(grace_s),
                "VGPU_BRIDGE_SWEEP_INTERVAL_SECONDS": str(INTERVAL_S)}  # fmt: skip
-    with webhook.log_file.open("w") as log:
-        started = time.monotonic()
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
-                                   env=environ)  # fmt: skip
-    try:
-        while not webhook.ready():
-            if process.poll() is not None or time.monotonic() - started > READY_TIMEOUT_S:
-                raise RuntimeError(f"the webhook did not get ready: {webhook.log()[-2000:]}")
-            time.sleep(POLL_S)
+    with running_replica(kubeconfig, workdir, environ=environ) as (process, webhook, _):
         yield Replica(process, webhook, time.time())
-    finally:
-        stop_process(process)
 
 
 def template_watches(kube: KubeClient) -> int:

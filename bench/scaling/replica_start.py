@@ -8,9 +8,12 @@ requests it made are read ``SETTLE_S`` after ready, with its RSS then.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +35,12 @@ class ReplicaStart:
     requests: Requests  # the API requests from start to SETTLE_S after ready
 
 
-def start_replica(kube: KubeClient, kubeconfig: Path, workdir: Path) -> ReplicaStart:
-    """Start one replica, time it to ready, stop it."""
+@contextmanager
+def running_replica(
+    kubeconfig: Path, workdir: Path, *, environ: Mapping[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], WebhookProcess, float]]:
+    """A webhook replica started with `environ` over ours, once /readyz answers 200: its
+    process, its handle and the seconds from start to ready; stopped on leaving."""
     workdir.mkdir(parents=True, exist_ok=True)
     cert, key = workdir / "tls.crt", workdir / "tls.key"
     if not cert.exists():
@@ -45,22 +52,28 @@ def start_replica(kube: KubeClient, kubeconfig: Path, workdir: Path) -> ReplicaS
         "--tls-cert-file", str(cert), "--tls-key-file", str(key),
         "--kubeconfig", str(kubeconfig),
     ]  # fmt: skip
+    with webhook.log_file.open("w") as log:
+        started = time.monotonic()
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
+                                   env={**os.environ, **(environ or {})})  # fmt: skip
+    try:
+        while not webhook.ready():
+            if process.poll() is not None or time.monotonic() - started > READY_TIMEOUT_S:
+                raise RuntimeError(f"the webhook did not get ready: {webhook.log()[-2000:]}")
+            time.sleep(POLL_S)
+        yield process, webhook, time.monotonic() - started
+    finally:
+        stop_process(process)
+
+
+def start_replica(kube: KubeClient, kubeconfig: Path, workdir: Path) -> ReplicaStart:
+    """Start one replica, time it to ready, stop it."""
 
     def start_and_wait() -> tuple[float, float, float]:
-        with webhook.log_file.open("w") as log:
-            started = time.monotonic()
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
-        try:
-            while not webhook.ready():
-                if process.poll() is not None or time.monotonic() - started > READY_TIMEOUT_S:
-                    raise RuntimeError(f"the webhook did not get ready: {webhook.log()[-2000:]}")
-                time.sleep(POLL_S)
-            ready_s = time.monotonic() - started
+        with running_replica(kubeconfig, workdir) as (process, _, ready_s):
             at_ready = rss_mb(process.pid)
             time.sleep(SETTLE_S)
             return ready_s, at_ready, rss_mb(process.pid)
-        finally:
-            stop_process(process)
 
     (ready_s, at_ready, settled), requests = counted(kube, start_and_wait)
     return ReplicaStart(ready_s, at_ready, settled, requests)
