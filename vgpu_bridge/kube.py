@@ -336,11 +336,15 @@ class KubeApi:
     def list(self, path: str, **query: Any) -> Json:
         return self.request("GET", path, query=query)
 
-    def list_all(self, path: str, **query: Any) -> Listed:
+    def list_all(
+        self, path: str, *, keep: Callable[[Json], Json | None] | None = None, **query: Any
+    ) -> Listed:
         """Every item at `path`, read LIST_PAGE_SIZE at a time (`limit` and `continue`): the API
         server answers a big cluster's lists in pages it can serve cheaply, and one page at a
         time is parsed here. The pages are one consistent snapshot; when the server has
-        forgotten it (410: the continue token expired), the list starts over, once."""
+        forgotten it (410: the continue token expired), the list starts over, once. `keep`
+        turns each item into what is kept of it (None: nothing) as its page arrives, so a
+        caller that needs little of each object never holds the whole list."""
         for attempt in (1, 2):
             items: list[Json] = []
             page: dict[str, Any] = {}
@@ -349,7 +353,11 @@ class KubeApi:
                     listed = self.request(
                         "GET", path, query={**query, "limit": LIST_PAGE_SIZE, **page}
                     )
-                    items += listed.get("items") or []
+                    page_items = listed.get("items") or []
+                    if keep is None:
+                        items += page_items
+                    else:
+                        items += [k for item in page_items if (k := keep(item)) is not None]
                     meta = listed.get("metadata") or {}
                     token = meta.get("continue")
                     if not token:

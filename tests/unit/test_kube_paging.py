@@ -55,3 +55,18 @@ def test_an_expired_snapshot_starts_the_list_over_once(served: ServedApi, tmp_pa
     assert raised.value.status == 410
     firsts = [q for path, q in served.asked if path == PODS and "continue" not in q]
     assert len(firsts) == 2  # started over once, then gave up
+
+
+def test_keep_trims_each_item_as_its_page_arrives(served: ServedApi, tmp_path: Path) -> None:
+    served.serve(PODS, page(["a", "skip"], token="t1"))
+    served.serve_page(PODS, page(["c"]), {"continue": "t1"})
+    seen: list[str] = []
+
+    def keep(item: dict[str, object]) -> dict[str, object] | None:
+        name = str(item["metadata"]["name"])  # type: ignore[index]
+        seen.append(name)
+        return None if name == "skip" else {"kept": name}
+
+    listed = connected(served, tmp_path).list_all(PODS, keep=keep)
+    assert listed.items == [{"kept": "a"}, {"kept": "c"}]
+    assert seen == ["a", "skip", "c"]

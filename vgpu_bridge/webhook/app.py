@@ -19,6 +19,7 @@ from vgpu_bridge.core.dialects import hami
 from vgpu_bridge.kube import KubeApi, KubeConfigError, KubeError
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook.admission import Admitter
+from vgpu_bridge.webhook.claim_bookings import ClaimBookings
 from vgpu_bridge.webhook.inventory import InventoryCache
 from vgpu_bridge.webhook.legacy import legacy_hami_warnings
 from vgpu_bridge.webhook.metrics import WebhookMetrics
@@ -70,6 +71,7 @@ def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, S
             names=hami_names,
             inventory=inventory.current,
             memory_factor=config.memory_factor,
+            claims=ClaimBookings(api, profile=profile),
         ),
         prevalidator=Prevalidator(),
     )
@@ -155,7 +157,10 @@ def api_workers(
     starts the child process that reads big reviews first. Its recorder is
     made and attached to the admitter here, once the client has loaded: no Event can be posted
     before, and its module stays off the start path."""
-    quotas = [admitter.quotas.cache] if admitter.quotas else []
+    quotas: list[QuotaCache | ClaimBookings] = []
+    if admitter.quotas:
+        quotas.append(admitter.quotas.cache)
+        quotas += [admitter.quotas.claims] if admitter.quotas.claims else []
     restorer = TemplateRestorer(admitter.api, ensure=admitter.store.ensure)
     admitter.store.index.on_deleted = restorer.deleted
     events = attach_events(admitter)

@@ -9,7 +9,9 @@ a multi-card container's `vgpu-memory` once, a claim books it on every card). A 
 names none of them, so neither HAMi nor Kubernetes counts it any more; this gate does, at admission:
 the claims of our DeviceClass that exist in the namespace (allocated or not) plus what this pod's
 claim templates would make must stay within each hard limit. `requests.` and `limits.` of one name
-are the same limit (an extended resource's request always equals its limit).
+are the same limit (an extended resource's request always equals its limit). Both the quotas and
+the claims are read from watches (`QuotaCache`, `claim_bookings.ClaimBookings`): no list per
+admission.
 
 Two admissions at once can both pass (each sees the other's claim missing), as can a pod admitted
 before the claim controller has made the previous pod's claim: see docs/webhook.md.
@@ -31,6 +33,7 @@ from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.core.quantity import MiB, QuantityError, parse_quantity
 from vgpu_bridge.kube import Json, KubeApi, KubeError, api_path, dns_subdomain_problem
 from vgpu_bridge.logs import get_logger
+from vgpu_bridge.webhook.claim_bookings import ClaimBookings
 from vgpu_bridge.webhook.watching import follow
 
 log = get_logger("vgpu_bridge.webhook.quotas")
@@ -143,6 +146,7 @@ class QuotaGate:
     names: ResourceNames
     inventory: Callable[[], Inventory]
     memory_factor: int = 1
+    claims: ClaimBookings | None = None  # None: each admission lists the namespace's claims
 
     def reasons(
         self, namespace: str, pod: Mapping[str, Any], templates: Mapping[str, Json]
@@ -211,6 +215,10 @@ class QuotaGate:
             raise
 
     def _used(self, namespace: str, largest: int | None, *, leaving_out: set[str]) -> Booking:
+        if self.claims is not None:
+            cached = self.claims.used(namespace, largest, leaving_out=leaving_out)
+            if cached is not None:
+                return cached
         listed = self.api.list(api_path(RESOURCE_API, "namespaces", namespace, "resourceclaims"))
         claims = [c for c in listed.get("items") or () if _where(c)[1] not in leaving_out]
         return total(claim_booking(c, profile=self.profile, largest_card=largest) for c in claims)

@@ -30,16 +30,18 @@ def follow(
     what: str,
     on_stale: Callable[[], None] = lambda: None,
     watch_timeout_s: int = 300,
+    keep: Callable[[Json], Json | None] | None = None,
     **selectors: str,
 ) -> None:
     """Until `stop`: list `path` (narrowed by `selectors`), hand the items to `on_list`, then each
     ADDED/MODIFIED/DELETED event to `on_event`, watching again from where a watch ended; relist
     after a failure. `on_stale` is called as soon as the events stop (a failure): what was learnt
-    may change unseen until `on_list` is called again."""
+    may change unseen until `on_list` is called again. `keep` trims each listed item as its page
+    arrives (see `KubeApi.list_all`); events reach `on_event` whole."""
     delay_s = FIRST_RETRY_S
     while not stop.is_set():
         try:
-            _list_and_watch(api, path, stop, on_list, on_event, watch_timeout_s, selectors)
+            _list_and_watch(api, path, stop, on_list, on_event, watch_timeout_s, selectors, keep)
         except Exception as error:  # any failure: relist after a backoff
             on_stale()
             log.warning(f"{what} watch failed; retrying", error=str(error), retry_in_s=delay_s)
@@ -58,8 +60,9 @@ def _list_and_watch(
     on_event: Callable[[str, Json], None],
     timeout_s: int,
     selectors: dict[str, str],
+    keep: Callable[[Json], Json | None] | None,
 ) -> None:
-    listed = api.list_all(path, **selectors)
+    listed = api.list_all(path, keep=keep, **selectors)
     on_list(listed.items)
     version = listed.resource_version
     while not stop.is_set():
