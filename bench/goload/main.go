@@ -1,5 +1,7 @@
-// The load generator of bench/webhook.py: POSTs AdmissionReviews over HTTP/1.1 keep-alive TLS
-// connections, closed-loop (each connection sends its next review when the last is answered) or
+// The load generator of bench/webhook.py and bench/scaling/admission.py: POSTs AdmissionReviews
+// (or pods, to the API server, with a client certificate) over HTTP/1.1 keep-alive TLS
+// connections, spread over one or more URLs a connection each in turn (as a Service spreads
+// connections over its endpoints), closed-loop (each connection sends its next review when the last is answered) or
 // open-loop (reviews scheduled at a fixed rate, latency counted from each one's scheduled send,
 // so a server that falls behind is charged for the wait), and reports the latencies and its own
 // CPU time as one JSON object. In Go, so that the generator is not what limits the rate.
@@ -17,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -72,7 +75,7 @@ func readBodies(path string) ([][]byte, error) {
 	return bodies, scanner.Err()
 }
 
-func newClient(cafile string, conns int, timeout time.Duration) (*http.Client, error) {
+func newClient(cafile, certfile, keyfile string, conns int, timeout time.Duration) (*http.Client, error) {
 	pem, err := os.ReadFile(cafile)
 	if err != nil {
 		return nil, err
@@ -81,8 +84,16 @@ func newClient(cafile string, conns int, timeout time.Duration) (*http.Client, e
 	if !pool.AppendCertsFromPEM(pem) {
 		return nil, fmt.Errorf("%s: no PEM certificate", cafile)
 	}
+	config := &tls.Config{RootCAs: pool}
+	if certfile != "" {
+		pair, err := tls.LoadX509KeyPair(certfile, keyfile)
+		if err != nil {
+			return nil, err
+		}
+		config.Certificates = []tls.Certificate{pair}
+	}
 	transport := &http.Transport{
-		TLSClientConfig:     &tls.Config{RootCAs: pool},
+		TLSClientConfig:     config,
 		MaxIdleConns:        conns,
 		MaxIdleConnsPerHost: conns,
 		MaxConnsPerHost:     conns,
@@ -103,7 +114,7 @@ func send(client *http.Client, url string, body []byte) (string, string) {
 		return "error", err.Error()
 	}
 	status := fmt.Sprint(response.StatusCode)
-	if response.StatusCode != http.StatusOK {
+	if response.StatusCode/100 != 2 { // 200 for a review, 201 for a pod created
 		if len(answer) > 200 {
 			answer = answer[:200]
 		}
@@ -130,8 +141,10 @@ func quantile(sorted []time.Duration, q float64) float64 {
 }
 
 func main() {
-	url := flag.String("url", "", "https://HOST:PORT/mutate?timeout=10s")
+	urlList := flag.String("url", "", "https://HOST:PORT/mutate?timeout=10s, or several, comma-separated")
 	cafile := flag.String("cafile", "", "the server certificate's CA (PEM)")
+	certfile := flag.String("cert", "", "a client certificate (PEM), for the API server")
+	keyfile := flag.String("key", "", "the client certificate's key (PEM)")
 	bodiesFile := flag.String("bodies", "", "file of request bodies, one JSON review per line")
 	conns := flag.Int("conns", 4, "keep-alive connections")
 	duration := flag.Duration("duration", 10*time.Second, "how long to send")
@@ -143,10 +156,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, "goload:", err)
 		os.Exit(2)
 	}
-	client, err := newClient(*cafile, *conns, *timeout)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "goload:", err)
-		os.Exit(2)
+	urls := strings.Split(*urlList, ",")
+	// one client per URL: each keeps its own connections, as a Service's endpoints do
+	clients := make([]*http.Client, len(urls))
+	for u := range urls {
+		if clients[u], err = newClient(*cafile, *certfile, *keyfile, *conns, *timeout); err != nil {
+			fmt.Fprintln(os.Stderr, "goload:", err)
+			os.Exit(2)
+		}
 	}
 	res := &results{statuses: map[string]int{}}
 	var next atomic.Int64 // index of the next review (and, open loop, of its slot)
@@ -156,6 +173,7 @@ func main() {
 	var wg sync.WaitGroup
 	for c := 0; c < *conns; c++ {
 		wg.Add(1)
+		url, client := urls[c%len(urls)], clients[c%len(urls)]
 		go func() {
 			defer wg.Done()
 			for {
@@ -170,7 +188,7 @@ func main() {
 				} else if began.After(end) {
 					return
 				}
-				status, problem := send(client, *url, bodies[int(i)%len(bodies)])
+				status, problem := send(client, url, bodies[int(i)%len(bodies)])
 				res.add(time.Since(began), status, problem)
 			}
 		}()

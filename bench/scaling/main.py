@@ -9,6 +9,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.scaling import admission
 from bench.scaling.dense_node import DenseNode, dense_node_table
 from bench.scaling.fleet import GPUS_PER_NODE, Fleet, Layout
 from bench.scaling.lifecycle import measure_lifecycle
@@ -48,6 +49,11 @@ def arguments(argv: list[str], description: str) -> argparse.Namespace:
                         help="part 3: namespaces they are spread over (default 100)")  # fmt: skip
     parser.add_argument("--dense-shares", type=int, default=48,
                         help="part 5: shares per card of the 8-card node (0: skip)")  # fmt: skip
+    parser.add_argument(
+        "--no-admission",
+        action="store_true",
+        help="skip part 1 (admissions through the API server, replicas)",
+    )
     args = parser.parse_args(argv)
     if args.claims_per_gpu <= 0 or args.viewer_runs < 1 or args.replica_starts < 1:
         parser.error("--claims-per-gpu must be above 0, --viewer-runs and --replica-starts >= 1")
@@ -102,6 +108,8 @@ def main(argv: list[str], *, description: str) -> int:
     layout = Layout(claims_per_gpu=args.claims_per_gpu)
     viewer_rows: list[ViewerRow] = []
     replica_rows: list[ReplicaRow] = []
+    admission_rows: list[admission.AdmissionRow] = []
+    replicas = ""
     floor = start_floor(args.viewer_runs)
     with running_cluster(Settings.from_env()) as cluster, tempfile.TemporaryDirectory() as tmp:
         fleet = Fleet(cluster.client(), layout, threads=args.threads)
@@ -121,6 +129,16 @@ def main(argv: list[str], *, description: str) -> int:
             replica_rows.append(measure_replica(cluster, step, starts=args.replica_starts,
                                                 workdir=Path(tmp) / "webhook"))  # fmt: skip
             _progress(replica_table(replica_rows[-1:]).splitlines()[2])
+            if not args.no_admission:
+                admitted = admission.measure_admission(
+                    cluster, step, threads=args.threads, workdir=Path(tmp) / "admission"
+                )
+                admission_rows.append(admitted)
+                _progress(admission.admission_table([admitted]).splitlines()[2])
+        if admission_rows:  # part 1's replicas, at the last step
+            loads = admission.measure_replicas(cluster, workdir=Path(tmp) / "replicas")
+            replicas = admission.replica_table(loads)
+            _progress(replicas)
         # parts 3 and 5 at the last step: the template lifecycle, then the densest node
         lifecycle = ""
         if args.templates:
@@ -139,7 +157,9 @@ def main(argv: list[str], *, description: str) -> int:
     print(viewer_table(viewer_rows, floor))
     print()
     print(replica_table(replica_rows))
-    for table in (lifecycle, dense):
+    admitted_table = admission.admission_table(admission_rows) if admission_rows else ""
+    tables = (admitted_table, replicas, lifecycle, dense)
+    for table in tables:
         if table:
             print()
             print(table)
