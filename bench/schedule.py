@@ -56,6 +56,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.scaling.scheduling import profile_summary, scaling_table
 from e2e.cluster import (
     KubeClient,
     LocalCluster,
@@ -78,7 +79,7 @@ from vgpu_bridge.core.models import Problems
 from vgpu_bridge.node.gpus import Gpu
 from vgpu_bridge.node.slices import build_slices
 
-NODES, GPUS_PER_NODE, WHOLE_DEVICES_PER_NODE, PODS, CLIENT_THREADS = 50, 8, 20, 1000, 8
+GPUS_PER_NODE, CLIENT_THREADS = 8, 8
 CARD_MEMORY, SHARE_MEMORY_MIB, SHARE_CORES = 80 * 2**30, 8192, 10
 TIMEOUT_S, STALL_S = 240.0, 30.0  # give up when nothing more got bound for STALL_S
 BENCH_SCHEDULER = "bench-scheduler"
@@ -91,6 +92,29 @@ ALGORITHM_SUM_AND_COUNT = (
 ATTEMPTS = "scheduler_schedule_attempts_total"
 UNBOOKED = replace(DEFAULT, core_booking_capacity=None)
 NAMESPACE = "bench"
+MAX_SCALE_PODS, SHARES_PER_CARD = 20_000, 100 // SHARE_CORES  # issue 26's steps
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How many fake nodes, pods, and plain devices per node the baseline publishes."""
+
+    nodes: int = 50
+    pods: int = 1000
+    whole_per_node: int = 20
+
+    @classmethod
+    def at_gpus(cls, gpus: int) -> Scale:
+        """Issue 26's step of `gpus` cards: 20,000 share pods, or as many as the cards hold;
+        the baseline's plain devices are as many as the pods."""
+        nodes = -(-gpus // GPUS_PER_NODE)
+        pods = min(MAX_SCALE_PODS, nodes * GPUS_PER_NODE * SHARES_PER_CARD)
+        return cls(nodes, pods, -(-pods // nodes))
+
+    @property
+    def timeout_s(self) -> float:
+        return max(TIMEOUT_S, self.pods / 20)
+
 
 #: Starts a scheduler on a running cluster.
 Starter = Callable[[LocalCluster, KubeClient, Path], AbstractContextManager[object]]
@@ -108,7 +132,7 @@ class Workload:
     """What the nodes publish and the one claim spec every pod's template holds."""
 
     name: str
-    publish: Callable[[KubeClient, list[str]], None]
+    publish: Callable[[KubeClient, list[str], Scale], None]
     claim: Callable[[], Json]
 
 
@@ -122,6 +146,7 @@ class Result:
     bound: int
     algorithm_ms: float  # the scheduler's mean scheduling-algorithm time per pod (0: unknown)
     attempts: float = 0.0  # scheduling attempts per bound pod (1: none retried; 0: unknown)
+    scale: Scale = Scale()
 
     @property
     def pods_per_s(self) -> float:
@@ -191,7 +216,7 @@ def _kube_scheduler(cluster: LocalCluster, kube: KubeClient, workdir: Path) -> I
     port = processes.free_port()
     argv = [str(cluster.binary), "kube-scheduler", f"--config={config}"]
     argv += ["--bind-address=127.0.0.1", f"--secure-port={port}"]
-    argv += ["--authorization-always-allow-paths=/healthz,/metrics"]
+    argv += ["--authorization-always-allow-paths=/healthz,/metrics,/debug/pprof/*"]
     argv += [f"--feature-gates={FEATURE_GATES}"]
     log = workdir / "kube-scheduler.log"
     scheduler = processes.start("bench kube-scheduler", argv, log=log, die_with_parent=True)
@@ -238,7 +263,7 @@ def _device_class(name: str, expression: str) -> Json:
 
 
 def _publish_shares(
-    kube: KubeClient, nodes: list[str], *, profile: DriverProfile = DEFAULT
+    kube: KubeClient, nodes: list[str], scale: Scale, *, profile: DriverProfile = DEFAULT
 ) -> None:
     """Our DeviceClass, with the chart's selector, and per node the slices our agent publishes
     for 8 mock cards."""
@@ -269,21 +294,21 @@ def _share_claim(*, profile: DriverProfile = DEFAULT) -> Json:
     return spec
 
 
-def _publish_whole(kube: KubeClient, nodes: list[str]) -> None:
+def _publish_whole(kube: KubeClient, nodes: list[str], scale: Scale) -> None:
     """Plain devices (one claim each, no capacity) and a class for them."""
     expression = f'device.driver == "{WHOLE_DRIVER}"'
     kube.create(f"{RESOURCE}/deviceclasses", _device_class(WHOLE_DRIVER, expression))
     for node in nodes:
         devices: list[Json] = [
             {"name": f"gpu-{i}", "attributes": {"uuid": {"string": f"GPU-{node}-{i}"}}}
-            for i in range(WHOLE_DEVICES_PER_NODE)
+            for i in range(scale.whole_per_node)
         ]
         body = resource_slice(f"{node}-whole", driver=WHOLE_DRIVER, node=node, devices=devices)
         kube.create(f"{RESOURCE}/resourceslices", body)
 
 
-def _publish_unbooked(kube: KubeClient, nodes: list[str]) -> None:
-    _publish_shares(kube, nodes, profile=UNBOOKED)
+def _publish_unbooked(kube: KubeClient, nodes: list[str], scale: Scale) -> None:
+    _publish_shares(kube, nodes, scale, profile=UNBOOKED)
 
 
 def _unbooked_claim() -> Json:
@@ -387,7 +412,14 @@ class _BindWatch:
                     return
 
 
-def _create_pods(kube: KubeClient, runner: Runner, workload: Workload) -> float:
+def _count(kube: KubeClient, path: str) -> int:
+    """Objects at `path`, from a one-item page (its remaining count), not a whole list."""
+    page = kube.get(path, limit="1")
+    remaining = (page.get("metadata") or {}).get("remainingItemCount") or 0
+    return len(page.get("items") or []) + int(remaining)
+
+
+def _create_pods(kube: KubeClient, runner: Runner, workload: Workload, scale: Scale) -> float:
     """The namespace, the template and every pod; returns once every claim exists (seconds)."""
     started = time.monotonic()
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
@@ -400,17 +432,19 @@ def _create_pods(kube: KubeClient, runner: Runner, workload: Workload) -> float:
     }
     kube.create(f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaimtemplates", template)
     bodies = []
-    for index in range(PODS):
-        body = pod_with_claim_template(f"p-{index:04d}", template="gpu")
+    for index in range(scale.pods):
+        body = pod_with_claim_template(f"p-{index:05d}", template="gpu")
         body["spec"]["schedulerName"] = runner.scheduler_name
         body["spec"]["terminationGracePeriodSeconds"] = 0
         bodies.append(body)
     _create_all(kube, f"/api/v1/namespaces/{NAMESPACE}/pods", bodies)
     claims = f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaims"
-    deadline = time.monotonic() + TIMEOUT_S
-    while len(kube.items(claims)) < PODS:
+    deadline = time.monotonic() + scale.timeout_s
+    while _count(kube, claims) < scale.pods:
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the claims of {PODS} pods were not all made in {TIMEOUT_S}s")
+            raise RuntimeError(
+                f"the claims of {scale.pods} pods were not all made in {scale.timeout_s:.0f}s"
+            )
         time.sleep(0.5)
     return time.monotonic() - started
 
@@ -424,18 +458,47 @@ def _explain_stall(kube: KubeClient, workdir: Path) -> None:
         print(f"--- {log.name}", *log.read_text().splitlines()[-30:], sep="\n", file=sys.stderr)
 
 
-def run(runner: Runner, workload: Workload, settings: Settings) -> Result:
+def _profile_into(port: int, seconds: int, target: Path) -> threading.Thread:
+    """A thread that takes `seconds` of the bench scheduler's CPU profile into `target`."""
+
+    def take() -> None:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        url = f"https://127.0.0.1:{port}/debug/pprof/profile?seconds={seconds}"
+        with urllib.request.urlopen(url, timeout=seconds + 60, context=context) as response:
+            target.write_bytes(response.read())
+
+    thread = threading.Thread(target=take, daemon=True)
+    thread.start()
+    return thread
+
+
+def run(
+    runner: Runner,
+    workload: Workload,
+    settings: Settings,
+    scale: Scale,
+    *,
+    profile: Path | None = None,
+    profile_seconds: int = 30,
+) -> Result:
     """One row on a fresh cluster, so no scheduler sees another's pods or claims. The pods and
     their claims exist before the scheduler starts: what is timed is the scheduler's work."""
     with running_cluster(settings) as cluster, tempfile.TemporaryDirectory() as tmp:
         kube = cluster.client()
-        workload.publish(kube, create_fake_nodes(kube, NODES, prefix="bench-node-"))
-        created_s = _create_pods(kube, runner, workload)
+        workload.publish(kube, create_fake_nodes(kube, scale.nodes, prefix="bench-node-"), scale)
+        created_s = _create_pods(kube, runner, workload, scale)
         with _BindWatch(kube, NAMESPACE) as watch:
             started = time.monotonic()
             with runner.start(cluster, kube, Path(tmp)) as scheduler:
-                watch.wait(PODS)
-                if len(watch.bound_at) < PODS:
+                profiling = None
+                if profile is not None and isinstance(scheduler, SchedulerMetrics):
+                    profiling = _profile_into(scheduler.port, profile_seconds, profile)
+                watch.wait(scale.pods)
+                if profiling is not None:
+                    profiling.join()
+                if len(watch.bound_at) < scale.pods:
                     _explain_stall(kube, Path(tmp))
                 algorithm_ms, attempts = 0.0, 0.0
                 if isinstance(scheduler, SchedulerMetrics):
@@ -447,7 +510,7 @@ def run(runner: Runner, workload: Workload, settings: Settings) -> Result:
     bound = len(watch.bound_at)
     per_pod = attempts / bound if bound else 0.0
     return Result(runner.name, workload.name, last - first, first, created_s, bound, algorithm_ms,
-                  per_pod)  # fmt: skip
+                  per_pod, scale)  # fmt: skip
 
 
 def _spread(values: list[float], digits: int) -> str:
@@ -468,9 +531,10 @@ def _by_row(results: list[Result]) -> dict[tuple[str, str], list[Result]]:
 def table(results: list[Result]) -> str:
     """One line per row: medians of its runs, with the range where it ran more than once."""
     runs = max((len(group) for group in _by_row(results).values()), default=0)
+    scale = results[0].scale if results else Scale()
     lines = [
-        f"schedule {PODS} pods on {NODES} nodes: shares = 8 shareable cards per node, "
-        f"{SHARE_MEMORY_MIB}Mi + {SHARE_CORES}% each; whole = {WHOLE_DEVICES_PER_NODE} plain "
+        f"schedule {scale.pods} pods on {scale.nodes} nodes: shares = 8 shareable cards per node, "
+        f"{SHARE_MEMORY_MIB}Mi + {SHARE_CORES}% each; whole = {scale.whole_per_node} plain "
         f"devices per node, one each; median (min..max) of {runs} interleaved runs",
         f"{'scheduler':<16}{'workload':<17}{'bound':>6}{'pods/s':>22}{'first..last s':>22}"
         f"{'start..first s':>22}{'algo ms/pod':>22}{'tries/pod':>11}",
@@ -517,26 +581,81 @@ def rows(wanted: list[str]) -> list[tuple[Runner, Workload]]:
     return [(r, w) for r, w in every if r.name in wanted or f"{r.name}/{w.name}" in wanted]
 
 
+def _gpu_steps(text: str) -> list[int]:
+    try:
+        steps = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of whole numbers: {text!r}") from None
+    if not steps or min(steps) < GPUS_PER_NODE:
+        raise argparse.ArgumentTypeError(f"GPU counts of at least {GPUS_PER_NODE}: {text!r}")
+    return steps
+
+
 def _arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench/schedule.py", description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="interleaved runs of each row")
+    parser.add_argument("--nodes", type=int, default=Scale.nodes, help="fake nodes (default 50)")
+    parser.add_argument("--pods", type=int, default=Scale.pods, help="pods (default 1000)")
+    whole_help = "plain devices per node of the whole baseline (default 20)"
+    parser.add_argument("--whole-per-node", type=int, default=Scale.whole_per_node, help=whole_help)
+    steps_help = (
+        "issue 26: steps of GPUs (e.g. 1000,2500,10000), each with 20,000 share pods or as many "
+        "as its cards hold, and as many whole-card pods; rows default to kube-scheduler/shares "
+        "and kube-scheduler/whole"
+    )
+    parser.add_argument("--gpu-steps", type=_gpu_steps, default=None, help=steps_help)
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="with --gpu-steps: CPU profiles of the bench kube-scheduler at the "
+                        "last step into this directory, summed by where the time goes")  # fmt: skip
+    parser.add_argument("--profile-seconds", type=int, default=60, help="length of a profile")
     parser.add_argument("rows", nargs="*", help="scheduler or scheduler/workload (default: all)")
     arguments = parser.parse_args(argv)
-    if arguments.repeats < 1:
-        parser.error("--repeats: must be at least 1")
+    if arguments.repeats < 1 or arguments.nodes < 1 or arguments.pods < 1:
+        parser.error("--repeats, --nodes and --pods: must be at least 1")
     return arguments
 
 
 def main(argv: list[str]) -> int:
     arguments, settings = _arguments(argv), Settings.from_env()
+    if arguments.gpu_steps:
+        return scaling_main(arguments, settings)
+    scale = Scale(arguments.nodes, arguments.pods, arguments.whole_per_node)
     results = []
     for round_ in range(arguments.repeats):
         for runner, workload in rows(arguments.rows):
-            results.append(run(runner, workload, settings))
+            results.append(run(runner, workload, settings, scale))
             print(f"round {round_ + 1}: " + table(results[-1:]).splitlines()[2], file=sys.stderr,
                   flush=True)  # fmt: skip
     print(table(results))
-    return 0 if all(r.bound == PODS for r in results) else 1
+    return 0 if all(r.bound == r.scale.pods for r in results) else 1
+
+
+def scaling_main(arguments: argparse.Namespace, settings: Settings) -> int:
+    """Issue 26's part 2: each step's rows, interleaved `--repeats` times, then one table."""
+    wanted = arguments.rows or ["kube-scheduler/shares", "kube-scheduler/whole"]
+    results: list[Result] = []
+    summaries = []
+    for gpus in arguments.gpu_steps:
+        scale = Scale.at_gpus(gpus)
+        last = gpus == arguments.gpu_steps[-1]
+        for round_ in range(arguments.repeats):
+            for runner, workload in rows(wanted):
+                profile = None
+                if last and round_ == 0 and arguments.profile is not None:
+                    arguments.profile.mkdir(parents=True, exist_ok=True)
+                    profile = arguments.profile / f"{workload.name}-{gpus}.pprof"
+                result = run(runner, workload, settings, scale, profile=profile,
+                             profile_seconds=arguments.profile_seconds)  # fmt: skip
+                results.append(result)
+                print(f"{gpus:,} GPUs, round {round_ + 1}: " + table([result]).splitlines()[2],
+                      file=sys.stderr, flush=True)  # fmt: skip
+                if profile is not None and profile.exists():
+                    summaries.append(profile_summary(profile, f"{workload.name} at {gpus:,} GPUs"))
+    print(scaling_table(results))
+    for summary in summaries:
+        print()
+        print(summary)
+    return 0 if all(r.bound == r.scale.pods for r in results) else 1
 
 
 if __name__ == "__main__":

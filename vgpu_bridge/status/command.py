@@ -226,7 +226,7 @@ def read_report(api: KubeApi, *, namespace: str | None, driver: str, agent_selec
 
 
 def _items(api: KubeApi, path: str, **query: str) -> list[Json]:
-    return api.list_all(path, **query).items
+    return api.list_all(path, keep=None, **query).items
 
 
 def _allowed(
