@@ -12,7 +12,7 @@ help:
 	@echo "make fmt     format the code"
 	@echo "make lint    ruff + mypy strict"
 	@echo "make bench   benchmarks, printed as tables"
-	@echo "make bench-scale   the viewer and a webhook replica at 1,000, 2,500 and 10,000 simulated GPUs (issue 26)"
+	@echo "make bench-scale   admission, the viewer, the webhook, the dense node and scheduling at 1,000, 2,500 and 10,000 simulated GPUs (issue 26)"
 	@echo "make chart   check the chart's README, lint it, package it into dist/"
 	@echo "make kubectl-plugin   the kubectl plugin as a zipapp and krew's archive, in dist/"
 	@echo "make demo    the local cluster, the webhook, a node agent with mock GPUs, examples/ applied, a table (KEEP=1 keeps the cluster)"
@@ -120,6 +120,7 @@ test-first-tiers: venv
 # 10,000-GPU step creates 30,000 objects); not part of `make bench`.
 bench-scale: venv cluster-bin-pinned
 	$(PY) bench/scale.py
+	$(PY) bench/schedule.py --gpu-steps 1000,2500,10000 --repeats 1 --profile .cache/bench-profiles
 
 bench: venv cluster-bin-pinned helm-bin
 	$(PY) bench/translate.py

@@ -1,4 +1,4 @@
-"""10,000 GPUs by simulation (issue 26), first part: the viewer and a webhook replica's start.
+"""10,000 GPUs by simulation (issue 26): admission, the viewer, the webhook's start and lifecycle.
 
 Setup: one private control plane of the e2e tier (``e2e/cluster``), and on it a fleet grown in
 steps of GPUs (``--steps``, default 1,000, 2,500 and 10,000: 125, 313 and 1,250 fake nodes of 8
@@ -26,14 +26,25 @@ Measured at each step:
   the first full list; goal <= 5 s), ``--replica-starts`` times; its RSS (with its child
   process) then and 2 s later, when its other caches have listed too; and the LISTs it made.
 
+- part 1, admission (``bench/scaling/admission.py``): the real webhook registered for one
+  namespace holding a gpumem ResourceQuota and 5,000 claims; HAMi-style GPU pods created through
+  the API server by the Go generator, paced (p50, p99; goal: p99 at the last step <= 1.2x the
+  first, no LIST per admission) and closed loop (pods/s); the webhook's RSS (goal: <= 10 MB per
+  1,000 GPUs), its CPU and API requests per pod. At the last step, 1, 2 and 4 replicas fed
+  reviews straight from the generator, its connections spread over them.
+
+At the last step only: part 3's template lifecycle (``--templates`` in ``--template-namespaces``:
+the sweeper's first pass, its requests, the restorer) and part 5's dense node (``--dense-shares``
+per card of one 8-card node, the real agent over its socket: Prepare and Unprepare bursts,
+/metrics scrapes). Part 2, scheduling, is ``bench/schedule.py --gpu-steps`` (its own fresh
+cluster per run); ``make bench-scale`` runs both.
+
 Each table gives the slope, the least-squares cost per 1,000 GPUs over the steps.
 
-Left out (later parts of issue 26): admission latency and webhook replicas under load (part 1),
-scheduling (part 2), the sweeper's pass and the restorer's memory (the rest of part 3), the node
-agent's dense node (part 5). No pods exist, so the viewer's pod lists are one page and its
-holders column is empty; no agent runs, so it reads no agent's /metrics (the live usage); kubectl
-itself, which only finds and executes the plugin, is not in the wall time. The API server, etcd,
-the viewer and the webhook share this machine's cores: read the figures with the load beside them.
+Left out: no pods run (no kubelet), so the viewer's pod lists are one page and its holders
+column is empty; no agent runs for the viewer, so it reads no agent's /metrics; kubectl itself,
+which only finds and executes the plugin, is not in the wall time. The API server, etcd, the
+viewer and the webhook share this machine's cores: read the figures with the load beside them.
 
 ``python bench/scale.py [--steps 1000,2500,10000] [--claims-per-gpu 2]``
 """

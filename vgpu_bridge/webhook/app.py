@@ -160,7 +160,8 @@ def api_workers(
     quotas: list[QuotaCache | ClaimBookings] = []
     if admitter.quotas:
         quotas.append(admitter.quotas.cache)
-        quotas += [admitter.quotas.claims] if admitter.quotas.claims else []
+        if admitter.quotas.claims is not None:  # not its truth: an empty one has len 0
+            quotas.append(admitter.quotas.claims)
     restorer = TemplateRestorer(admitter.api, ensure=admitter.store.ensure)
     admitter.store.index.on_deleted = restorer.deleted
     events = attach_events(admitter)
