@@ -4,8 +4,10 @@ its watch on every ResourceClaim; before, each admission listed the namespace's 
 
 The API server's ``apiserver_request_total`` does not say who asked (``bench/scaling/
 api_counts.py``); in this session nothing but the webhook lists a namespace's claims, quotas or
-claim templates, so those are counted exactly. The pods name a scheduler nobody runs: they stay
-unscheduled, and kube-controller-manager still makes each one's claim.
+claim templates, so those are counted exactly, once no namespace is being deleted (the namespace
+controller lists every kind of a namespace it deletes, as earlier tests' namespaces go). The pods
+name a scheduler nobody runs: they stay unscheduled, and kube-controller-manager still makes each
+one's claim.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from bench.scaling.bulk import ApiConnection, in_threads
 from bench.scaling.fleet import share_spec
 from e2e.cluster import KubeClient
 from e2e.cluster.client import ApiError, Json
+from e2e.waiting import wait_for
 from e2e.webhook.helpers import create_pod, gpu_pod
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("kubelet_standin")]
@@ -37,8 +40,17 @@ def held_claims(kube: KubeClient, ns: str, count: int) -> None:
     in_threads(kube, range(count), create, threads=4)
 
 
+def terminating(kube: KubeClient) -> list[str]:
+    namespaces = kube.items("/api/v1/namespaces")
+    return [n["metadata"]["name"] for n in namespaces if n["status"].get("phase") == "Terminating"]
+
+
 def unscheduled(name: str, mib: int) -> Json:
-    pod = gpu_pod(name, {"nvidia.com/gpu": 1, "nvidia.com/gpumem": mib})
+    """A GPU pod nobody schedules, named by `generateName` as a controller's pods are: it gets no
+    Event of its own (no name to look up, no owner), so the next test's Events do not queue
+    behind this one's lookups of pods already deleted with the namespace."""
+    pod = gpu_pod("", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": mib})
+    pod["metadata"] = {"generateName": f"{name}-"}
     pod["spec"]["schedulerName"] = "e2e-nobody-schedules"
     return pod
 
@@ -52,6 +64,7 @@ def test_gpu_admissions_into_a_namespace_with_a_quota_and_300_claims_list_nothin
              "spec": {"hard": {"limits.nvidia.com/gpumem": str(hard)}}}  # fmt: skip
     kube.create(f"/api/v1/namespaces/{ns}/resourcequotas", quota)
     held_claims(kube, ns, HELD_CLAIMS)
+    wait_for(lambda: not terminating(kube), timeout_s=120, what="earlier tests' namespaces gone")
 
     def admit_pods() -> list[Json]:
         return [create_pod(kube, ns, unscheduled(f"share-{i}", POD_MIB)) for i in range(PODS)]
