@@ -92,7 +92,7 @@ ALGORITHM_SUM_AND_COUNT = (
 ATTEMPTS = "scheduler_schedule_attempts_total"
 UNBOOKED = replace(DEFAULT, core_booking_capacity=None)
 NAMESPACE = "bench"
-MAX_SCALE_PODS, SHARES_PER_CARD = 20_000, 100 // SHARE_CORES  # issue 26's steps
+MAX_SCALE_PODS, SHARES_PER_CARD, FILL = 20_000, 100 // SHARE_CORES, 0.8  # issue 26's steps
 
 
 @dataclass(frozen=True)
@@ -105,10 +105,11 @@ class Scale:
 
     @classmethod
     def at_gpus(cls, gpus: int) -> Scale:
-        """Issue 26's step of `gpus` cards: 20,000 share pods, or as many as the cards hold;
-        the baseline's plain devices are as many as the pods."""
+        """Issue 26's step of `gpus` cards: 20,000 share pods, or 80 % of what the cards hold
+        (the last shares of a full card are found by retries, which measure the queue's backoff,
+        not the allocator); the baseline's plain devices are as many as the pods."""
         nodes = -(-gpus // GPUS_PER_NODE)
-        pods = min(MAX_SCALE_PODS, nodes * GPUS_PER_NODE * SHARES_PER_CARD)
+        pods = min(MAX_SCALE_PODS, int(FILL * nodes * GPUS_PER_NODE * SHARES_PER_CARD))
         return cls(nodes, pods, -(-pods // nodes))
 
     @property
@@ -147,6 +148,7 @@ class Result:
     algorithm_ms: float  # the scheduler's mean scheduling-algorithm time per pod (0: unknown)
     attempts: float = 0.0  # scheduling attempts per bound pod (1: none retried; 0: unknown)
     scale: Scale = Scale()
+    watch_restarts: int = 0  # the bind watch started over (its times then are not the binds')
 
     @property
     def pods_per_s(self) -> float:
@@ -359,6 +361,7 @@ class _BindWatch:
     def __init__(self, kube: KubeClient, namespace: str) -> None:
         self._kube, self._namespace = kube, namespace
         self.bound_at: dict[str, float] = {}
+        self.restarts = 0  # watches started over without a version: their ADDED are old binds
         self._changed = threading.Condition()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -394,6 +397,7 @@ class _BindWatch:
                     event = json.loads(line)
                     if event.get("type") == "ERROR":  # e.g. 410 Gone: list again
                         resource_version = None
+                        self.restarts += 1
                         break
                     metadata = event["object"]["metadata"]
                     resource_version = metadata["resourceVersion"]
@@ -510,7 +514,7 @@ def run(
     bound = len(watch.bound_at)
     per_pod = attempts / bound if bound else 0.0
     return Result(runner.name, workload.name, last - first, first, created_s, bound, algorithm_ms,
-                  per_pod, scale)  # fmt: skip
+                  per_pod, scale, watch.restarts)  # fmt: skip
 
 
 def _spread(values: list[float], digits: int) -> str:
