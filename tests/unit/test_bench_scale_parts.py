@@ -60,7 +60,7 @@ def test_only_an_admissions_own_lists_count_against_the_no_list_goal() -> None:
         RequestKind("GET", "resourceclaimtemplates", "resource"): 2,
     })  # fmt: skip
     load = Load(50, 1, 2, 3, 1000, {"201": 1000}, 0.1, [])
-    row = AdmissionRow(Step(1000, 1000, 2000, 125, 125), load, load, 1.0, 0.5, 90, 95,
+    row = AdmissionRow(Step(1000, 1000, 2000, 125, 125), [load], load, 1.0, 0.5, 90, 95,
                        Requests(counts))  # fmt: skip
     assert row.webhook_lists == 7
     assert row.webhook_requests == 3 + 7 + 2
