@@ -72,6 +72,7 @@ class AdmissionRow:
     rss_idle_mb: float  # after the warm-up, before the paced run
     rss_after_mb: float  # after the saturated run
     requests: Requests  # the API server's answers during the paced runs
+    hook_ms: Sequence[float] = ()  # the webhook's own time per admission, paced runs (its log)
 
     @property
     def sent(self) -> int:
@@ -84,6 +85,11 @@ class AdmissionRow:
     @property
     def p99_ms(self) -> float:
         return statistics.median(load.p99_ms for load in self.paced)
+
+    def hook_quantile(self, q: float) -> float:
+        """The webhook's own time per admission at quantile `q` (0 when none was logged)."""
+        ordered = sorted(self.hook_ms)
+        return ordered[int(q * (len(ordered) - 1))] if ordered else 0.0
 
     @property
     def webhook_lists(self) -> int:
@@ -201,10 +207,12 @@ def measure_admission(
                 _generate(cluster, bodies, seconds=WARM_PODS / 20, rate=20, connections=2)
                 idle = rss_mb(process.pid)
                 cpu_before, plane_before = cpu_seconds(process.pid), _plane_cpu(cluster)
+                log_from = webhook.log_file.stat().st_size
                 paced, requests = counted(kube, lambda: [_generate(
                     cluster, bodies, seconds=PACED_SECONDS, rate=PACED_RATE,
                     connections=CONNECTIONS) for _ in range(PACED_RUNS)])  # fmt: skip
                 webhook_cpu = cpu_seconds(process.pid) - cpu_before
+                hook_ms = admission_times(webhook.log_file, log_from)
                 plane = _plane_cpu(cluster) - plane_before
                 saturated = _generate(cluster, bodies, seconds=SATURATION_SECONDS, rate=0,
                                       connections=CONNECTIONS)  # fmt: skip
@@ -215,7 +223,25 @@ def measure_admission(
         clear_namespace(kube)
     sent = sum(load.sent for load in paced)
     return AdmissionRow(step, paced, saturated, 1000 * webhook_cpu / max(1, sent),
-                        plane / (PACED_SECONDS * PACED_RUNS), idle, after, requests)  # fmt: skip
+                        plane / (PACED_SECONDS * PACED_RUNS), idle, after, requests,
+                        hook_ms)  # fmt: skip
+
+
+def admission_times(log_file: Path, offset: int) -> list[float]:
+    """The `duration_ms` of every admission the webhook logged after byte `offset`: its own time
+    per review, from reading it to answering (TLS and the API server's side left out)."""
+    with log_file.open("rb") as log:
+        log.seek(offset)
+        lines = log.read().splitlines()
+    times = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("event") == "admission":
+            times.append(float(record.get("duration_ms", 0.0)))
+    return times
 
 
 def measure_replicas(cluster: LocalCluster, *, workdir: Path) -> list[ReplicaLoad]:
@@ -263,8 +289,8 @@ def admission_table(rows: Sequence[AdmissionRow]) -> str:
         f"gpumem quota and {QUOTA_CLAIMS:,} claims; paced {PACED_RATE}/s, {PACED_RUNS} runs of "
         f"{PACED_SECONDS} s (p50, p99: median of the runs, p99's range), then closed loop over "
         f"{CONNECTIONS} connections",
-        f"{'GPUs':>7} {'p50 ms':>7} {'p99 ms':>7} {'p99 range':>13} {'p99/1st':>7} {'pods/s':>7} "
-        f"{'hook CPU':>9} "
+        f"{'GPUs':>7} {'p50 ms':>7} {'p99 ms':>7} {'p99 range':>13} {'p99/1st':>7} "
+        f"{'hook p50/p99':>13} {'pods/s':>7} {'hook CPU':>9} "
         f"{'plane':>6} {'RSS MB':>13} {'hook req':>9} {'LISTs':>6}  goal",
     ]
     for row in rows:
@@ -273,7 +299,9 @@ def admission_table(rows: Sequence[AdmissionRow]) -> str:
         p99s = [load.p99_ms for load in row.paced]
         lines.append(
             f"{row.step.gpus:>7,} {row.p50_ms:>7.1f} {row.p99_ms:>7.1f} "
-            f"{min(p99s):>5.1f}..{max(p99s):<6.1f} {growth:>6.2f}x {row.saturated.rate:>7.0f} "
+            f"{min(p99s):>5.1f}..{max(p99s):<6.1f} {growth:>6.2f}x "
+            f"{row.hook_quantile(0.5):>6.2f}/{row.hook_quantile(0.99):<6.2f} "
+            f"{row.saturated.rate:>7.0f} "
             f"{row.webhook_cpu_ms:>6.2f} ms "
             f"{row.plane_cores:>5.2f}c {row.rss_idle_mb:>5.0f} -> {row.rss_after_mb:>4.0f} "
             f"{row.webhook_requests / max(1, row.sent):>9.3f} {row.webhook_lists:>6}  "
@@ -283,9 +311,11 @@ def admission_table(rows: Sequence[AdmissionRow]) -> str:
     rss = "n/a (one step)" if slope is None else f"{slope:+.1f} MB"
     lines += [
         f"slope per 1,000 GPUs: webhook RSS {rss} (goal <= {RSS_GOAL_MB_PER_1000:.0f} MB)",
-        "(hook CPU: the webhook's CPU per pod; plane: cores etcd, kube-apiserver and "
-        "kube-controller-manager kept busy during the paced runs; hook req: the webhook's API "
-        "requests per pod, its periodic housekeeping included; LISTs: a namespace's claims, "
+        "(hook p50/p99: the webhook's own time per admission in ms, from its log, reading the "
+        "review to answering it; hook CPU: the webhook's CPU per pod; plane: cores etcd, "
+        "kube-apiserver and kube-controller-manager kept busy during the paced runs; hook req: "
+        "the webhook's API requests per pod, its periodic housekeeping included; LISTs: a "
+        "namespace's claims, "
         "quotas or templates listed during the paced runs)",
         "requests during the last step's paced runs: " + _breakdown(rows[-1].requests),
     ]

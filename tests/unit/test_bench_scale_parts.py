@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
-from bench.scaling.admission import AdmissionRow
+from bench.scaling.admission import AdmissionRow, admission_times
 from bench.scaling.api_counts import RequestKind, Requests
 from bench.scaling.scheduling import _seconds, scaling_table
 from bench.scaling.tables import Step
@@ -64,3 +65,13 @@ def test_only_an_admissions_own_lists_count_against_the_no_list_goal() -> None:
                        Requests(counts))  # fmt: skip
     assert row.webhook_lists == 7
     assert row.webhook_requests == 3 + 7 + 2
+
+
+def test_the_webhooks_own_times_are_read_from_its_log_after_the_mark(tmp_path: Path) -> None:
+    log = tmp_path / "webhook.log"
+    log.write_text('{"event": "admission", "duration_ms": 9.0}\n')
+    mark = log.stat().st_size
+    with log.open("a") as more:
+        more.write('{"event": "admission", "duration_ms": 1.5}\nnot json\n')
+        more.write('{"event": "serving"}\n{"event": "admission", "duration_ms": 2.25}\n')
+    assert admission_times(log, mark) == [1.5, 2.25]
