@@ -117,7 +117,7 @@ class ClaimBookings:
     def _keep(self, claim: Json) -> Json | None:
         """A listed claim as it is kept while the list is read: its place and booking only."""
         held = held_by(claim, self._profile)
-        return None if held is None else {"where": _where(claim), "held": held}
+        return None if held is None else {"where": where(claim), "held": held}
 
     def replace(self, kept: Iterable[Json]) -> None:
         by_namespace: dict[str, _Namespace] = {}
@@ -129,7 +129,7 @@ class ClaimBookings:
         self.synced.set()
 
     def apply(self, kind: str, claim: Json) -> None:
-        namespace, name = _where(claim)
+        namespace, name = where(claim)
         held = None if kind == "DELETED" else held_by(claim, self._profile)
         with self._lock:
             place = self._by_namespace.setdefault(namespace, _Namespace())
@@ -141,6 +141,7 @@ class ClaimBookings:
                 del self._by_namespace[namespace]
 
 
-def _where(obj: Mapping[str, Any]) -> tuple[str, str]:
+def where(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """(namespace, name) of an object as the API server sent it."""
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace")), str(meta.get("name"))

@@ -33,7 +33,7 @@ from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.core.quantity import MiB, QuantityError, parse_quantity
 from vgpu_bridge.kube import Json, KubeApi, KubeError, api_path, dns_subdomain_problem
 from vgpu_bridge.logs import get_logger
-from vgpu_bridge.webhook.claim_bookings import ClaimBookings
+from vgpu_bridge.webhook.claim_bookings import ClaimBookings, where
 from vgpu_bridge.webhook.watching import follow
 
 log = get_logger("vgpu_bridge.webhook.quotas")
@@ -106,7 +106,7 @@ class QuotaCache:
     def replace(self, quotas: Iterable[Json]) -> None:
         by_namespace: dict[str, dict[str, list[GpuQuota]]] = {}
         for quota in quotas:
-            namespace, name = _where(quota)
+            namespace, name = where(quota)
             limits = gpu_quotas(quota, self._names)
             if limits:
                 by_namespace.setdefault(namespace, {})[name] = limits
@@ -115,7 +115,7 @@ class QuotaCache:
         self.synced.set()
 
     def apply(self, kind: str, quota: Json) -> None:
-        namespace, name = _where(quota)
+        namespace, name = where(quota)
         limits = [] if kind == "DELETED" else gpu_quotas(quota, self._names)
         with self._lock:
             held = self._by_namespace.setdefault(namespace, {})
@@ -125,11 +125,6 @@ class QuotaCache:
                 held.pop(name, None)
             if not held:
                 del self._by_namespace[namespace]
-
-
-def _where(obj: Mapping[str, Any]) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("namespace")), str(meta.get("name"))
 
 
 class Uncountable(Exception):
@@ -220,7 +215,7 @@ class QuotaGate:
             if cached is not None:
                 return cached
         listed = self.api.list(api_path(RESOURCE_API, "namespaces", namespace, "resourceclaims"))
-        claims = [c for c in listed.get("items") or () if _where(c)[1] not in leaving_out]
+        claims = [c for c in listed.get("items") or () if where(c)[1] not in leaving_out]
         return total(claim_booking(c, profile=self.profile, largest_card=largest) for c in claims)
 
     def _exceeded(self, quota: GpuQuota, booked: Booking, used: Booking) -> str | None:
