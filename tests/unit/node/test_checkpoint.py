@@ -216,3 +216,29 @@ def test_an_older_file_that_cannot_be_upgraded_is_corrupt_and_left_as_it_was(
     with pytest.raises(CheckpointCorrupt, match=message):
         checkpoint.load(path, migrations=migrations)
     assert path.read_bytes() == before
+
+
+def test_the_written_text_is_every_claim_serialised_with_sorted_keys(tmp_path: Path) -> None:
+    """Each claim's text is made once and joined (a dense node saves after every Prepare); the
+    file is byte for byte what serialising the whole map with sorted keys gives, so files that
+    earlier agents wrote keep their checksums."""
+    claims = {
+        f"0c1a1d00-0000-4000-8000-00000000000{n}": CLAIM.model_copy(
+            update={
+                "uid": f"0c1a1d00-0000-4000-8000-00000000000{n}",
+                "name": f"c{n}",
+                "priority": n % 2 or None,
+                "cdi_spec": f'{{"note": "caf\u00e9 \\"{n}\\"\\n"}}',
+            }
+        )
+        for n in (7, 2, 9, 1)
+    }
+    path = tmp_path / "checkpoint.json"
+    checkpoint.save(path, claims)
+    whole = {uid: claim.model_dump(mode="json") for uid, claim in claims.items()}
+    expected = json.dumps(whole, sort_keys=True, separators=(",", ":"))
+    written = json.loads(path.read_text())
+    assert json.dumps(written["claims"], sort_keys=True, separators=(",", ":")) == expected
+    assert written["checksum"] == hashlib.sha256(expected.encode()).hexdigest()
+    assert path.read_text().endswith(f'"claims":{expected}}}\n')
+    assert checkpoint.load(path) == claims
