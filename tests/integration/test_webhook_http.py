@@ -169,6 +169,31 @@ def test_health_readiness_and_metrics(webhook: RunningWebhook) -> None:
     assert webhook.get("/nope")[0] == 404
 
 
+def test_bookings_answer_503_until_the_claims_are_followed_then_the_cards_sums(
+    webhook: RunningWebhook,
+) -> None:
+    """GET /bookings (what `kubectl vgpu status -n` reads through the service proxy)."""
+    assert webhook.admitter.quotas is not None
+    assert webhook.admitter.quotas.claims is not None
+    claims = webhook.admitter.quotas.claims
+    claims.synced.clear()
+    assert webhook.get("/bookings") == (503, b"claim bookings not followed yet")
+    result = {"request": "gpu", "driver": "gpu.vgpu-bridge.io", "pool": "node-a",
+              "device": "gpu-1", "consumedCapacity": {"memory": "10Gi", "cores": "30"}}  # fmt: skip
+    claim = {"metadata": {"namespace": "team-a", "name": "c"},
+             "status": {"allocation": {"devices": {"results": [result]}}}}  # fmt: skip
+    claims.replace([])
+    claims.apply("ADDED", claim)
+    status, body = webhook.get("/bookings")
+    assert status == 200
+    assert json.loads(body) == {
+        "apiVersion": "vgpu-bridge.io/v1",
+        "kind": "CardBookings",
+        "cards": [{"node": "node-a", "device": "gpu-1", "memory": 10 * 2**30, "cores": 30,
+                   "shares": 1}],
+    }  # fmt: skip
+
+
 def _peer_certificate(webhook: RunningWebhook) -> bytes:
     context = ssl.create_default_context()
     context.check_hostname = False

@@ -21,6 +21,7 @@ from kubernetes import client
 from tests.tls import write_self_signed
 from vgpu_bridge.core import Inventory
 from vgpu_bridge.kube import KubeApi
+from vgpu_bridge.webhook.admission import Admitter
 from vgpu_bridge.webhook.app import build, listen, tls_files
 from vgpu_bridge.webhook.server import ProbeServer, WebhookServer
 from vgpu_bridge.webhook.settings import Settings
@@ -65,6 +66,10 @@ class RunningWebhook:
     key_file: Path
     ready: threading.Event
     probes: ProbeServer | None = None  # the plain-HTTP server, with `metrics_listen`
+
+    @property
+    def admitter(self) -> Admitter:
+        return self.server.admitter
 
     @property
     def port(self) -> int:

@@ -4,6 +4,8 @@
 Reads: ResourceSlices (cluster-scoped), ResourceClaims and Pods (in one namespace: `-n`, else
 the kubeconfig context's, else `default`, as kubectl chooses; in every one with `-A`), and, when
 listing the agents' pods is allowed, each agent's `/metrics` through the API server's pod proxy.
+With a namespace, the cards' bookings (every namespace's claims on them) come from the webhook's
+/bookings through the service proxy (`card_bookings`), else from a list of every claim.
 A user needs only namespaced reads: a forbidden slice list or agent lookup becomes a note, and
 the shares are still shown.
 """
@@ -29,6 +31,7 @@ from vgpu_bridge.kube import (
     dns_subdomain_problem,
     unreachable_reason,
 )
+from vgpu_bridge.status.card_bookings import webhook_bookings
 from vgpu_bridge.status.model import Report
 from vgpu_bridge.status.render import FORMATS, render
 from vgpu_bridge.status.report import build_report
@@ -63,6 +66,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--agent-selector", default=AGENT_SELECTOR, help="label selector of the agents' pods"
     )
+    parser.add_argument(
+        "--webhook-service",
+        help="NAMESPACE/NAME of the webhook's Service, whose /bookings gives -n the cards' "
+        "bookings without listing every claim (default: the Service labelled as the chart's)",
+    )
     parser.add_argument("--request-timeout", type=float, default=10.0, help="seconds per request")
     parser.set_defaults(run=main)
 
@@ -89,7 +97,8 @@ def main(
         namespace = _namespace(args, kubeconfig, environ)
         while True:
             report = read_report(api, namespace=namespace, driver=args.driver_name,
-                                 agent_selector=args.agent_selector)  # fmt: skip
+                                 agent_selector=args.agent_selector,
+                                 webhook_service=args.webhook_service)  # fmt: skip
             _show(report, args, out)
             if not args.watch:
                 return 0
@@ -209,20 +218,31 @@ def kubeconfig_path(flag: str | None, environ: Mapping[str, str]) -> str | None:
     return str(default) if default is not None and default.is_file() else None
 
 
-def read_report(api: KubeApi, *, namespace: str | None, driver: str, agent_selector: str) -> Report:
-    """What the caller may read, as a report; what it may not, as notes."""
+def read_report(
+    api: KubeApi,
+    *,
+    namespace: str | None,
+    driver: str,
+    agent_selector: str,
+    webhook_service: str | None = None,
+) -> Report:
+    """What the caller may read, as a report; what it may not, as notes. With a namespace, the
+    cards' bookings come from the webhook's /bookings where it answers, else from every claim."""
     notes: list[str] = []
     where = f"/namespaces/{namespace}" if namespace else ""
     claims = _items(api, f"{RESOURCE}{where}/resourceclaims")
     pods = _items(api, f"/api/v1{where}/pods")
     slices = _allowed(api, f"{RESOURCE}/resourceslices", "ResourceSlices (cards)", notes)
-    bookings = None
+    bookings = card_bookings = None
     if namespace and slices is not None:
+        card_bookings = webhook_bookings(api, webhook_service, notes)
+    if namespace and slices is not None and card_bookings is None:
         what = "other namespaces' claims (BOOKED and FREE count this namespace's only)"
         bookings = _allowed(api, f"{RESOURCE}/resourceclaims", what, notes)
     usage = agent_usage(api, agent_selector, notes)
     return build_report(slices or [], claims, pods, profile=our_profile(driver),
-                        bookings=bookings, usage=usage, notes=notes)  # fmt: skip
+                        bookings=bookings, card_bookings=card_bookings, usage=usage,
+                        notes=notes)  # fmt: skip
 
 
 def _items(api: KubeApi, path: str, **query: str) -> list[Json]:

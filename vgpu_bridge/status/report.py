@@ -13,8 +13,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from vgpu_bridge.core.opaque_config import ShareConfigError, parse_share_config
+from vgpu_bridge.core.placements import placements, quantity_or_none
 from vgpu_bridge.core.profiles import DriverProfile
-from vgpu_bridge.core.quantity import QuantityError, parse_quantity
+from vgpu_bridge.status.card_bookings import CardBooked
 from vgpu_bridge.status.model import Card, PendingPod, Report, Share
 from vgpu_bridge.status.usage import Usage
 
@@ -36,33 +37,60 @@ def build_report(
     *,
     profile: DriverProfile,
     bookings: Iterable[Json] | None = None,
+    card_bookings: Mapping[tuple[str, str], CardBooked] | None = None,
     usage: Usage | None = None,
     notes: Iterable[str] = (),
 ) -> Report:
     """Every share of `profile`'s driver in `claims` on the cards of `slices`; shares on cards not
     among them are `unplaced`; pods with claims that no scheduler placed are `pending`. A card's
-    booking counts the claims of `bookings` (all the cluster's, where readable), else `claims`."""
+    booking is what `card_bookings` (the webhook's sums) gives, else what the claims of
+    `bookings` (all the cluster's, where readable) consumed of it, else those of `claims`."""
     pods = list(pods)
     holders = claim_holders(pods)
     shares = [s for claim in claims for s in claim_shares(claim, profile=profile, holders=holders)]
-    booked = shares if bookings is None else [
-        s for claim in bookings for s in claim_shares(claim, profile=profile, holders={})
-    ]  # fmt: skip
     if usage is not None:
-        shares, booked = usage.of_shares(shares), usage.of_shares(booked)
+        shares = usage.of_shares(shares)
     cards = {(card.node, card.device): card for card in slice_cards(slices, profile=profile)}
     on_card: dict[tuple[str, str], list[Share]] = {key: [] for key in cards}
     unplaced: list[Share] = []
     for share in sorted(shares, key=_share_order):
         on_card.get((share.node, share.device), unplaced).append(share)
-    by_card: dict[tuple[str, str], list[Share]] = {}
-    for share in booked:  # grouped once: a walk of every share per card is quadratic at scale
-        by_card.setdefault((share.node, share.device), []).append(share)
-    filled = [
-        _booked(card, on_card[key], by_card.get(key, []), usage)
-        for key, card in sorted(cards.items())
-    ]
+    if card_bookings is not None:
+        used = usage.by_card() if usage is not None else {}
+        filled = [_given(card, on_card[key], card_bookings.get(key), usage, used)
+                  for key, card in sorted(cards.items())]  # fmt: skip
+    else:
+        booked = shares if bookings is None else [
+            s for claim in bookings for s in claim_shares(claim, profile=profile, holders={})
+        ]  # fmt: skip
+        if usage is not None and bookings is not None:
+            booked = usage.of_shares(booked)
+        by_card: dict[tuple[str, str], list[Share]] = {}
+        for share in booked:  # grouped once: a walk of every share per card is quadratic
+            by_card.setdefault((share.node, share.device), []).append(share)
+        filled = [_booked(card, on_card[key], by_card.get(key, []), usage)
+                  for key, card in sorted(cards.items())]  # fmt: skip
     return Report(tuple(filled), tuple(unplaced), pending_pods(pods), tuple(notes))
+
+
+def _given(
+    card: Card,
+    shown: list[Share],
+    booked: CardBooked | None,
+    usage: Usage | None,
+    used: Mapping[str, int],
+) -> Card:
+    """`card` with the shares shown on it and the booking the webhook gave (none: nothing
+    booked); its live use is what the agent counted on its uuid, every claim's together."""
+    booked = booked or CardBooked(0, 0)
+    read = usage is not None and card.node in usage.nodes
+    return replace(
+        card,
+        shares=tuple(shown),
+        booked_memory=booked.memory,
+        booked_cores=booked.cores,
+        used_memory=used.get(card.uuid, 0) if read else None,
+    )
 
 
 def _booked(card: Card, shown: list[Share], mine: list[Share], usage: Usage | None) -> Card:
@@ -109,48 +137,32 @@ def claim_shares(
 ) -> list[Share]:
     """The allocated devices of our driver in `claim`, one share each (none if unallocated)."""
     meta = claim.get("metadata") or {}
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    devices = allocation.get("devices") or {}
+    configs = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+        "config"
+    )
     namespace, name = meta.get("namespace", ""), meta.get("name", "")
     holder = holders.get((namespace, name)) or Holder("", ())
-    shares = []
-    for result in devices.get("results") or ():
-        if result.get("driver") != profile.driver:
-            continue
-        consumed = result.get("consumedCapacity") or {}
-        shares.append(
-            Share(
-                namespace=namespace,
-                pod=holder.pod,
-                containers=holder.containers,
-                claim=name,
-                claim_uid=meta.get("uid", ""),
-                node=str(result.get("pool", "")),
-                device=str(result.get("device", "")),
-                memory=_consumed(consumed, profile.memory_capacity, profile),
-                cores=_consumed(consumed, profile.cores_capacity, profile),
-                priority=_priority(devices.get("config") or (), result, profile),
-            )
+    return [
+        Share(
+            namespace=namespace,
+            pod=holder.pod,
+            containers=holder.containers,
+            claim=name,
+            claim_uid=meta.get("uid", ""),
+            node=placed.pool,
+            device=placed.device,
+            memory=placed.memory,
+            cores=placed.cores,
+            priority=_priority(configs or (), placed.request, profile),
         )
-    return shares
+        for placed in placements(claim, profile=profile)
+    ]
 
 
-def _consumed(consumed: Json, name: str, profile: DriverProfile) -> int | None:
-    return _quantity(consumed.get(name, consumed.get(profile.qualified(name))))
-
-
-def _quantity(value: object) -> int | None:
-    if value is None:
-        return None
-    try:
-        return int(parse_quantity(value))
-    except QuantityError:
-        return None
-
-
-def _priority(configs: Iterable[Json], result: Json, profile: DriverProfile) -> int | None:
-    """The last of our opaque configs that applies to `result`'s request and sets a priority."""
-    request = str(result.get("request", "")).split("/", 1)[0]
+def _priority(configs: Iterable[Json], answered: str, profile: DriverProfile) -> int | None:
+    """The last of our opaque configs that applies to the request a result `answered` (a
+    subrequest's result answers its request) and sets a priority."""
+    request = answered.split("/", 1)[0]
     priority = None
     for entry in configs:
         opaque = entry.get("opaque") or {}
@@ -193,7 +205,7 @@ def _card(pool: str, device: Json, profile: DriverProfile) -> Card:
         return str((attributes.get(name) or {}).get("string", ""))
 
     def size(name: str) -> int:
-        return _quantity((capacity.get(name) or {}).get("value")) or 0
+        return quantity_or_none((capacity.get(name) or {}).get("value")) or 0
 
     return Card(
         node=pool,

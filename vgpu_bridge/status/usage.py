@@ -40,6 +40,13 @@ class Usage:
         devices = Counter(share.claim_uid for share in shares)
         return [self._of_share(share, only=devices[share.claim_uid] == 1) for share in shares]
 
+    def by_card(self) -> dict[str, int]:
+        """Bytes used per GPU uuid, every claim's together."""
+        used: dict[str, int] = {}
+        for (_, uuid), value in self.used.items():
+            used[uuid] = used.get(uuid, 0) + value
+        return used
+
     def _of_share(self, share: Share, *, only: bool) -> Share:
         """The region counts memory by the uuid the CUDA driver names; where a claim has one
         device (`only`), all its memory is on that one, whatever the driver calls the card."""

@@ -1,6 +1,8 @@
-"""The HTTPS server: /mutate, /healthz, /readyz, /metrics. TLS reloads when the files change.
-An optional plain-HTTP server (`--metrics-listen`) answers /metrics, /healthz and /readyz only,
-for scrapers without the webhook's CA; /mutate is never served without TLS.
+"""The HTTPS server: /mutate, /healthz, /readyz, /metrics, /bookings (what the allocated claims
+consumed of each card, for `kubectl vgpu status` through the API server's service proxy). TLS
+reloads when the files change. An optional plain-HTTP server (`--metrics-listen`) answers
+/metrics, /bookings, /healthz and /readyz only, for scrapers without the webhook's CA; /mutate is
+never served without TLS.
 
 Both run on `connections.ConnectionLoop`: one selector thread holds every connection (slow ones
 cost a socket, never a thread) and a fixed pool of workers runs admissions. /healthz and /readyz
@@ -8,13 +10,14 @@ are answered on the selector thread, so probes are answered while every worker i
 thousands of slow connections are held. So are small reviews that need no translation and no API
 call (a pod without GPUs): no hand-off to a worker and back.
 
-With `--client-ca-file`, /mutate and /metrics answer only clients that presented a certificate
-signed by that CA (the API server can be configured to present one); /healthz and /readyz stay
-open to the kubelet's probes, which present none.
+With `--client-ca-file`, /mutate, /metrics and /bookings answer only clients that presented a
+certificate signed by that CA (the API server can be configured to present one); /healthz and
+/readyz stay open to the kubelet's probes, which present none.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
 import threading
@@ -22,6 +25,7 @@ from collections.abc import Callable
 
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook.admission import Admitter
+from vgpu_bridge.webhook.claim_bookings import bookings_document
 from vgpu_bridge.webhook.connections import ConnectionLoop, Limits, Reply, Request, bind
 from vgpu_bridge.webhook.workqueue import review_namespace
 
@@ -74,7 +78,8 @@ class TLSFiles:
 
 
 class ProbeRoutes:
-    """GET /healthz and /readyz (on the selector thread), GET /metrics; everything else 404."""
+    """GET /healthz and /readyz (on the selector thread), GET /metrics and /bookings; everything
+    else 404."""
 
     def __init__(self, admitter: Admitter, ready: Callable[[], bool]) -> None:
         self.admitter, self.ready = admitter, ready
@@ -101,12 +106,24 @@ class ProbeRoutes:
 
             registry = self.admitter.metrics.registry
             return Reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+        if request.head.method == "GET" and request.head.path == "/bookings":
+            return self._bookings()
         return NOT_FOUND
+
+    def _bookings(self) -> Reply:
+        """What the allocated claims consumed of each card (`claim_bookings`), 503 until the
+        claims' watch follows (the status view then lists the claims itself)."""
+        held = self.admitter.quotas.claims if self.admitter.quotas else None
+        cards = held.cards() if held is not None else None
+        if cards is None:
+            return Reply(503, b"claim bookings not followed yet")
+        body = json.dumps(bookings_document(cards), separators=(",", ":")).encode()
+        return Reply(200, body, "application/json")
 
 
 class AdmissionRoutes(ProbeRoutes):
-    """The probe routes and POST /mutate; with a client CA, /mutate and /metrics need a client
-    certificate signed by it."""
+    """The probe routes and POST /mutate; with a client CA, /mutate, /metrics and /bookings need
+    a client certificate signed by it."""
 
     def __init__(self, admitter: Admitter, ready: Callable[[], bool], *, tls: TLSFiles) -> None:
         super().__init__(admitter, ready)

@@ -15,6 +15,7 @@ from tests.unit.webhook.test_quotas import quota as quota_in
 from vgpu_bridge.core import DEFAULT, Inventory, TranslatorConfig
 from vgpu_bridge.core.booking import Booking, claim_booking, total
 from vgpu_bridge.core.dialects import hami
+from vgpu_bridge.core.placements import placements
 from vgpu_bridge.webhook.admission import Admitter
 from vgpu_bridge.webhook.claim_bookings import ClaimBookings, held_by
 from vgpu_bridge.webhook.quotas import QuotaCache, QuotaGate
@@ -124,3 +125,66 @@ def test_the_sums_match_listing_and_booking_each_claim_through_any_events(
                          if ns == namespace and n not in leaving_out)  # fmt: skip
         got = claims.used(namespace, 80 * GiB, leaving_out=leaving_out)
         assert got == Booking(expected.devices, expected.memory_bytes, expected.cores)
+
+
+def on_cards(*places: tuple[str, str, str, int]) -> dict[str, Any]:
+    """An allocated claim of our driver: (pool, device, memory, cores) per result."""
+    results = [{"request": f"gpu{i}", "driver": DEFAULT.driver, "pool": pool, "device": device,
+                "consumedCapacity": {"memory": memory, "cores": str(cores)}}
+               for i, (pool, device, memory, cores) in enumerate(places)]  # fmt: skip
+    request = {"deviceClassName": DEFAULT.device_class, "count": len(places)}
+    return {
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}},
+        "status": {"allocation": {"devices": {"results": results}}},
+    }
+
+
+Sums = dict[tuple[str, str], tuple[int, ...]]
+
+
+def card_sums_of(claims: dict[tuple[str, str], dict[str, Any]]) -> Sums:
+    """What the claims consumed of each card, summed from scratch."""
+    sums: dict[tuple[str, str], list[int]] = {}
+    for claim in claims.values():
+        for placed in placements(claim, profile=DEFAULT):
+            total_here = sums.setdefault((placed.pool, placed.device), [0, 0, 0])
+            total_here[0] += placed.memory or 0
+            total_here[1] += placed.cores or 0
+            total_here[2] += 1
+    return {card: tuple(values) for card, values in sums.items()}
+
+
+def followed(claims: ClaimBookings) -> Sums:
+    cards = claims.cards()
+    assert cards is not None
+    return {card: (s.memory, s.cores, s.shares) for card, s in cards.items()}
+
+
+def test_the_cards_sums_follow_adds_changes_and_deletions(recorded: RecordingApi) -> None:
+    """Per card, what the allocated claims consumed equals summing the claims there are, after
+    every event of a random run (claims moved between cards, two results on one card, claims
+    unallocated again and deleted); a card nothing holds any more is left out."""
+    chooser = random.Random(26)
+    cards = [("node-a", "gpu-0"), ("node-a", "gpu-1"), ("node-b", "gpu-0")]
+    claims = ClaimBookings(recorded.api, profile=DEFAULT)
+    assert claims.cards() is None  # not following yet: the viewer lists the claims itself
+    claims.replace([])
+    now: dict[tuple[str, str], dict[str, Any]] = {}
+    for _ in range(300):
+        key = (chooser.choice(["team-a", "team-b"]), f"c{chooser.randrange(8)}")
+        action = chooser.choice(["put", "put", "unallocate", "delete"])
+        if action == "delete":
+            now.pop(key, None)
+            claims.apply("DELETED", named(key[1], {}, key[0]))
+            continue
+        if action == "unallocate":
+            claim = named(key[1], whole_card(), key[0])
+        else:
+            count = chooser.randrange(1, 3)
+            places = [(*chooser.choice(cards), f"{chooser.randrange(1, 9)}Gi",
+                       chooser.randrange(0, 50)) for _ in range(count)]  # fmt: skip
+            claim = named(key[1], on_cards(*places), key[0])
+        now[key] = claim
+        claims.apply("MODIFIED", claim)
+        assert followed(claims) == card_sums_of(now)
+    assert followed(claims) == card_sums_of(now)

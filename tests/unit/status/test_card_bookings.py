@@ -1,0 +1,139 @@
+"""`status -n` reads the cards' bookings from the webhook's GET /bookings (through the API
+server's service proxy) instead of listing every claim of the cluster (issue 26): the sums the
+webhook's own claim watch makes of the recorded claims are served, and the view shows the same
+BOOKED, FREE and USED as when it lists every claim, without that list. A webhook that does not
+answer (not following yet, not allowed, not found) leaves the view listing the claims."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.unit.recording_api import RecordingApi, recording_api
+from tests.unit.status.recorded import NAMESPACE, recorded
+from tests.unit.status.served_api import ServedApi
+from tests.unit.status.test_command import RESOURCE, api, document  # noqa: F401 - the fixture
+from vgpu_bridge.core import DEFAULT
+from vgpu_bridge.status.card_bookings import WEBHOOK_SELECTOR, BookingsError, parse_bookings
+from vgpu_bridge.webhook.claim_bookings import ClaimBookings, bookings_document, held_by, where
+
+SERVICE = "/api/v1/namespaces/vgpu-system/services/vgpu-bridge-webhook"
+BOOKINGS = "/api/v1/namespaces/vgpu-system/services/https:vgpu-bridge-webhook:https/proxy/bookings"
+EVERY_CLAIM = f"{RESOURCE}/resourceclaims"
+
+
+@pytest.fixture
+def recorded_api() -> Iterator[RecordingApi]:
+    """The webhook's client (its claim watch is fed the recorded claims, not run)."""
+    with recording_api() as made:
+        yield made
+
+
+def webhook_sums(recording: RecordingApi) -> dict[str, Any]:
+    """What the webhook serves after its claim watch listed the recorded claims."""
+    claims = ClaimBookings(recording.api, profile=DEFAULT)
+    kept = [{"where": where(c), "held": h} for c in recorded("claims")
+            if (h := held_by(c, DEFAULT)) is not None]  # fmt: skip
+    claims.replace(kept)
+    sums = claims.cards()
+    assert sums is not None
+    return bookings_document(sums)
+
+
+def with_webhook(served: ServedApi, recording: RecordingApi) -> None:
+    labelled = {"metadata": {"name": "vgpu-bridge-webhook", "namespace": "vgpu-system"}}
+    served.list_of("/api/v1/services", [labelled], labelSelector=WEBHOOK_SELECTOR)
+    served.serve(SERVICE, {"spec": {"ports": [{"name": "https", "port": 443}]}})
+    served.serve(BOOKINGS, webhook_sums(recording))
+
+
+def cards(found: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [(c["device"], c["bookedMemory"], c["bookedCores"], c["freeMemory"], c["usedMemory"])
+            for c in found["cards"]]  # fmt: skip
+
+
+def test_the_webhooks_sums_show_what_every_claim_shows_without_listing_them(
+    api: ServedApi,  # noqa: F811
+    tmp_path: Any,
+    recorded_api: RecordingApi,
+) -> None:
+    listed = document(api, tmp_path, "-n", NAMESPACE)
+    assert any(path == EVERY_CLAIM for path, _ in api.asked)
+    api.asked.clear()
+    with_webhook(api, recorded_api)
+    served = document(api, tmp_path, "-n", NAMESPACE)
+    assert cards(served) == cards(listed)
+    assert cards(served)[0][1:3] == (71000 * 2**20, 85)  # infer-a, infer-b and OTHER's neighbour
+    assert {s["pod"] for s in served["cards"][0]["shares"]} == {"infer-a", "infer-b"}
+    assert served["notes"] == []
+    assert all(path != EVERY_CLAIM for path, _ in api.asked)
+    assert any(path == BOOKINGS for path, _ in api.asked)
+
+
+@pytest.mark.parametrize("answer", [503, 403, "not ours"])
+def test_a_webhook_that_does_not_answer_leaves_the_claims_listed(
+    api: ServedApi,  # noqa: F811
+    tmp_path: Any,
+    recorded_api: RecordingApi,
+    answer: int | str,
+) -> None:
+    listed = document(api, tmp_path, "-n", NAMESPACE)
+    with_webhook(api, recorded_api)
+    if answer == "not ours":
+        api.serve(BOOKINGS, {"kind": "Status", "apiVersion": "v1"})
+    else:
+        api.serve(BOOKINGS, {"kind": "Status", "code": answer}, status=int(answer))
+    api.asked.clear()
+    served = document(api, tmp_path, "-n", NAMESPACE)
+    assert cards(served) == cards(listed)
+    assert any(path == EVERY_CLAIM for path, _ in api.asked)
+    assert served["notes"] == []
+
+
+def test_a_named_service_that_fails_is_a_note_and_the_claims_are_listed(
+    api: ServedApi,  # noqa: F811
+    tmp_path: Any,
+    recorded_api: RecordingApi,
+) -> None:
+    listed = document(api, tmp_path, "-n", NAMESPACE)
+    with_webhook(api, recorded_api)
+    api.forbid(BOOKINGS)
+    served = document(api, tmp_path, "-n", NAMESPACE, "--webhook-service",
+                      "vgpu-system/vgpu-bridge-webhook")  # fmt: skip
+    assert cards(served) == cards(listed)
+    (note,) = served["notes"]
+    assert note.startswith("the webhook's bookings (vgpu-system/vgpu-bridge-webhook): not read")
+    assert "403" in note
+
+
+def test_all_namespaces_never_asks_the_webhook(
+    api: ServedApi,  # noqa: F811
+    tmp_path: Any,
+    recorded_api: RecordingApi,
+) -> None:
+    with_webhook(api, recorded_api)
+    document(api, tmp_path, "-A")
+    assert all(path != BOOKINGS and path != "/api/v1/services" for path, _ in api.asked)
+
+
+@pytest.mark.parametrize(
+    ("document_", "problem"),
+    [
+        ({"kind": "CardBookings", "apiVersion": "v2"}, "not a vgpu-bridge.io/v1 CardBookings"),
+        ({"kind": "CardBookings", "apiVersion": "vgpu-bridge.io/v1", "cards": {}}, "cards: must"),
+        ({"kind": "CardBookings", "apiVersion": "vgpu-bridge.io/v1", "cards": [
+            {"node": "n", "device": 3, "memory": 1, "cores": 1}]},
+         "cards[0]: node and device must be strings"),
+        ({"kind": "CardBookings", "apiVersion": "vgpu-bridge.io/v1", "cards": [
+            {"node": "n", "device": "d", "memory": 1, "cores": 1},
+            {"node": "n", "device": "e", "memory": -1, "cores": True}]},
+         "cards[1]: memory and cores must be whole numbers >= 0"),
+    ],
+)  # fmt: skip
+def test_an_answer_that_is_not_a_card_bookings_document_is_refused_naming_the_field(
+    document_: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(BookingsError, match=problem.replace("[", r"\[").replace("]", r"\]")):
+        parse_bookings(document_)
