@@ -37,10 +37,15 @@ class ReplicaStart:
 
 @contextmanager
 def running_replica(
-    kubeconfig: Path, workdir: Path, *, environ: Mapping[str, str] | None = None
+    kubeconfig: Path,
+    workdir: Path,
+    *,
+    environ: Mapping[str, str] | None = None,
+    listen_host: str = "127.0.0.1",
 ) -> Iterator[tuple[subprocess.Popen[bytes], WebhookProcess, float]]:
-    """A webhook replica started with `environ` over ours, once /readyz answers 200: its
-    process, its handle and the seconds from start to ready; stopped on leaving."""
+    """A webhook replica started with `environ` over ours, listening on `listen_host` (0.0.0.0:
+    behind a Service, `e2e/webhook/service_proxy.py`), once /readyz answers 200: its process,
+    its handle and the seconds from start to ready; stopped on leaving."""
     workdir.mkdir(parents=True, exist_ok=True)
     cert, key = workdir / "tls.crt", workdir / "tls.key"
     if not cert.exists():
@@ -48,7 +53,7 @@ def running_replica(
     webhook = WebhookProcess(free_port(), cert, workdir / "webhook.log")
     command = [
         sys.executable, "-m", "vgpu_bridge.cli", "webhook",
-        "--listen", f"127.0.0.1:{webhook.port}",
+        "--listen", f"{listen_host}:{webhook.port}",
         "--tls-cert-file", str(cert), "--tls-key-file", str(key),
         "--kubeconfig", str(kubeconfig),
     ]  # fmt: skip

@@ -84,6 +84,11 @@ def installed_rbac(
             for obj in of_kind(objects, "ClusterRole")
             if obj["metadata"]["name"].endswith("-status-viewer")
         ),
+        "webhook_service": next(
+            obj["metadata"]["name"]
+            for obj in of_kind(objects, "Service")
+            if obj["metadata"]["labels"].get("app.kubernetes.io/component") == "webhook"
+        ),
     }
     for path in reversed(paths):
         kube.delete(path)
@@ -192,15 +197,23 @@ def test_service_accounts_get_exactly_what_they_need(
 RBAC_GROUP = "rbac.authorization.k8s.io"
 STATUS_VIEWER = Identity("viewer@example.com", ("system:authenticated",))
 STATUS_VIEWER_ACCESS = [
-    # (verb, group, resource, subresource, in the chart's namespace, allowed)
-    ("list", "resource.k8s.io", "resourceslices", "", False, True),
-    ("list", "resource.k8s.io", "resourceclaims", "", False, True),
-    ("list", "", "pods", "", False, True),
-    ("get", "", "pods", "proxy", True, True),
-    ("get", "", "pods", "proxy", False, False),
-    ("create", "resource.k8s.io", "resourceclaims", "", False, False),
-    ("delete", "", "pods", "", True, False),
-    ("get", "", "secrets", "", True, False),
+    # (verb, group, resource, subresource, in the chart's namespace, allowed, name): in names,
+    # {webhook} is the webhook's Service
+    ("list", "resource.k8s.io", "resourceslices", "", False, True, ""),
+    ("list", "resource.k8s.io", "resourceclaims", "", False, True, ""),
+    ("list", "", "pods", "", False, True, ""),
+    ("get", "", "pods", "proxy", True, True, ""),
+    ("get", "", "pods", "proxy", False, False, ""),
+    ("list", "", "services", "", False, True, ""),  # the webhook's, found by its labels
+    ("get", "", "services", "", True, True, "{webhook}"),
+    ("get", "", "services", "", True, False, "other"),
+    ("get", "", "services", "proxy", True, True, "https:{webhook}:https"),  # its /bookings
+    ("get", "", "services", "proxy", True, False, "https:other:https"),
+    ("get", "", "services", "proxy", False, False, "https:{webhook}:https"),
+    ("create", "", "services", "proxy", True, False, "https:{webhook}:https"),  # no /mutate
+    ("create", "resource.k8s.io", "resourceclaims", "", False, False, ""),
+    ("delete", "", "pods", "", True, False, ""),
+    ("get", "", "secrets", "", True, False, ""),
 ]
 
 
@@ -227,14 +240,16 @@ def test_status_viewer_roles_grant_what_kubectl_vgpu_status_reads_and_no_more(
 
         def wrong_access() -> list[tuple[str, ...]] | None:
             wrong: list[tuple[str, ...]] = []
-            for verb, group, resource, subresource, here, expected in STATUS_VIEWER_ACCESS:
+            for verb, group, resource, subresource, here, expected, name in STATUS_VIEWER_ACCESS:
                 where = {"namespace": namespace if here else "default"}
                 extra = {"subresource": subresource} if subresource else {}
+                if name:
+                    extra["name"] = name.format(webhook=installed_rbac["webhook_service"])
                 got = allowed(
                     kube, STATUS_VIEWER, verb=verb, group=group, resource=resource, **where, **extra
                 )
                 if got != expected:
-                    wrong.append((verb, resource, subresource, str(here), str(got)))
+                    wrong.append((verb, resource, subresource, name, str(here), str(got)))
             return wrong or None
 
         # the authorizer sees new bindings through an informer: wait until it answers as expected
