@@ -13,12 +13,14 @@ from bench.scaling import admission
 from bench.scaling.dense_node import DenseNode, dense_node_table
 from bench.scaling.fleet import GPUS_PER_NODE, Fleet, Layout
 from bench.scaling.lifecycle import measure_lifecycle
-from bench.scaling.replica_start import start_replica
+from bench.scaling.replica_start import running_replica, start_replica
 from bench.scaling.tables import ReplicaRow, Step, ViewerRow, replica_table, viewer_table
-from bench.scaling.viewer import expected_lists, run_viewer, start_floor
+from bench.scaling.viewer import ViewerRun, expected_lists, run_viewer, start_floor
 from e2e.cluster import LocalCluster, Settings, running_cluster
+from e2e.webhook.service_proxy import behind_service
 
 DEFAULT_STEPS = (1000, 2500, 10000)
+HOOK_NAMESPACE = "bench-vgpu-bridge"  # the webhook's Service for the viewer's -n row
 VIEWER_ALL_GOAL_S, VIEWER_NAMESPACE_GOAL_S, REPLICA_READY_GOAL_S = 5.0, 1.0, 5.0
 
 
@@ -68,33 +70,47 @@ class View:
     scope: list[str]
     goal_s: float
     namespace: str | None  # None: every namespace
+    webhook: bool = False  # a webhook replica behind a Service: -n reads its /bookings
 
 
 def views(layout: Layout) -> list[View]:
     small = layout.small_namespace
     return [
         View("-A", ["-A"], VIEWER_ALL_GOAL_S, None),
-        View(f"-n {small}", ["-n", small], VIEWER_NAMESPACE_GOAL_S, small),
+        View("-n, /bookings", ["-n", small], VIEWER_NAMESPACE_GOAL_S, small, webhook=True),
+        View("-n, every claim", ["-n", small], VIEWER_NAMESPACE_GOAL_S, small),
     ]
 
 
 def measure_viewer(
-    cluster: LocalCluster, fleet: Fleet, step: Step, view: View, *, runs: int
+    cluster: LocalCluster, fleet: Fleet, step: Step, view: View, *, runs: int, workdir: Path
 ) -> ViewerRow:
+    """`runs` views; with `view.webhook`, while a webhook replica answers behind its Service
+    (started, and its claims listed, before the first run)."""
     layout, kube = fleet.layout, cluster.client()
     shares = step.claims if view.namespace is None else min(layout.small_claims, step.claims)
-    measured = [
-        run_viewer(kube, cluster.kubeconfig, view.scope, claim_prefix=layout.claim_prefix)
-        for _ in range(runs)
-    ]
+
+    def measured() -> list[ViewerRun]:
+        return [run_viewer(kube, cluster.kubeconfig, view.scope, claim_prefix=layout.claim_prefix)
+                for _ in range(runs)]  # fmt: skip
+
+    if view.webhook:
+        with (
+            running_replica(cluster.kubeconfig, workdir, listen_host="0.0.0.0") as (_, hook, _),
+            behind_service(kube, port=hook.port, namespace=HOOK_NAMESPACE, node=layout.node(0)),
+        ):
+            done = measured()
+    else:
+        done = measured()
     expected = expected_lists(
         claims=step.claims,
         pods=0,
         slices=step.slices,
         namespaced=view.namespace is not None,
         namespace_claims=shares,
+        every_claim=not view.webhook,
     )
-    return ViewerRow(step, view.name, measured, expected, shares, view.goal_s)
+    return ViewerRow(step, view.name, done, expected, shares, view.goal_s)
 
 
 def measure_replica(cluster: LocalCluster, step: Step, *, starts: int, workdir: Path) -> ReplicaRow:
@@ -122,9 +138,10 @@ def main(argv: list[str], *, description: str) -> int:
                 f"{step.slices:,} slices, {claims:,} claims; grown in {created_s:.0f} s"
             )
             for view in views(layout):
-                viewer_rows.append(
-                    measure_viewer(cluster, fleet, step, view, runs=args.viewer_runs)
-                )
+                workdir = Path(tmp) / "viewer-webhook"
+                row = measure_viewer(cluster, fleet, step, view, runs=args.viewer_runs,
+                                     workdir=workdir)  # fmt: skip
+                viewer_rows.append(row)
                 _progress(viewer_table(viewer_rows[-1:]).splitlines()[2])
             replica_rows.append(measure_replica(cluster, step, starts=args.replica_starts,
                                                 workdir=Path(tmp) / "webhook"))  # fmt: skip

@@ -91,7 +91,9 @@ def viewer_table(
         f"part 4, the viewer: kubectl vgpu status (table output), {runs} runs per row, median "
         "(min..max); LISTs of claims/pods/slices as the API server counted them, next to the "
         "pages a paged reading makes (500 per page); requests: all the API server answered "
-        "meanwhile (its own lease renewals included)",
+        "meanwhile (its own lease renewals included); -n: the namespace holding 100 of the "
+        "shares, its cards' bookings read from a webhook replica's /bookings behind its Service "
+        "(the API server's service proxy), or, with no webhook answering, from every claim",
         f"{'step GPUs':>9}{'claims':>8}  {'view':<17}{'wall s':>20}{'peak RSS MB':>22}"
         f"{'shares':>8}{'LISTs c/p/s':>13}{'paged':>9}{'requests':>10}{'goal':>9}{'':>8}",
     ]
