@@ -23,7 +23,6 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,7 @@ from vgpu_bridge.node.files import UnsafeFile, read_regular, remove_tree
 
 VERSION = "v1"
 MAX_BYTES = 64 * 2**20  # ~10,000 claims of 16 shares each; a bigger file is not ours
-MAX_CLAIMS = 10_000  # claims whose text is kept between saves
+MAX_CLAIMS = 10_000  # claims whose entry is kept between saves
 KEEP_QUARANTINED = 3
 QUARANTINE_SUFFIX = ".corrupt-"
 
@@ -101,16 +100,26 @@ class _File(BaseModel):
 
 def _canonical(claims: dict[str, PreparedClaim]) -> str:
     """`json.dumps(claims, sort_keys=True, separators=(",", ":"))`, from each claim's own text."""
-    entries = (f"{json.dumps(uid)}:{_claim_text(claims[uid])}" for uid in sorted(claims))
-    return "{" + ",".join(entries) + "}"
+    return "{" + ",".join(_entry(uid, claims[uid]) for uid in sorted(claims)) + "}"
 
 
-@lru_cache(maxsize=MAX_CLAIMS)
-def _claim_text(claim: PreparedClaim) -> str:
-    """One claim as the checkpoint writes it, made once per claim (equal claims, equal text): a
-    dense node's burst saves the file after each Prepare, and serialising every claim again made
-    each save cost as much as all the claims before it (issue 26: 384 claims, 12 ms a save)."""
-    return json.dumps(claim.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+#: uid -> (the claim, its `"uid":{...}` entry): a dense node's burst saves the file after each
+#: Prepare, and serialising every claim again made each save cost as much as all the claims
+#: before it (issue 26: 384 claims, 12 ms a save). Found by the claim's identity (the agent keeps
+#: its claims as objects that never change), so a hit costs no hash of the claim's fields.
+_ENTRIES: dict[str, tuple[PreparedClaim, str]] = {}
+
+
+def _entry(uid: str, claim: PreparedClaim) -> str:
+    known = _ENTRIES.get(uid)
+    if known is not None and known[0] is claim:
+        return known[1]
+    text = json.dumps(claim.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    entry = f"{json.dumps(uid)}:{text}"
+    if len(_ENTRIES) >= MAX_CLAIMS:
+        _ENTRIES.clear()  # more claims than a node holds: start over rather than grow
+    _ENTRIES[uid] = (claim, entry)
+    return entry
 
 
 def _checksum(canonical: str) -> str:
