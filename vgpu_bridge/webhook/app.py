@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import signal
 import socket
 import sys
@@ -162,6 +163,7 @@ def api_workers(
         quotas.append(admitter.quotas.cache)
         if admitter.quotas.claims is not None:  # not its truth: an empty one has len 0
             quotas.append(admitter.quotas.claims)
+    synced = [inventory.synced, *(q.synced for q in quotas)]
     restorer = TemplateRestorer(admitter.api, ensure=admitter.store.ensure)
     admitter.store.index.on_deleted = restorer.deleted
     events = attach_events(admitter)
@@ -176,12 +178,29 @@ def api_workers(
         ),
         threading.Thread(target=restorer.run, args=(stop,), name="restore", daemon=True),
         threading.Thread(
+            target=freeze_when_synced, args=(synced, stop), name="freeze", daemon=True
+        ),
+        threading.Thread(
             target=housekeeping,
             args=(admitter, sweeper, stop, every_s),
             name="housekeeping",
             daemon=True,
         ),
     ]
+
+
+def freeze_when_synced(synced: list[threading.Event], stop: threading.Event) -> None:
+    """Once every cache has listed, collect once and freeze the heap: the caches' objects (at
+    10,000 GPUs 20,000 claim bookings and the slices) live as long as their list, and each full
+    pass of the cyclic collector over them took ~40 ms, a pause every admission then in flight
+    waited for. Frozen, later passes skip them; what a relist replaces is still freed by its
+    reference count (the caches hold no cycles)."""
+    for event in synced:
+        while not event.wait(1.0):
+            if stop.is_set():
+                return
+    gc.collect()
+    gc.freeze()
 
 
 def attach_events(admitter: Admitter) -> EventRecorder:
