@@ -78,8 +78,8 @@ def behind_service(
         yield service
     finally:
         for path in reversed(made):
-            with suppress(Exception):
-                kube.delete(path)
+            with suppress(Exception):  # the stand-in at once: no kubelet would ever confirm it
+                kube.delete(path, grace_period_s=0 if path.endswith(stand_in) else None)
 
 
 def terminating(kube: KubeClient, namespace: str) -> bool:

@@ -17,6 +17,7 @@ from tests.integration.webhook_harness import INVENTORY, RunningWebhook, running
 from tests.tls import write_self_signed
 from vgpu_bridge.core import TranslationContext, translate
 from vgpu_bridge.core.jsonpatch import apply_patch
+from vgpu_bridge.webhook import server
 
 
 @pytest.fixture(scope="module")
@@ -170,9 +171,11 @@ def test_health_readiness_and_metrics(webhook: RunningWebhook) -> None:
 
 
 def test_bookings_answer_503_until_the_claims_are_followed_then_the_cards_sums(
-    webhook: RunningWebhook,
+    webhook: RunningWebhook, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """GET /bookings (what `kubectl vgpu status -n` reads through the service proxy)."""
+    """GET /bookings (what `kubectl vgpu status -n` reads through the service proxy), made again
+    at most every BOOKINGS_MAX_AGE_S however often it is asked for."""
+    monkeypatch.setattr(server, "BOOKINGS_MAX_AGE_S", 3600.0)
     assert webhook.admitter.quotas is not None
     assert webhook.admitter.quotas.claims is not None
     claims = webhook.admitter.quotas.claims
@@ -192,6 +195,10 @@ def test_bookings_answer_503_until_the_claims_are_followed_then_the_cards_sums(
         "cards": [{"node": "node-a", "device": "gpu-1", "memory": 10 * 2**30, "cores": 30,
                    "shares": 1}],
     }  # fmt: skip
+    claims.apply("DELETED", claim)
+    assert webhook.get("/bookings") == (200, body)  # the one made, until it is old enough
+    monkeypatch.setattr(server, "BOOKINGS_MAX_AGE_S", 0.0)
+    assert json.loads(webhook.get("/bookings")[1])["cards"] == []
 
 
 def _peer_certificate(webhook: RunningWebhook) -> bytes:
