@@ -18,18 +18,29 @@ listing every claim of the cluster (20,000 claims at 10,000 GPUs: 25 MB, 1.3 s).
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from vgpu_bridge.core.booking import Booking, claim_booking, total
-from vgpu_bridge.core.placements import Placement, placements
+from vgpu_bridge.core.placements import placements
 from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.kube import Json, KubeApi
 from vgpu_bridge.webhook.watching import follow
 
 ALL_CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"
+
+
+class OnCard(NamedTuple):
+    """What one allocated device of a claim consumed of its card (pool and device names
+    interned: 20,000 claims name 10,000 cards)."""
+
+    pool: str
+    device: str
+    memory: int
+    cores: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +50,7 @@ class Held:
 
     booking: Booking
     claim: Json | None = None
-    cards: tuple[Placement, ...] = ()
+    cards: tuple[OnCard, ...] = ()
 
 
 @dataclass(slots=True)
@@ -51,9 +62,9 @@ class CardSum:
     cores: int = 0
     shares: int = 0
 
-    def count(self, placed: Placement, sign: int) -> None:
-        self.memory += sign * (placed.memory or 0)
-        self.cores += sign * (placed.cores or 0)
+    def count(self, placed: OnCard, sign: int) -> None:
+        self.memory += sign * placed.memory
+        self.cores += sign * placed.cores
         self.shares += sign
 
 
@@ -86,7 +97,10 @@ def held_by(claim: Mapping[str, Any], profile: DriverProfile) -> Held | None:
     booking = claim_booking(claim, profile=profile, largest_card=None)
     if booking.devices == 0:
         return None
-    cards = tuple(placements(claim, profile=profile))
+    cards = tuple(
+        OnCard(sys.intern(p.pool), sys.intern(p.device), p.memory or 0, p.cores or 0)
+        for p in placements(claim, profile=profile)
+    )
     if booking.unsized == 0:
         return Held(Booking(booking.devices, booking.memory_bytes, booking.cores), cards=cards)
     spec, status = claim.get("spec") or {}, claim.get("status") or {}
