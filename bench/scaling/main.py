@@ -108,6 +108,7 @@ def measure_viewer(
         slices=step.slices,
         namespaced=view.namespace is not None,
         namespace_claims=shares,
+        namespace_nodes=len({layout.card_of(claim)[0] for claim in range(shares)}),
         every_claim=not view.webhook,
     )
     return ViewerRow(step, view.name, done, expected, shares, view.goal_s)

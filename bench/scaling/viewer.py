@@ -22,6 +22,7 @@ from pathlib import Path
 from bench.scaling.api_counts import Requests, counted
 from e2e.cluster import KubeClient
 from vgpu_bridge.kube import LIST_PAGE_SIZE
+from vgpu_bridge.status.command import SLICE_NODES_MAX
 
 PLUGIN = "kubectl-vgpu"
 
@@ -91,14 +92,17 @@ def pages(items: int) -> int:
 
 def expected_lists(*, claims: int, pods: int, slices: int, namespaced: bool,
                    namespace_claims: int = 0, namespace_pods: int = 0,
-                   every_claim: bool = True) -> ListCounts:  # fmt: skip
-    """What `status -A` (or `-n`: the namespace's claims and pods, then, without the webhook's
-    /bookings (`every_claim`), every claim again for the cards' bookings) reads, page by page:
-    claims, pods (and the agents' pods, by label: one page here, where no agent runs) and
-    slices."""
+                   namespace_nodes: int = 0, every_claim: bool = True) -> ListCounts:  # fmt: skip
+    """What `status -A` (or `-n`: the namespace's claims and pods, the slices of the
+    `namespace_nodes` its shares are on (one list each, up to SLICE_NODES_MAX, else all of
+    them), then, without the webhook's /bookings (`every_claim`), every claim again for the
+    cards' bookings) reads, page by page: claims, pods (and the agents' pods, by label: one page
+    here, where no agent runs) and slices."""
     if namespaced:
         claim_pages = pages(namespace_claims) + (pages(claims) if every_claim else 0)
-        return ListCounts(claim_pages, pages(namespace_pods) + 1, pages(slices))
+        by_node = namespace_nodes <= SLICE_NODES_MAX
+        return ListCounts(claim_pages, pages(namespace_pods) + 1,
+                          namespace_nodes if by_node else pages(slices))  # fmt: skip
     return ListCounts(pages(claims), pages(pods) + 1, pages(slices))
 
 

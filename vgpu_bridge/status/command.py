@@ -21,7 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from vgpu_bridge.core.profiles import DEFAULT, our_profile
+from vgpu_bridge.core.placements import placements
+from vgpu_bridge.core.profiles import DEFAULT, DriverProfile, our_profile
 from vgpu_bridge.kube import (
     KubeApi,
     KubeConfigError,
@@ -44,6 +45,7 @@ AGENT_SELECTOR = "app.kubernetes.io/name=vgpu-bridge,app.kubernetes.io/component
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 PROG = "vgpu-bridge status"
+SLICE_NODES_MAX = 32  # -n reads the slices of at most this many nodes one by one, else all
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -227,22 +229,52 @@ def read_report(
     webhook_service: str | None = None,
 ) -> Report:
     """What the caller may read, as a report; what it may not, as notes. With a namespace, the
-    cards' bookings come from the webhook's /bookings where it answers, else from every claim."""
+    cards are those of the nodes its shares are on, and their bookings come from the webhook's
+    /bookings where it answers, else from every claim."""
     notes: list[str] = []
+    profile = our_profile(driver)
     where = f"/namespaces/{namespace}" if namespace else ""
     claims = _items(api, f"{RESOURCE}{where}/resourceclaims")
     pods = _items(api, f"/api/v1{where}/pods")
-    slices = _allowed(api, f"{RESOURCE}/resourceslices", "ResourceSlices (cards)", notes)
+    nodes = share_nodes(claims, profile) if namespace else None
+    slices = read_slices(api, driver, nodes, notes)
     bookings = card_bookings = None
-    if namespace and slices is not None:
+    if namespace and slices:
         card_bookings = webhook_bookings(api, webhook_service, notes)
-    if namespace and slices is not None and card_bookings is None:
+    if namespace and slices and card_bookings is None:
         what = "other namespaces' claims (BOOKED and FREE count this namespace's only)"
         bookings = _allowed(api, f"{RESOURCE}/resourceclaims", what, notes)
-    usage = agent_usage(api, agent_selector, notes)
-    return build_report(slices or [], claims, pods, profile=our_profile(driver),
-                        bookings=bookings, card_bookings=card_bookings, usage=usage,
-                        notes=notes)  # fmt: skip
+    usage = agent_usage(api, agent_selector, notes, nodes=nodes)
+    return build_report(slices or [], claims, pods, profile=profile, bookings=bookings,
+                        card_bookings=card_bookings, usage=usage, notes=notes,
+                        nodes=nodes)  # fmt: skip
+
+
+def share_nodes(claims: list[Json], profile: DriverProfile) -> frozenset[str]:
+    """The nodes (our slices' pools) that `claims` hold devices of our driver on."""
+    return frozenset(p.pool for claim in claims for p in placements(claim, profile=profile))
+
+
+def read_slices(
+    api: KubeApi, driver: str, nodes: frozenset[str] | None, notes: list[str]
+) -> list[Json] | None:
+    """Our driver's slices: of `nodes` only, one list per node, where they are at most
+    SLICE_NODES_MAX (a namespace's shares at 10,000 GPUs: a few of 1,250 slices); every node's
+    otherwise. None, with a note, when this user may not list them."""
+    what = "ResourceSlices (cards)"
+    path = f"{RESOURCE}/resourceslices"
+    ours = {} if dns_subdomain_problem(driver) else {"fieldSelector": f"spec.driver={driver}"}
+    names_ok = nodes is not None and not any(dns_subdomain_problem(n) for n in nodes)
+    if nodes is None or not ours or not names_ok or len(nodes) > SLICE_NODES_MAX:
+        return _allowed(api, path, what, notes, **ours)
+    found: list[Json] = []
+    for node in sorted(nodes):
+        selector = f"{ours['fieldSelector']},spec.nodeName={node}"
+        listed = _allowed(api, path, what, notes, fieldSelector=selector)
+        if listed is None:
+            return None
+        found += listed
+    return found
 
 
 def _items(api: KubeApi, path: str, **query: str) -> list[Json]:
@@ -262,9 +294,12 @@ def _allowed(
         return None
 
 
-def agent_usage(api: KubeApi, selector: str, notes: list[str]) -> Usage | None:
-    """Live usage from each running agent's `/metrics` (pod proxy); None when the agents cannot
-    be listed. An agent that does not answer is a note; its cards show no usage."""
+def agent_usage(
+    api: KubeApi, selector: str, notes: list[str], *, nodes: frozenset[str] | None = None
+) -> Usage | None:
+    """Live usage from each running agent's `/metrics` (pod proxy), of `nodes` only where given;
+    None when the agents cannot be listed. An agent that does not answer is a note; its cards
+    show no usage."""
     agents = _allowed(api, "/api/v1/pods", "the agents' metrics (live usage)", notes,
                       labelSelector=selector)  # fmt: skip
     if agents is None:
@@ -273,6 +308,8 @@ def agent_usage(api: KubeApi, selector: str, notes: list[str]) -> Usage | None:
     for pod in agents:
         node, path = (pod.get("spec") or {}).get("nodeName"), metrics_path(pod)
         if not node or path is None or (pod.get("status") or {}).get("phase") != "Running":
+            continue
+        if nodes is not None and node not in nodes:
             continue
         try:
             usages.append(parse_agent_metrics(node, api.get_text(path)))

@@ -8,7 +8,7 @@ the newest generation of each pool counts, as the scheduler reads it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -40,17 +40,20 @@ def build_report(
     card_bookings: Mapping[tuple[str, str], CardBooked] | None = None,
     usage: Usage | None = None,
     notes: Iterable[str] = (),
+    nodes: Collection[str] | None = None,
 ) -> Report:
     """Every share of `profile`'s driver in `claims` on the cards of `slices`; shares on cards not
     among them are `unplaced`; pods with claims that no scheduler placed are `pending`. A card's
     booking is what `card_bookings` (the webhook's sums) gives, else what the claims of
-    `bookings` (all the cluster's, where readable) consumed of it, else those of `claims`."""
+    `bookings` (all the cluster's, where readable) consumed of it, else those of `claims`.
+    With `nodes`, only the cards on those nodes are shown."""
     pods = list(pods)
     holders = claim_holders(pods)
     shares = [s for claim in claims for s in claim_shares(claim, profile=profile, holders=holders)]
     if usage is not None:
         shares = usage.of_shares(shares)
-    cards = {(card.node, card.device): card for card in slice_cards(slices, profile=profile)}
+    cards = {(card.node, card.device): card for card in slice_cards(slices, profile=profile)
+             if nodes is None or card.node in nodes}  # fmt: skip
     on_card: dict[tuple[str, str], list[Share]] = {key: [] for key in cards}
     unplaced: list[Share] = []
     for share in sorted(shares, key=_share_order):
