@@ -80,6 +80,9 @@ def behind_service(
         for path in reversed(made):
             with suppress(Exception):  # the stand-in at once: no kubelet would ever confirm it
                 kube.delete(path, grace_period_s=0 if path.endswith(stand_in) else None)
+        if made and made[0] == f"/api/v1/namespaces/{namespace}":  # gone before what comes next
+            with suppress(AssertionError):
+                wait_for(lambda: not kube.exists(made[0]), timeout_s=60, what="namespace gone")
 
 
 def terminating(kube: KubeClient, namespace: str) -> bool:
