@@ -54,17 +54,23 @@ def cards(found: dict[str, Any]) -> list[tuple[Any, ...]]:
             for c in found["cards"]]  # fmt: skip
 
 
+def listed_then_webhook(served: ServedApi, tmp_path: Any, recording: RecordingApi) -> list[Any]:
+    """The cards `-n` shows from every claim; then the webhook behind its Service, asked afresh."""
+    listed = cards(document(served, tmp_path, "-n", NAMESPACE))
+    assert any(path == EVERY_CLAIM for path, _ in served.asked)
+    with_webhook(served, recording)
+    served.asked.clear()
+    return listed
+
+
 def test_the_webhooks_sums_show_what_every_claim_shows_without_listing_them(
     api: ServedApi,  # noqa: F811
     tmp_path: Any,
     recorded_api: RecordingApi,
 ) -> None:
-    listed = document(api, tmp_path, "-n", NAMESPACE)
-    assert any(path == EVERY_CLAIM for path, _ in api.asked)
-    api.asked.clear()
-    with_webhook(api, recorded_api)
+    listed = listed_then_webhook(api, tmp_path, recorded_api)
     served = document(api, tmp_path, "-n", NAMESPACE)
-    assert cards(served) == cards(listed)
+    assert cards(served) == listed
     assert cards(served)[0][1:3] == (71000 * 2**20, 85)  # infer-a, infer-b and OTHER's neighbour
     assert {s["pod"] for s in served["cards"][0]["shares"]} == {"infer-a", "infer-b"}
     assert served["notes"] == []
@@ -79,15 +85,13 @@ def test_a_webhook_that_does_not_answer_leaves_the_claims_listed(
     recorded_api: RecordingApi,
     answer: int | str,
 ) -> None:
-    listed = document(api, tmp_path, "-n", NAMESPACE)
-    with_webhook(api, recorded_api)
+    listed = listed_then_webhook(api, tmp_path, recorded_api)
     if answer == "not ours":
         api.serve(BOOKINGS, {"kind": "Status", "apiVersion": "v1"})
     else:
         api.serve(BOOKINGS, {"kind": "Status", "code": answer}, status=int(answer))
-    api.asked.clear()
     served = document(api, tmp_path, "-n", NAMESPACE)
-    assert cards(served) == cards(listed)
+    assert cards(served) == listed
     assert any(path == EVERY_CLAIM for path, _ in api.asked)
     assert served["notes"] == []
 
@@ -97,12 +101,11 @@ def test_a_named_service_that_fails_is_a_note_and_the_claims_are_listed(
     tmp_path: Any,
     recorded_api: RecordingApi,
 ) -> None:
-    listed = document(api, tmp_path, "-n", NAMESPACE)
-    with_webhook(api, recorded_api)
+    listed = listed_then_webhook(api, tmp_path, recorded_api)
     api.forbid(BOOKINGS)
     served = document(api, tmp_path, "-n", NAMESPACE, "--webhook-service",
                       "vgpu-system/vgpu-bridge-webhook")  # fmt: skip
-    assert cards(served) == cards(listed)
+    assert cards(served) == listed
     (note,) = served["notes"]
     assert note.startswith("the webhook's bookings (vgpu-system/vgpu-bridge-webhook): not read")
     assert "403" in note
