@@ -4,8 +4,10 @@
 Reads: ResourceSlices (cluster-scoped), ResourceClaims and Pods (in one namespace: `-n`, else
 the kubeconfig context's, else `default`, as kubectl chooses; in every one with `-A`), and, when
 listing the agents' pods is allowed, each agent's `/metrics` through the API server's pod proxy.
-With a namespace, the cards' bookings (every namespace's claims on them) come from the webhook's
-/bookings through the service proxy (`card_bookings`), else from a list of every claim.
+With a namespace, the cards shown are those of the nodes its shares are on (their slices read by
+node, their agents only asked), and the cards' bookings (every namespace's claims on them) come
+from the webhook's /bookings through the service proxy (`card_bookings`), else from a list of
+every claim.
 A user needs only namespaced reads: a forbidden slice list or agent lookup becomes a note, and
 the shares are still shown.
 """
