@@ -59,8 +59,9 @@ def build_report(
     for share in sorted(shares, key=_share_order):
         on_card.get((share.node, share.device), unplaced).append(share)
     if card_bookings is not None:
-        used = usage.by_card() if usage is not None else {}
-        filled = [_given(card, on_card[key], card_bookings.get(key), usage, used)
+        by_uuid = usage.by_card() if usage is not None else {}
+        filled = [_filled(card, on_card[key], card_bookings.get(key),
+                          by_uuid.get(card.uuid, 0) if _read(card, usage) else None)
                   for key, card in sorted(cards.items())]  # fmt: skip
     else:
         booked = shares if bookings is None else [
@@ -71,42 +72,26 @@ def build_report(
         by_card: dict[tuple[str, str], list[Share]] = {}
         for share in booked:  # grouped once: a walk of every share per card is quadratic
             by_card.setdefault((share.node, share.device), []).append(share)
-        filled = [_booked(card, on_card[key], by_card.get(key, []), usage)
-                  for key, card in sorted(cards.items())]  # fmt: skip
+        filled = []
+        for key, card in sorted(cards.items()):
+            mine = by_card.get(key, [])
+            summed = CardBooked(sum(s.memory or 0 for s in mine), sum(s.cores or 0 for s in mine))
+            used = sum(s.used_memory or 0 for s in mine) if _read(card, usage) else None
+            filled.append(_filled(card, on_card[key], summed, used))
     return Report(tuple(filled), tuple(unplaced), pending_pods(pods), tuple(notes))
 
 
-def _given(
-    card: Card,
-    shown: list[Share],
-    booked: CardBooked | None,
-    usage: Usage | None,
-    used: Mapping[str, int],
-) -> Card:
-    """`card` with the shares shown on it and the booking the webhook gave (none: nothing
-    booked); its live use is what the agent counted on its uuid, every claim's together."""
+def _filled(card: Card, shown: list[Share], booked: CardBooked | None, used: int | None) -> Card:
+    """`card` with the shares shown on it, what every claim on it booked (None: nothing) and
+    the memory its agent saw in use (None: not read)."""
     booked = booked or CardBooked(0, 0)
-    read = usage is not None and card.node in usage.nodes
-    return replace(
-        card,
-        shares=tuple(shown),
-        booked_memory=booked.memory,
-        booked_cores=booked.cores,
-        used_memory=used.get(card.uuid, 0) if read else None,
-    )
+    return replace(card, shares=tuple(shown), booked_memory=booked.memory,
+                   booked_cores=booked.cores, used_memory=used)  # fmt: skip
 
 
-def _booked(card: Card, shown: list[Share], mine: list[Share], usage: Usage | None) -> Card:
-    """`card` with the shares shown on it, and the booking and use of `mine`, every share it
-    holds."""
-    read = usage is not None and card.node in usage.nodes
-    return replace(
-        card,
-        shares=tuple(shown),
-        booked_memory=sum(s.memory or 0 for s in mine),
-        booked_cores=sum(s.cores or 0 for s in mine),
-        used_memory=sum(s.used_memory or 0 for s in mine) if read else None,
-    )
+def _read(card: Card, usage: Usage | None) -> bool:
+    """Whether the agent of the card's node was read (its cards' use is known, 0 included)."""
+    return usage is not None and card.node in usage.nodes
 
 
 def _share_order(share: Share) -> tuple[str, str, str, str]:
