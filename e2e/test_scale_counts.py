@@ -28,6 +28,7 @@ from bench.scaling.fleet import Fleet, Layout
 from bench.scaling.replica_start import running_replica
 from bench.scaling.viewer import pages, plugin_command, run_viewer
 from e2e.cluster import KubeClient, LocalCluster
+from e2e.waiting import wait_for
 from e2e.webhook.service_proxy import behind_service
 
 pytestmark = pytest.mark.e2e
@@ -52,6 +53,10 @@ def fleet(kube: KubeClient) -> Iterator[Fleet]:
     made = Fleet(kube, layout, with_device_class=False)  # the class belongs to other fixtures
     try:
         made.grow(gpus=GPUS, claims=CLAIMS)
+        # earlier modules' namespaces still being deleted: the namespace controller's LISTs in
+        # them are counted as the view's
+        wait_for(lambda: not kube.terminating_namespaces(), timeout_s=120,
+                 what="earlier tests' namespaces gone")  # fmt: skip
         yield made
     finally:
         made.remove()

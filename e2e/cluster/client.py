@@ -60,6 +60,12 @@ class KubeClient:
     def create(self, path: str, body: Json) -> Json:
         return self.request("POST", path, body=body)
 
+    def terminating_namespaces(self) -> list[str]:
+        """Namespaces being deleted: nothing can be made in them, and the namespace controller
+        lists and deletes in them meanwhile (requests a count test must not see)."""
+        return [n["metadata"]["name"] for n in self.items("/api/v1/namespaces")
+                if n.get("status", {}).get("phase") == "Terminating"]  # fmt: skip
+
     def patch(self, path: str, body: Json, *, content_type: str = MERGE_PATCH) -> Json:
         return self.request("PATCH", path, body=body, content_type=content_type)
 

@@ -49,7 +49,7 @@ def behind_service(
     machine, through a stand-in Pod on `node`; yields "namespace/name", deletes it all after."""
     address = outward_ipv4()
     made: list[str] = []
-    wait_for(lambda: not terminating(kube, namespace), timeout_s=120,
+    wait_for(lambda: namespace not in kube.terminating_namespaces(), timeout_s=120,
              what=f"namespace {namespace} deleted by an earlier use")  # fmt: skip
     if not kube.exists(f"/api/v1/namespaces/{namespace}"):
         kube.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
@@ -83,17 +83,6 @@ def behind_service(
         if made and made[0] == f"/api/v1/namespaces/{namespace}":  # gone before what comes next
             with suppress(AssertionError):
                 wait_for(lambda: not kube.exists(made[0]), timeout_s=60, what="namespace gone")
-
-
-def terminating(kube: KubeClient, namespace: str) -> bool:
-    """Whether `namespace` is being deleted (no object can be made in it until it is gone)."""
-    try:
-        found = kube.get(f"/api/v1/namespaces/{namespace}")
-    except ApiError as error:
-        if error.status == 404:
-            return False
-        raise
-    return bool(found.get("metadata", {}).get("deletionTimestamp"))
 
 
 def bookings_answer(kube: KubeClient, service: str) -> int:

@@ -40,11 +40,6 @@ def held_claims(kube: KubeClient, ns: str, count: int) -> None:
     in_threads(kube, range(count), create, threads=4)
 
 
-def terminating(kube: KubeClient) -> list[str]:
-    namespaces = kube.items("/api/v1/namespaces")
-    return [n["metadata"]["name"] for n in namespaces if n["status"].get("phase") == "Terminating"]
-
-
 def unscheduled(name: str, mib: int) -> Json:
     """A GPU pod nobody schedules, named by `generateName` as a controller's pods are: it gets no
     Event of its own (no name to look up, no owner), so the next test's Events do not queue
@@ -64,7 +59,8 @@ def test_gpu_admissions_into_a_namespace_with_a_quota_and_300_claims_list_nothin
              "spec": {"hard": {"limits.nvidia.com/gpumem": str(hard)}}}  # fmt: skip
     kube.create(f"/api/v1/namespaces/{ns}/resourcequotas", quota)
     held_claims(kube, ns, HELD_CLAIMS)
-    wait_for(lambda: not terminating(kube), timeout_s=120, what="earlier tests' namespaces gone")
+    wait_for(lambda: not kube.terminating_namespaces(), timeout_s=120,
+             what="earlier tests' namespaces gone")  # fmt: skip
 
     def admit_pods() -> list[Json]:
         return [create_pod(kube, ns, unscheduled(f"share-{i}", POD_MIB)) for i in range(PODS)]
