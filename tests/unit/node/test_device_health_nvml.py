@@ -5,6 +5,7 @@ event set, drained without waiting) and lost GPUs."""
 
 from __future__ import annotations
 
+import ctypes
 from types import SimpleNamespace
 
 import pytest
@@ -21,6 +22,7 @@ GPUS = (
     Gpu(index=1, uuid="GPU-b", product_name="NVIDIA H100", memory=80 * 2**30, minor=1),
 )
 XID_CRITICAL = 0x8
+POINTER_ADDRESSES = {"GPU-a": 0x1000, "GPU-b": 0x2000}
 
 
 class NVMLError(Exception):
@@ -71,7 +73,10 @@ class FakeNvml:
         return self.queued.pop(0)
 
     def nvmlDeviceGetUUID(self, handle: str) -> bytes:
-        return handle.removeprefix("handle-").encode()
+        uuid = handle.removeprefix("handle-")
+        if uuid in self.lost:  # a card that fell off the bus answers nothing about itself
+            raise NVMLError(self.NVML_ERROR_GPU_IS_LOST)
+        return uuid.encode()
 
     def xid(self, xid: int, uuid: str | None) -> None:
         device = None if uuid is None else f"handle-{uuid}"
@@ -107,6 +112,47 @@ def test_a_card_xid_without_a_device_marks_every_card() -> None:
     source = NvmlHealthEvents(GPUS, nvml=nvml)
     nvml.xid(95, None)
     assert source.unhealthy() == {"GPU-a": "xid-95", "GPU-b": "xid-95"}
+
+
+def test_a_lost_cards_xid_marks_that_card_only_not_its_healthy_neighbours() -> None:
+    nvml = FakeNvml()
+    source = NvmlHealthEvents(GPUS, nvml=nvml)
+    nvml.lost = {"GPU-a"}
+    nvml.xid(79, "GPU-a")
+    assert source.unhealthy() == {"GPU-a": "gpu-lost"}
+    nvml.lost = set()  # back on the bus: the XID it sent still marks it, and only it
+    assert source.unhealthy() == {"GPU-a": "xid-79"}
+
+
+class PointerHandles(FakeNvml):
+    """Handles as pynvml gives them: a new ctypes device pointer for every answer, the same
+    address for the same card (pointer objects compare by identity, not by address)."""
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> object:  # type: ignore[override]
+        super().nvmlDeviceGetHandleByUUID(uuid)
+        return ctypes.cast(ctypes.c_void_p(POINTER_ADDRESSES[uuid]), ctypes.POINTER(ctypes.c_char))
+
+    def nvmlDeviceGetUUID(self, handle: object) -> bytes:
+        raise NVMLError(self.NVML_ERROR_GPU_IS_LOST)
+
+    def xid(self, xid: int, uuid: str | None) -> None:
+        device = None if uuid is None else self.nvmlDeviceGetHandleByUUID(uuid)
+        self.queued.append(SimpleNamespace(eventType=XID_CRITICAL, eventData=xid, device=device))
+
+
+def test_an_events_pointer_handle_names_the_card_registered_at_its_address() -> None:
+    nvml = PointerHandles()
+    source = NvmlHealthEvents(GPUS, nvml=nvml)
+    nvml.xid(79, "GPU-b")
+    assert source.unhealthy() == {"GPU-b": "xid-79"}
+
+
+def test_an_xid_of_a_handle_none_of_ours_and_unnamed_marks_no_card() -> None:
+    nvml = FakeNvml()
+    source = NvmlHealthEvents(GPUS, nvml=nvml)
+    nvml.lost = {"GPU-z"}
+    nvml.xid(79, "GPU-z")
+    assert source.unhealthy() == {}
 
 
 def test_a_lost_gpu_is_unhealthy_while_nvml_cannot_find_it() -> None:

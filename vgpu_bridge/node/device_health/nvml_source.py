@@ -3,13 +3,17 @@
 - XID critical-error events: one event set, every card registered for them; each `unhealthy()`
   drains what arrived without waiting. A card XID (`xids.CARD_XIDS`) marks its card until the
   agent restarts: NVML tells no recovery, a reset or a replacement does (restart the agent
-  after it). A card XID NVML reports without a device marks every card, as it cannot say which.
+  after it). An event names its card by the handle it was registered with (kept at registration:
+  a card that fell off the bus answers GPU_IS_LOST when asked its UUID, and must not take its
+  healthy neighbours with it). A card XID NVML reports without a device marks every card, as it
+  cannot say which; one whose handle is none of ours and cannot be named marks none (logged).
 - A lost GPU: `nvmlDeviceGetHandleByUUID` failing with GPU_IS_LOST marks the card while it lasts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import ctypes
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from vgpu_bridge.logs import get_logger
@@ -34,6 +38,7 @@ class NvmlHealthEvents:
         self._nvml = nvml
         self._gpus = tuple(gpus)
         self._xids: dict[str, str] = {}
+        self._uuid_by_handle: dict[Hashable, str] = {}
         try:
             nvml.nvmlInit()
             self._events = nvml.nvmlEventSetCreate()
@@ -47,6 +52,7 @@ class NvmlHealthEvents:
         try:
             handle = nvml.nvmlDeviceGetHandleByUUID(gpu.uuid)
             nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, self._events)
+            self._uuid_by_handle[handle_key(handle)] = gpu.uuid
         except nvml.NVMLError as error:
             log.warning("cannot watch the card's XID events", device=gpu.device_name,
                         uuid=gpu.uuid, error=str(error))  # fmt: skip
@@ -78,13 +84,18 @@ class NvmlHealthEvents:
                 self._xids.setdefault(uuid, reason)  # the first card XID stays the reason
 
     def _uuids_of(self, handle: object) -> list[str]:
-        """The uuid of the event's card; every card's when NVML names none."""
+        """The uuid of the event's card (the one registered with its handle, else NVML's answer);
+        every card's when NVML names no device; none when a handle of no card of ours is unnamed."""
         if not handle:
             return [gpu.uuid for gpu in self._gpus]
+        registered = self._uuid_by_handle.get(handle_key(handle))
+        if registered is not None:
+            return [registered]
         try:
             uuid = self._nvml.nvmlDeviceGetUUID(handle)
-        except self._nvml.NVMLError:
-            return [gpu.uuid for gpu in self._gpus]
+        except self._nvml.NVMLError as error:
+            log.warning("XID event of a card NVML cannot name; no card marked", error=str(error))
+            return []
         return [uuid.decode() if isinstance(uuid, bytes) else str(uuid)]
 
     def _is_lost(self, gpu: Gpu) -> bool:
@@ -93,6 +104,14 @@ class NvmlHealthEvents:
         except self._nvml.NVMLError as error:
             return bool(error.value == self._nvml.NVML_ERROR_GPU_IS_LOST)
         return False
+
+
+def handle_key(handle: object) -> Hashable:
+    """What names a device handle across calls: pynvml gives a new ctypes pointer object for each
+    answer (they compare by identity), so its address; any other handle (a test's) as it is."""
+    if isinstance(handle, ctypes._Pointer):
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    return handle if isinstance(handle, Hashable) else id(handle)
 
 
 class NvmlHealthOnFirstUse:
