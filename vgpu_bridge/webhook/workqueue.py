@@ -5,7 +5,9 @@ A flood of big reviews from one namespace must not make every other namespace wa
 (issue 25): the queue holds at most `max_items` reviews and `max_bytes` of their bodies, hands
 them out round-robin between keys (a review's namespace), and when it is full the key holding
 the most bytes gives way: its newest review is refused at once (HTTP 503, so the API server
-applies the webhook's failurePolicy instead of waiting for its timeout). A review whose caller's
+applies the webhook's failurePolicy instead of waiting for its timeout). Every job weighs at
+least FLOOR_BYTES, so jobs without a body can never pile up weightless under one key while
+another key's real reviews give way (issue 35). A review whose caller's
 timeout has passed before a worker takes it is dropped without being computed: the API server
 has already answered it.
 
@@ -33,6 +35,9 @@ MAX_CALLER_TIMEOUT_S = 30.0
 NAMESPACE_WINDOW = 16 * 1024
 #: a review this big or bigger is heavy (a pod of a few hundred containers; most are < 20 KiB)
 HEAVY_BYTES = 128 * 1024
+#: the least a job weighs against the byte bound and in choosing who gives way (a bodiless GET
+#: weighed 0: a flood of them under one key never gave way, a real review beside them did)
+FLOOR_BYTES = 4 * 1024
 _NAMESPACE = re.compile(rb'"namespace"\s*:\s*"([^"\\]{0,253})"')
 _GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 _UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
@@ -72,15 +77,17 @@ class FairQueue(Generic[Item]):
 
     @property
     def queued_bytes(self) -> int:
+        """The queued jobs' sizes, each counted as at least FLOOR_BYTES."""
         return self._bytes
 
     def put(self, job: Job[Item]) -> list[Job[Item]]:
         """Queue `job`; returns the jobs refused to stay within bounds (`job` itself, or the
         newest ones of the key holding the most bytes), to be answered at once."""
         with self._ready:
+            weight = _weight(job)
             self._keys.setdefault(job.key, deque()).append(job)
-            self._bytes_by_key[job.key] = self._bytes_by_key.get(job.key, 0) + job.size
-            self._items, self._bytes = self._items + 1, self._bytes + job.size
+            self._bytes_by_key[job.key] = self._bytes_by_key.get(job.key, 0) + weight
+            self._items, self._bytes = self._items + 1, self._bytes + weight
             refused = []
             while self._over():
                 refused.append(self._pop_newest(self._heaviest(prefer=job.key)))
@@ -153,12 +160,19 @@ class FairQueue(Generic[Item]):
         return job
 
     def _forget(self, job: Job[Item]) -> None:
-        self._items, self._bytes = self._items - 1, self._bytes - job.size
-        left = self._bytes_by_key[job.key] - job.size
+        weight = _weight(job)
+        self._items, self._bytes = self._items - 1, self._bytes - weight
+        left = self._bytes_by_key[job.key] - weight
         if job.key in self._keys and len(self._keys[job.key]) > 0:
             self._bytes_by_key[job.key] = left
         else:
             del self._bytes_by_key[job.key]
+
+
+def _weight(job: Job[Item]) -> int:
+    """What `job` counts for against the byte bound and in `_heaviest`: its size, at least
+    FLOOR_BYTES (a job's bookkeeping costs room whatever its body)."""
+    return max(job.size, FLOOR_BYTES)
 
 
 def caller_timeout_s(target: str, *, default_s: float) -> float:

@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from vgpu_bridge.webhook.workqueue import (
+    FLOOR_BYTES,
     MAX_CALLER_TIMEOUT_S,
     FairQueue,
     Job,
@@ -65,11 +66,11 @@ def test_when_full_a_newcomer_of_the_heaviest_namespace_is_itself_refused() -> N
 
 
 def test_the_byte_bound_refuses_the_namespace_holding_the_most_bytes() -> None:
-    queue: FairQueue[str] = FairQueue(max_items=100, max_bytes=1000)
-    queue.put(job("big-0", "big", size=600))
-    refused = queue.put(job("small-0", "small", size=500))
+    queue: FairQueue[str] = FairQueue(max_items=100, max_bytes=10 * FLOOR_BYTES)
+    queue.put(job("big-0", "big", size=6 * FLOOR_BYTES))
+    refused = queue.put(job("small-0", "small", size=5 * FLOOR_BYTES))
     assert [r.item for r in refused] == ["big-0"]
-    assert queue.queued_bytes == 500
+    assert queue.queued_bytes == 5 * FLOOR_BYTES
 
 
 def test_one_review_alone_is_never_too_big_for_the_byte_bound() -> None:
@@ -157,3 +158,22 @@ def test_a_reviews_namespace_is_the_first_one_it_names() -> None:
     assert review_namespace(b'{"request": {"namespace": "team-b"}}') == "team-b"
     assert review_namespace(b'{"request": {"uid": "u"}}') is None
     assert review_namespace(b'{"a": "' + b"x" * 20000 + b'", "namespace": "late"}') is None
+
+
+def test_bodiless_jobs_weigh_their_floor_so_a_review_is_not_shed_beside_them() -> None:
+    """Issue 35: 0-byte jobs (GET /metrics) under one key weighed nothing, so a full queue
+    refused the one real review of another key instead of any of them."""
+    queue: FairQueue[str] = FairQueue(max_items=3, max_bytes=10**6)
+    for index in range(3):
+        assert queue.put(job(f"scrape-{index}", "other", size=0)) == []
+    refused = queue.put(job("review", "namespace/quiet", size=FLOOR_BYTES - 1))
+    assert [r.item for r in refused] == ["scrape-2"]
+    assert drain(queue) == ["scrape-0", "review", "scrape-1"]
+
+
+def test_the_byte_bound_counts_each_job_at_least_its_floor() -> None:
+    queue: FairQueue[str] = FairQueue(max_items=100, max_bytes=3 * FLOOR_BYTES)
+    for index in range(3):
+        assert queue.put(job(f"tiny-{index}", "a", size=1)) == []
+    assert queue.queued_bytes == 3 * FLOOR_BYTES
+    assert [r.item for r in queue.put(job("tiny-3", "a", size=1))] == ["tiny-3"]
