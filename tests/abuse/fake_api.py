@@ -10,15 +10,19 @@ part of a URL the binaries asked for. What it serves:
   held open, then ends empty.
 - `GET .../resourceclaims/<name>` returns the claim registered under that name, else 404.
 - `GET /api/v1/nodes/<name>` returns a node with a uid; other GETs of one object are 404.
-- Lists return no items; POST/PUT echo the body back; PATCH and DELETE answer `{}`.
+- Lists return no items, except a collection a test put in `FakeApi.served` (resource plural →
+  its items, made as they are sent): paged by `limit`/`continue` and streamed item by item, so
+  hundreds of megabytes of claims never sit in this process.
+- POST/PUT echo the body back; PATCH and DELETE answer `{}`.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -84,6 +88,8 @@ class FakeApi:
     stop: threading.Event
     requests: list[tuple[str, str]] = field(default_factory=list)
     claims: dict[str, Json] = field(default_factory=dict)
+    #: resource plural → (namespace, or None for the cluster's) → its items, JSON-encoded
+    served: dict[str, Callable[[str | None], Iterator[bytes]]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -162,6 +168,8 @@ class _Handler(BaseHTTPRequestHandler):
         if query.get("watch") == "true":
             self.server.api.stop.wait(WATCH_HOLD_S)
             self._answer(200, {})
+        elif _is_list(path) and path.rsplit("/", 1)[1] in self.server.api.served:
+            self._stream_list(path, query)
         elif path.endswith("/resourceslices"):
             self._answer(200, {"items": SLICES, "metadata": {"resourceVersion": "1"}})
         elif (claim := self._claim(path)) is not None:
@@ -173,6 +181,27 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(200, {"items": [], "metadata": {"resourceVersion": "1"}})
         else:
             self._answer(404, {"kind": "Status", "status": "Failure", "code": 404})
+
+    def _stream_list(self, path: str, query: dict[str, str]) -> None:
+        """One page of a served collection (`continue` is the offset), chunk by chunk: each item
+        is made as it is sent, and one past the page tells whether there are more."""
+        segments = path.strip("/").split("/")
+        namespace = segments[-2] if "namespaces" in segments else None
+        start, limit = int(query.get("continue") or 0), int(query.get("limit") or 1 << 30)
+        made = self.server.api.served[segments[-1]](namespace)
+        page = itertools.islice(made, start, start + limit)
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+        self._chunk(b'{"items": [')
+        for index, item in enumerate(page):
+            self._chunk(item if index == 0 else b"," + item)
+        more = next(made, None) is not None
+        meta = {"resourceVersion": "1", **({"continue": str(start + limit)} if more else {})}
+        self._chunk(b'], "metadata": ' + json.dumps(meta).encode() + b"}")
+        self._chunk(b"")
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
 
     def _claim(self, path: str) -> Json | None:
         head, _, name = path.rpartition("/")
