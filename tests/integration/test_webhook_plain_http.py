@@ -1,5 +1,5 @@
 """The webhook's optional plain-HTTP listener over a real loopback socket: /metrics, /healthz and
-/readyz answer there without TLS; /mutate never does."""
+/readyz answer there without TLS; /mutate and /bookings never do."""
 
 from __future__ import annotations
 
@@ -65,3 +65,10 @@ def test_the_plain_listener_is_off_unless_asked_for(tmp_path: Path) -> None:
          "VGPU_BRIDGE_METRICS_LISTEN": "0.0.0.0:9402"}
     )  # fmt: skip
     assert on.metrics_host_port == ("0.0.0.0", 9402)
+
+
+def test_bookings_are_not_served_without_tls(webhook: RunningWebhook) -> None:
+    """Issue 35 item 8: the plain listener served /bookings with no check at all; the status
+    view reads it through the service proxy to the HTTPS port."""
+    assert webhook.plain("GET", "/bookings") == (404, b"not found")
+    assert webhook.get("/bookings")[0] in (200, 503)  # the HTTPS port still serves it

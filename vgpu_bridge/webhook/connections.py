@@ -8,11 +8,15 @@ that has waited longest in its state is closed to make room. Constant-time route
 `/readyz`) are answered on the selector thread itself, so they never queue behind busy workers;
 so are quick requests (an admission that needs no translation and no API call, such as a pod
 without GPUs) while the turn has time left of `QUICK_BUDGET_S`: no hand-off to a worker and back.
-The rest wait for a worker in a `workqueue.FairQueue`: bounded, round-robin between the keys the
-routes give (a review's namespace), each with its caller's deadline (the `timeout` query
-parameter); a request refused by a full queue is answered 503 at once, one whose deadline passed
-in the queue 504 without being handled, and both are counted by `shed`; one big request at a
-time is handed out (`workqueue.HEAVY_BYTES`), the workers taking the others meanwhile.
+Work that is not a review (a scrape of /metrics, /bookings) never takes a review's room: it waits
+in a small queue of its own for the one side worker, shared out by client address, and a full one
+refuses only such work (issue 35: bodiless GETs had filled the reviews' queue and a neighbour's
+reviews were refused beside them). Reviews wait for a worker in a `workqueue.FairQueue`: bounded,
+round-robin between the keys the routes give (a review's namespace), each with its caller's
+deadline (the `timeout` query parameter); a request refused by a full queue is answered 503 at
+once, one whose deadline passed in the queue 504 without being handled, and both are counted by
+`shed`; one big request at a time is handed out (`workqueue.HEAVY_BYTES`), the workers taking the
+others meanwhile.
 Every failed connection is one structured log line, never a traceback on stderr.
 """
 
@@ -55,6 +59,7 @@ class Limits:
     workers: int = 8
     max_queued: int = 128  # requests waiting for a worker
     max_queued_bytes: int = 32 * 2**20  # their bodies together
+    max_side_queued: int = 64  # requests other than reviews waiting for the side worker
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +70,7 @@ class Request:
     body: bytes
     peer: str
     client_verified: bool  # a client certificate signed by --client-ca-file was presented
+    received_at: float = 0.0  # time.monotonic() when it was whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +85,7 @@ class Reply:
 #: the answers to work the queue sheds (the API server then applies the webhook's failurePolicy)
 QUEUE_FULL = Reply(503, b"too many requests waiting for a worker; refused without waiting")
 EXPIRED = Reply(504, b"not computed: the caller's timeout passed while it waited for a worker")
+SIDE_FULL = Reply(503, b"too many requests other than reviews waiting; refused without waiting")
 
 
 class Routes(Protocol):
@@ -88,6 +95,10 @@ class Routes(Protocol):
     def quick(self, request: Request) -> Reply | None:
         """A reply computed in bounded time, without I/O, on the selector thread; None: `handle`
         it on a worker. Asked only while the turn's `QUICK_BUDGET_S` lasts."""
+
+    def side(self, request: Request) -> bool:
+        """Whether `handle` work is not a review: queued apart for the side worker, so that it
+        never takes the room of a review, nor a review worker."""
 
     def handle(self, request: Request) -> Reply:
         """The reply, computed on a worker thread."""
@@ -137,6 +148,9 @@ class ConnectionLoop:
         self._work: FairQueue[tuple[_Connection, Request]] = FairQueue(
             max_items=limits.max_queued, max_bytes=limits.max_queued_bytes
         )
+        self._side: FairQueue[tuple[_Connection, Request]] = FairQueue(
+            max_items=limits.max_side_queued, max_bytes=limits.max_queued_bytes
+        )
         self._conns: dict[_Connection, None] = {}  # insertion order: longest in its state first
         self._stop = threading.Event()
         self._stopped = threading.Event()
@@ -162,9 +176,12 @@ class ConnectionLoop:
         self._selector.register(self._listener, selectors.EVENT_READ, "accept")
         self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         workers = [
-            threading.Thread(target=self._worker, name=f"worker-{i}", daemon=True)
+            threading.Thread(target=self._worker, args=(self._work,), name=f"worker-{i}",
+                             daemon=True)
             for i in range(self._limits.workers)
-        ]
+        ]  # fmt: skip
+        workers.append(threading.Thread(target=self._worker, args=(self._side,),
+                                        name="side-worker", daemon=True))  # fmt: skip
         for worker in workers:
             worker.start()
         if started is not None:
@@ -176,6 +193,7 @@ class ConnectionLoop:
             for conn in list(self._conns):
                 self._close(conn)
             self._work.close()
+            self._side.close()
             self._stopped.set()
 
     def shutdown(self) -> None:
@@ -325,7 +343,7 @@ class ConnectionLoop:
             return
         body = bytes(conn.buffer[: conn.body_length])
         del conn.buffer[: conn.body_length]
-        request = Request(conn.head, body, conn.peer, conn.verified)
+        request = Request(conn.head, body, conn.peer, conn.verified, time.monotonic())
         conn.close_after = not conn.head.keep_alive
         conn.head, conn.body_length = None, 0
         reply = self._routes.inline(request)
@@ -339,19 +357,23 @@ class ConnectionLoop:
         self._queue(conn, request)
 
     def _queue(self, conn: _Connection, request: Request) -> None:
-        """Hand `request` to the workers; what the full queue refuses is answered 503 now."""
+        """Hand `request` to the workers (a review) or to the side worker (anything else); what
+        the full queue refuses is answered 503 now."""
         timeout_s = caller_timeout_s(request.head.target, default_s=self._limits.request_timeout_s)
-        key = self._routes.queue_key(request)
+        side = self._routes.side(request)
+        work = self._side if side else self._work
+        key = _host(conn.peer) if side else self._routes.queue_key(request)
+        reason, refusal = ("side-queue-full", SIDE_FULL) if side else ("queue-full", QUEUE_FULL)
         job = Job((conn, request), key, len(request.body), self._clock() + timeout_s)
-        for refused in self._work.put(job):
-            (waiting, _), reason = refused.item, "queue-full"
+        for refused in work.put(job):
+            waiting, _ = refused.item
             self._shed(reason)
             log.warning("request refused", peer=waiting.peer, key=refused.key, reason=reason,
-                        queued=len(self._work), queued_bytes=self._work.queued_bytes)  # fmt: skip
+                        queued=len(work), queued_bytes=work.queued_bytes)  # fmt: skip
             if waiting is conn:
-                self._reply(conn, QUEUE_FULL)  # its own step goes on with what follows
+                self._reply(conn, refusal)  # its own step goes on with what follows
             else:
-                self._step(waiting, QUEUE_FULL)
+                self._step(waiting, refusal)
 
     def _reply(self, conn: _Connection, reply: Reply) -> None:
         conn.out = wire.response(
@@ -434,8 +456,8 @@ class ConnectionLoop:
             self._selector.unregister(conn.sock)
         conn.watching = events
 
-    def _worker(self) -> None:
-        while (job := self._work.get()) is not None:
+    def _worker(self, work: FairQueue[tuple[_Connection, Request]]) -> None:
+        while (job := work.get()) is not None:
             conn, request = job.item
             if self._clock() >= job.deadline:  # its caller has given up: not worth computing
                 self._shed("expired")
@@ -443,7 +465,7 @@ class ConnectionLoop:
                 reply = EXPIRED
             else:
                 reply = self._answer(conn, request)
-            self._work.done(job)
+            work.done(job)
             self._done.put((conn, reply))
             if not self._wake_sent:  # else the selector has yet to take the queue: it sees ours
                 self._wake_sent = True
@@ -473,6 +495,11 @@ def _peer(address: object) -> str:
     if isinstance(address, tuple) and len(address) >= 2:
         return f"{address[0]}:{address[1]}"
     return str(address)
+
+
+def _host(peer: str) -> str:
+    """A peer's address without its port: one client's connections share one key."""
+    return peer.rpartition(":")[0] or peer
 
 
 def _late(timeout_s: float) -> str:

@@ -1,18 +1,24 @@
 """The HTTPS server: /mutate, /healthz, /readyz, /metrics, /bookings (what the allocated claims
-consumed of each card, for `kubectl vgpu status` through the API server's service proxy). TLS
-reloads when the files change. An optional plain-HTTP server (`--metrics-listen`) answers
-/metrics, /bookings, /healthz and /readyz only, for scrapers without the webhook's CA; /mutate is
-never served without TLS.
+consumed of each card, for `kubectl vgpu status` through the API server's service proxy to this
+port). TLS reloads when the files change. An optional plain-HTTP server (`--metrics-listen`)
+answers /metrics, /healthz and /readyz only, for scrapers without the webhook's CA; /mutate and
+/bookings are never served without TLS.
 
 Both run on `connections.ConnectionLoop`: one selector thread holds every connection (slow ones
-cost a socket, never a thread) and a fixed pool of workers runs admissions. /healthz and /readyz
-are answered on the selector thread, so probes are answered while every worker is busy and
-thousands of slow connections are held. So are small reviews that need no translation and no API
-call (a pod without GPUs): no hand-off to a worker and back.
+cost a socket, never a thread) and a fixed pool of workers runs admissions. Whatever is no work
+is answered on the selector thread: /healthz and /readyz (probes are answered while every worker
+is busy and thousands of slow connections are held), a client without the required certificate,
+an unknown path or method, a review without a body. So are small reviews that need no
+translation and no API call (a pod without GPUs): no hand-off to a worker and back. /metrics and
+/bookings are made by the side worker, never in the reviews' queue (issue 35: a flood of scrapes
+from the pod network got other namespaces' reviews refused); a scrape gets metrics made after it
+arrived, made at most every METRICS_EVERY_S however many scrape.
 
 With `--client-ca-file`, /mutate, /metrics and /bookings answer only clients that presented a
 certificate signed by that CA (the API server can be configured to present one); /healthz and
-/readyz stay open to the kubelet's probes, which present none.
+/readyz stay open to the kubelet's probes, which present none. Without it, /bookings answers any
+client that reaches the port, as /metrics does: it holds per-card sums (node, device, memory,
+cores, shares), no namespace, claim or pod.
 """
 
 from __future__ import annotations
@@ -33,12 +39,14 @@ from vgpu_bridge.webhook.workqueue import review_namespace
 log = get_logger("vgpu_bridge.webhook.server")
 NOT_FOUND = Reply(404, b"not found")
 CLIENT_CERT_REQUIRED = Reply(403, b"a client certificate signed by --client-ca-file is required")
+EMPTY_REVIEW = Reply(400, b"an AdmissionReview is required: the request has no body")
 #: reviews up to this size may be answered on the selector thread (a pod without GPUs is a few
 #: KiB, with managedFields and a long env rarely past 20); with `fastpath.QUICK_MAX_CONTAINERS`
 #: this keeps one quick review near the turn's budget (issue 25: 64 KiB of 1,994 tiny containers
 #: took 9.4 ms)
 QUICK_REVIEW_BYTES = 32 * 1024
 BOOKINGS_MAX_AGE_S = 1.0  # /bookings is made again at most this often
+METRICS_EVERY_S = 0.1  # /metrics is made at most this often (scrapes meanwhile wait for the next)
 
 
 class TLSFiles:
@@ -80,14 +88,27 @@ class TLSFiles:
 
 
 class ProbeRoutes:
-    """GET /healthz and /readyz (on the selector thread), GET /metrics and /bookings; everything
-    else 404."""
+    """GET /healthz and /readyz (on the selector thread), GET /metrics (on the side worker);
+    everything else 404 on the selector thread."""
+
+    #: the GET paths made by the side worker
+    side_paths: tuple[str, ...] = ("/metrics",)
 
     def __init__(self, admitter: Admitter, ready: Callable[[], bool]) -> None:
         self.admitter, self.ready = admitter, ready
         self._bookings_made: tuple[float, bytes | None] = (0.0, None)
+        self._metrics_made: tuple[float, bytes | None] = (0.0, None)
 
     def inline(self, request: Request) -> Reply | None:
+        """Probes; None for the side paths; 404 for the rest."""
+        probe = self._probe(request)
+        if probe is not None:
+            return probe
+        if request.head.method == "GET" and request.head.path in self.side_paths:
+            return None
+        return NOT_FOUND
+
+    def _probe(self, request: Request) -> Reply | None:
         if request.head.method != "GET":
             return None
         if request.head.path == "/healthz":
@@ -100,18 +121,32 @@ class ProbeRoutes:
     def quick(self, request: Request) -> Reply | None:
         return None
 
+    def side(self, request: Request) -> bool:
+        return True
+
     def queue_key(self, request: Request) -> str:
         return "probes"
 
     def handle(self, request: Request) -> Reply:
-        if request.head.method == "GET" and request.head.path == "/metrics":
-            from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-            registry = self.admitter.metrics.registry
-            return Reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-        if request.head.method == "GET" and request.head.path == "/bookings":
+        if request.head.method != "GET" or request.head.path not in self.side_paths:
+            return NOT_FOUND
+        if request.head.path == "/bookings":
             return self._bookings()
-        return NOT_FOUND
+        return self._metrics(asked_at=request.received_at)
+
+    def _metrics(self, *, asked_at: float) -> Reply:
+        """The metrics as they were at `asked_at` or later: the body made last if it was begun
+        after then, else a new one, begun at least METRICS_EVERY_S after the last (scrapes in a
+        loop cost the reviews beside them a few bodies a second, never one each)."""
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        made_at, body = self._metrics_made
+        if body is None or made_at < asked_at:
+            time.sleep(max(0.0, made_at + METRICS_EVERY_S - time.monotonic()))
+            made_at = time.monotonic()
+            body = generate_latest(self.admitter.metrics.registry)
+            self._metrics_made = (made_at, body)
+        return Reply(200, body, CONTENT_TYPE_LATEST)
 
     def _bookings(self) -> Reply:
         """What the allocated claims consumed of each card (`claim_bookings`), 503 until the
@@ -131,16 +166,34 @@ class ProbeRoutes:
 
 
 class AdmissionRoutes(ProbeRoutes):
-    """The probe routes and POST /mutate; with a client CA, /mutate, /metrics and /bookings need
-    a client certificate signed by it."""
+    """The probe routes, GET /bookings and POST /mutate; with a client CA, all but the probes
+    need a client certificate signed by it, refused on the selector thread."""
+
+    side_paths = ("/metrics", "/bookings")
 
     def __init__(self, admitter: Admitter, ready: Callable[[], bool], *, tls: TLSFiles) -> None:
         super().__init__(admitter, ready)
         self.tls = tls
 
+    def inline(self, request: Request) -> Reply | None:
+        """Probes; a client without the required certificate refused before its request takes
+        any queue room; a review without a body refused; None for a review and the side paths;
+        404 for the rest."""
+        probe = self._probe(request)
+        if probe is not None:
+            return probe
+        if self._refused(request):
+            return CLIENT_CERT_REQUIRED
+        if _is_review(request):
+            return None if request.body else EMPTY_REVIEW
+        return super().inline(request)
+
+    def side(self, request: Request) -> bool:
+        return not _is_review(request)
+
     def quick(self, request: Request) -> Reply | None:
         """A small review that needs no translation and no API call, answered on the selector
-        thread (most pods ask for no GPU); a refusal is left to `handle`."""
+        thread (most pods ask for no GPU)."""
         if self._refused(request) or not _is_review(request):
             return None
         if len(request.body) > QUICK_REVIEW_BYTES:

@@ -28,6 +28,9 @@ class GatedRoutes:
     def inline(self, request: Request) -> Reply | None:
         return None
 
+    def side(self, request: Request) -> bool:
+        return request.head.path.startswith("/side")
+
     def quick(self, request: Request) -> Reply | None:
         return None
 
@@ -140,3 +143,69 @@ def test_a_full_queue_refuses_the_floods_newest_at_once_and_serves_the_neighbour
     assert neighbour.result()[0] == 200
     assert [p.result()[0] for p in posts[:3]] == [200, 200, 200]
     assert served.routes.handled == ["/f0", "/f1", "/n0", "/f2"]
+
+
+class Get:
+    """One GET on its own connection, answered in the background."""
+
+    def __init__(self, port: int, target: str) -> None:
+        self.answer: tuple[int, bytes] | None = None
+        self._conn = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT_S)
+        self._conn.request("GET", target)
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        response = self._conn.getresponse()
+        self.answer = (response.status, response.read())
+        self._conn.close()
+
+    def result(self) -> tuple[int, bytes]:
+        self._thread.join(WAIT_S)
+        assert self.answer is not None, "no answer"
+        return self.answer
+
+
+def test_side_work_is_answered_while_every_review_worker_is_held_and_takes_no_review_room(
+    served: Served,
+) -> None:
+    """Issue 35: scrapes waited in the reviews' queue, and a full queue refused reviews beside
+    them; the side worker takes them, from a queue of their own."""
+    first = Post(served.port, "/a0")
+    wait_for(lambda: served.routes.handled == ["/a0"])
+    waiting = [Post(served.port, f"/{name}0") for name in "bc"]
+    wait_for(lambda: served.loop.queued == 2)
+    scrapes = [Get(served.port, "/side") for _ in range(5)]
+    assert [s.result() for s in scrapes] == [(200, b"handled")] * 5  # the only worker is held
+    assert served.loop.queued == 2
+    assert served.shed == []
+    served.routes.gate.set()
+    assert first.result()[0] == 200
+    assert [w.result()[0] for w in waiting] == [200, 200]
+
+
+def test_a_full_side_queue_refuses_side_work_only() -> None:
+    """The side worker held by a scrape, its queue of 2 full: the newest scrape is refused at
+    once; a review is still handled by its worker and nothing of the reviews' is shed."""
+    shed: list[str] = []
+    routes = GatedRoutes()
+    loop = ConnectionLoop(bind(("127.0.0.1", 0)), routes=routes, shed=shed.append,
+                          limits=Limits(workers=1, max_queued=3, max_side_queued=2))  # fmt: skip
+    threading.Thread(target=loop.serve_forever, daemon=True).start()
+    port = loop._listener.getsockname()[1]
+    try:
+        held = Get(port, "/side-0")
+        wait_for(lambda: routes.handled == ["/side-0"])
+        waiting = [Get(port, "/side-1"), Get(port, "/side-2")]
+        wait_for(lambda: len(loop._side) == 2)
+        status, body = Get(port, "/side-3").result()
+        assert status == 503
+        assert b"other than reviews" in body
+        assert shed == ["side-queue-full"]
+        assert Post(port, "/a0").result() == (200, b"handled")
+        routes.gate.set()
+        assert [g.result()[0] for g in (held, *waiting)] == [200, 200, 200]
+    finally:
+        routes.gate.set()
+        loop.shutdown()
+        loop.close()

@@ -20,6 +20,9 @@ class ThreadNamingRoutes:
     def inline(self, request: Request) -> Reply | None:
         return None
 
+    def side(self, request: Request) -> bool:
+        return False
+
     def quick(self, request: Request) -> Reply | None:
         if request.head.path != "/quick":
             return None

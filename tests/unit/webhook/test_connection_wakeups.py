@@ -25,6 +25,9 @@ class OkRoutes:
     def inline(self, request: Request) -> Reply | None:
         return None
 
+    def side(self, request: Request) -> bool:
+        return False
+
     def quick(self, request: Request) -> Reply | None:
         return None
 
@@ -52,7 +55,7 @@ def answer(loop: ConnectionLoop, count: int) -> None:
         for _ in range(count):
             loop._work.put(Job((conn, request), "all", 2, deadline=float("inf")))
         loop._work.close()  # the worker takes what is queued, then stops
-        loop._worker()
+        loop._worker(loop._work)
 
 
 def pending_wakeups(loop: ConnectionLoop) -> int:
