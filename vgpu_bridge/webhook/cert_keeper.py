@@ -4,10 +4,18 @@ material and no caBundle, and two renders of it are the same (GitOps tools see n
 One pass (`CertificateKeeper.sync`): read our MutatingWebhookConfiguration; get the Secret, or
 create it (`create` is the lock: when two replicas race, the one answered 409 reads the winner's),
 or renew what is in it (`update` with its resourceVersion: on a 409 the next pass reads the
-winner's); write the serving pair to `--tls-cert-file`/`--tls-key-file` (the key readable by its
-owner only; `server.TLSFiles` reloads them); and set every webhook's caBundle that differs, as our
-own field manager, so that `helm upgrade` (which never renders a caBundle) leaves it alone.
-The Secret is owned by the configuration: uninstalling the chart deletes both.
+winner's); set every webhook's caBundle that differs, as our own field manager, so that
+`helm upgrade` (which never renders a caBundle) leaves it alone; and write the serving pair to
+`--tls-cert-file`/`--tls-key-file` (the key readable by its owner only; `server.TLSFiles` reloads
+them). The Secret is owned by the configuration: uninstalling the chart deletes both.
+
+A new CA is trusted before it is served: a replica switches to a certificate only when every
+webhook's caBundle, as read at the start of its pass, already holds the signer (the pass that
+writes a new CA into the bundle keeps serving the old CA's certificate, which the bundle still
+holds, until the next pass), or when what it serves would not stay trusted anyway (nothing yet,
+or a CA the bundle no longer holds). The API server's webhook client sees the configuration
+through a watch, so the bundle reaches it a pass (`--tls-check-seconds`) before the certificate
+changes. The old CA stays in the bundle until it expires (`certificates.renewed`).
 
 At start `ensure` runs passes until one succeeds (bounded retries) before the server listens, so a
 replica is ready only once the API server trusts it; afterwards `keep` runs one pass every
@@ -82,10 +90,26 @@ class CertificateKeeper:
         """One pass (see the module); whether the files changed."""
         configuration = self.api.get(api_path(CONFIGURATIONS, self.places.configuration))
         material = self._material(configuration["metadata"]["uid"])
-        changed = write_pair(material, cert_file=self.places.cert_file,
-                             key_file=self.places.key_file)  # fmt: skip
+        serve_now = self._may_serve(material, trusted=_bundles(configuration))
         self._trust(configuration, material.ca_bundle)
-        return changed
+        if not serve_now:
+            log.info("new CA written to the caBundle; its certificate is served from the next pass",
+                     configuration=self.places.configuration)  # fmt: skip
+            return False
+        return write_pair(material, cert_file=self.places.cert_file,
+                          key_file=self.places.key_file)  # fmt: skip
+
+    def _may_serve(self, material: Material, *, trusted: list[bytes]) -> bool:
+        """Serve `material.cert` now? Yes when every webhook trusted its signer before this pass,
+        or when what is served now would not stay trusted anyway (nothing yet, or a CA that
+        `material`'s bundle no longer holds); no while the API server may not yet have seen the
+        bundle this pass writes."""
+        if trusted and all(certificates.trusted_by(material.cert, bundle) for bundle in trusted):
+            return True
+        served = _read(self.places.cert_file)
+        if served is None or served == material.cert:
+            return True
+        return not certificates.trusted_by(served, material.ca_bundle)
 
     def ensure(self, *, deadline_s: float = START_DEADLINE_S) -> None:
         """`sync` until it succeeds, for up to `deadline_s`; its last error after that."""
@@ -200,6 +224,24 @@ def _worth_retrying(error: BaseException) -> bool:
     if isinstance(error, KubeError | ConnectionError | TimeoutError):
         return True
     return type(error).__module__.startswith("urllib3")
+
+
+def _bundles(configuration: Json) -> list[bytes]:
+    """Each webhook's caBundle, decoded (empty when absent or not base64)."""
+    bundles = []
+    for hook in configuration.get("webhooks") or ():
+        try:
+            bundles.append(base64.b64decode(hook.get("clientConfig", {}).get("caBundle") or ""))
+        except ValueError:  # binascii.Error: a bundle nobody can use trusts nothing
+            bundles.append(b"")
+    return bundles
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
 
 
 def _b64(data: bytes) -> str:

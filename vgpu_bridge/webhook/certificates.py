@@ -5,13 +5,15 @@ A CA (ECDSA P-256, `CA_LIFETIME`) signs a serving certificate (`SERVING_LIFETIME
 Service's DNS names. The serving certificate is renewed with the same CA once a third of its
 lifetime is left, so the caBundle the API server trusts stays the same; the CA is renewed when it
 could no longer outlive a new serving certificate, and its predecessor stays in the bundle while
-it is valid, so replicas still serving a certificate it signed stay trusted until they reload.
+it is valid, so replicas still serving a certificate it signed stay trusted until they reload; an
+expired predecessor leaves the bundle. `trusted_by` says whether a bundle holds a certificate's
+signer: the keeper serves a new CA's certificate only once the API server's bundle does.
 """
 
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -167,10 +169,39 @@ def renewed(
             return fresh
         bundle = fresh.ca_bundle + ca.public_bytes(PEM)  # the predecessor, while it is valid
         return Material(bundle, fresh.ca_key, fresh.cert, fresh.key)
+    bundle = _without_expired(cas, now=now) or stored.ca_bundle
     if _serves(cert, names) and cert.not_valid_after_utc - now > SERVING_RENEW_BEFORE:
-        return None
+        return None if bundle is stored.ca_bundle else replace(stored, ca_bundle=bundle)
     new_cert, new_key = new_serving(ca.public_bytes(PEM), stored.ca_key, names=names, now=now)
-    return Material(stored.ca_bundle, stored.ca_key, new_cert, new_key)
+    return Material(bundle, stored.ca_key, new_cert, new_key)
+
+
+def _without_expired(cas: list[x509.Certificate], *, now: datetime.datetime) -> bytes | None:
+    """The bundle without its expired predecessors (an expired CA signs nothing a replica may
+    still serve), or None when none has expired."""
+    kept = [cas[0], *(ca for ca in cas[1:] if ca.not_valid_after_utc > now)]
+    if len(kept) == len(cas):
+        return None
+    return b"".join(ca.public_bytes(PEM) for ca in kept)
+
+
+def trusted_by(cert: bytes, bundle: bytes) -> bool:
+    """Whether a CA of the PEM `bundle` signed the PEM certificate `cert` (False for anything
+    unreadable: an empty or damaged bundle trusts nothing)."""
+    try:
+        serving = x509.load_pem_x509_certificate(cert)
+        cas = x509.load_pem_x509_certificates(bundle)
+    except ValueError:
+        return False
+    return any(_signed(serving, ca) for ca in cas)
+
+
+def _signed(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
 
 
 def _serves(cert: x509.Certificate, names: list[str]) -> bool:
