@@ -40,7 +40,7 @@ class FakeApi(KubeApi):
 
     def __init__(self) -> None:
         super().__init__(client.ApiClient(client.Configuration()))
-        hooks = [{"name": name, "clientConfig": {}} for name in ("pods.x", "workloads.x")]
+        hooks: list[Json] = [{"name": n, "clientConfig": {}} for n in ("pods.x", "workloads.x")]
         self.configuration: Json = {"metadata": {"uid": "config-uid"}, "webhooks": hooks}
         self.secret: Json | None = None
         self.version = 0
