@@ -157,6 +157,27 @@ def test_agent_sees_host_paths_at_the_same_paths(defaults: list[Json]) -> None:
     assert spec["hostPID"] is True  # the metrics read /proc/<host pid>/cgroup
 
 
+def test_hami_series_read_the_kubelets_pod_resources_socket_and_the_agent_no_pods(
+    helm: Helm,
+) -> None:
+    """Issue 35, item 7: RBAC cannot narrow `get pods` to one node's pods, so the agent (a
+    privileged pod on every GPU node) is granted none; the kubelet's socket names containers."""
+    objects = helm.template({"metrics": {"hamiCompatible": True}})
+    for role in of_kind(objects, "ClusterRole") + of_kind(objects, "Role"):
+        if "agent" in role["metadata"]["name"]:
+            assert not [r for r in role["rules"] if "pods" in r["resources"]], role
+    daemonset = one(objects, "DaemonSet")
+    spec = daemonset["spec"]["template"]["spec"]
+    host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    assert host["pod-resources"] == "/var/lib/kubelet/pod-resources"
+    (_, agent) = containers(daemonset)
+    [mount] = [m for m in agent["volumeMounts"] if m["name"] == "pod-resources"]
+    assert (mount["mountPath"], mount.get("readOnly")) == (host["pod-resources"], True)
+    settings = NodeSettings.from_env({**_values(agent), "VGPU_BRIDGE_NODE_NAME": "node-a"})
+    assert settings.pod_resources_socket == Path(host["pod-resources"], "kubelet.sock")
+    assert settings.hami_metrics
+
+
 def test_init_container_installs_libvgpu_and_preload_file_into_the_vgpu_dir(
     defaults: list[Json], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,6 +11,7 @@ import struct
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import grpc
 import pytest
@@ -18,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.node_harness import AgentDirs, agent_dirs, agent_settings
 from tests.unit.node.claims import GPUS, NODE, result
+from tests.unit.node.fake_kubelet import FakeKubelet, serving
 from tests.unit.node.hami_objects import NAMESPACE, ObjectsApi, pod, reserved_claim
 from vgpu_bridge.node.app import Agent, build
 from vgpu_bridge.node.kubeletapi import dra_v1_pb2, dra_v1_pb2_grpc
@@ -129,3 +131,37 @@ def test_hami_series_name_the_shares_pod_and_container_with_its_limit_and_use(
     assert samples["vgpu_bridge_build_info"] == [({"version": package_version()}, 1)]
     assert samples["process_resident_memory_bytes"][0][1] > 0
     assert "python_info" in samples
+
+
+def test_without_any_right_to_read_pods_the_kubelets_socket_names_pod_and_container(
+    tmp_path: Path,
+) -> None:
+    """Issue 35, item 7: the chart grants the agent no pods; the kubelet's pod-resources socket
+    names the containers, the claim's reservedFor the pod."""
+    infer = pod(containers={"main": ["gpu"], "sidecar": []})
+    share = result(memory=f"{SHARE_MIB}Mi", cores=str(SHARE_CORES))
+    api = ObjectsApi(reserved_claim(uid=UID, pods=[infer], results=[share]))  # no pod to read
+    kubelet = FakeKubelet({(NAMESPACE, "infer"): {
+        "main": [(NAMESPACE, "infer-gpu-x1", [(NODE, "gpu-0")])], "sidecar": []}})  # fmt: skip
+    with agent_dirs() as dirs, serving(kubelet, tmp_path / "kubelet.sock") as socket:
+        settings = replace(agent_settings(dirs, node=NODE), metrics_listen="127.0.0.1:0",
+                           hami_metrics=True, pod_resources_socket=socket)  # fmt: skip
+        built = build(settings, api, gpus=GPUS)
+        server = built.start()
+        assert server is not None
+        assert built.pod_names is not None
+        try:
+            _prepare(dirs)
+            _write_region(dirs, GPUS[0].uuid)
+            assert built.pod_names.sync() == 1  # the claim only: no pod is read
+            samples = _scrape(server.server_port)
+        finally:
+            server.shutdown()
+            server.server_close()
+            built.close(grace_s=1)
+    labels = {"namespace": NAMESPACE, "pod": "infer", "container": "main", "vdevice_index": "0",
+              "device_uuid": GPUS[0].uuid, "zone": "vGPU"}  # fmt: skip
+    assert samples["hami_vgpu_memory_limit_bytes"] == [(labels, SHARE_MIB * MiB)]
+    assert samples["hami_vgpu_memory_used_bytes"] == [(labels, USED_MIB * MiB)]
+    assert not [c for c in api.calls if c.startswith("/api/v1/")]
+    assert kubelet.calls == 1

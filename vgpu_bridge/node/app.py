@@ -42,6 +42,7 @@ from vgpu_bridge.node.hostpids import PERIOD_S as HOST_PIDS_PERIOD_S
 from vgpu_bridge.node.hostpids import HostPidFiles
 from vgpu_bridge.node.metrics import CallMetrics, MetricsServer, serve_metrics
 from vgpu_bridge.node.no_gpu import wait_for_gpus
+from vgpu_bridge.node.pod_resources import PodResources
 from vgpu_bridge.node.publisher import SlicePublisher
 from vgpu_bridge.node.settings import Settings
 from vgpu_bridge.node.slices import DeviceTaint
@@ -137,7 +138,10 @@ def build(settings: Settings, api: KubeApi, *, gpus: tuple[Gpu, ...]) -> Agent:
     if device_health is not None:
         registry.register(DeviceHealthCollector(lambda: device_health.taints, gpus=gpus,
                                                 node=settings.node_name))  # fmt: skip
-    pod_names = PodNames(api, state.snapshot) if settings.hami_metrics else None
+    pod_names = None
+    if settings.hami_metrics:
+        kubelet = PodResources(settings.pod_resources_socket)
+        pod_names = PodNames(api, state.snapshot, pod_resources=kubelet)
     return Agent(settings, profile, gpus, registry, state, server, publisher, health, host_pids,
                  tenant_dirs, device_health, pod_names)  # fmt: skip
 

@@ -21,14 +21,21 @@ owns all of the region's memory; with several, each process's memory goes to the
 cgroup names (the runtime's container id, matched against the pod's status). The utilization is
 the one libvgpu measures for the claim's processes, so every container of a claim shows it.
 
-Who uses a claim (`PodNames`): the pods of the claim's `status.reservedFor`, and in each the
-containers whose `resources.claims` name the pod's entry for that claim. They are looked up by a
-worker (`sync`, every SYNC_PERIOD_S), never during a scrape, and cached: a claim by uid (again
-only every REFRESH_S for a claim no pod owns, whose `reservedFor` may change), a pod by uid (again
-only when a process of it runs in a container its cached status does not list, at most every
-POD_REFETCH_S); entries of claims no longer prepared and pods no longer named are dropped, and a
-sync makes at most MAX_CALLS_PER_SYNC API calls. A claim not yet looked up has only its card
-series.
+Who uses a claim (`PodNames`): the pods of the claim's `status.reservedFor` (the claim is read
+anyway: the agent may read claims), and in each the containers that list the claim. The
+containers come from the kubelet's node-local pod-resources socket (`pod_resources`) where it
+answers, so the agent needs no right to read pods (the chart grants none: a privileged pod on
+every GPU node must not read every pod of the cluster, issue 35). Without that socket, the pods
+are read by name from the API (`resources.claims` naming the pod's entry for the claim, and the
+containers' runtime ids), where the agent's account may (an install of one's own, the e2e tier);
+once refused (403), not again until the agent restarts. The kubelet does not say a container's
+runtime id: a claim that several containers share then has their limits but not each one's use.
+Looked up by a worker (`sync`, every SYNC_PERIOD_S), never during a scrape, and cached: a claim
+by uid (again only every REFRESH_S for a claim no pod owns, whose `reservedFor` may change), the
+kubelet's answer once a sync, a pod by uid (again only when a process of it runs in a container
+its cached status does not list, at most every POD_REFETCH_S); entries of claims no longer
+prepared and pods no longer named are dropped, and a sync makes at most MAX_CALLS_PER_SYNC API
+calls. A claim not yet looked up has only its card series.
 """
 
 from __future__ import annotations
@@ -45,6 +52,12 @@ from vgpu_bridge.kube import KubeApi, KubeError, api_path
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.node.checkpoint import PreparedClaim, PreparedDevice
 from vgpu_bridge.node.gpus import Gpu
+from vgpu_bridge.node.pod_resources import (
+    ClaimKey,
+    ContainerUse,
+    PodResources,
+    PodResourcesUnavailable,
+)
 from vgpu_bridge.node.region import RegionUsage
 from vgpu_bridge.node.state import CLAIMS
 
@@ -63,8 +76,9 @@ CARD_LABELS = ["node", "device_uuid", "device_index", "device_type", "zone"]
 @dataclass(frozen=True, slots=True)
 class Consumer:
     """A container that lists a claim: its pod, its name, the claim's place among the claims it
-    lists (its devices are numbered in that order), the requests it takes (empty: all), and the
-    runtime's ids of it (64 hex digits, from the pod's status)."""
+    lists (its devices are numbered in that order), the requests it takes, or the (pool, device)
+    pairs the kubelet says it got (both empty: all), and the runtime's ids of it (64 hex digits,
+    from the pod's status; none known from the kubelet)."""
 
     namespace: str
     pod: str
@@ -73,8 +87,12 @@ class Consumer:
     position: int
     requests: frozenset[str] = frozenset()
     container_ids: frozenset[str] = frozenset()
+    devices: frozenset[tuple[str, str]] = frozenset()
+    ids_known: bool = True  # False from the kubelet's socket, which names no runtime id
 
     def takes(self, device: PreparedDevice) -> bool:
+        if self.devices:
+            return (device.pool_name, device.device_name) in self.devices
         return not self.requests or bool(self.requests.intersection(device.request_names))
 
 
@@ -159,16 +177,22 @@ class PodNames:
         api: KubeApi,
         claims: Callable[[], Sequence[PreparedClaim]],
         *,
+        pod_resources: PodResources | None = None,
         clock: Callable[[], float] = time.monotonic,
         max_calls: int = MAX_CALLS_PER_SYNC,
     ) -> None:
+        """`pod_resources`: the kubelet's socket, asked instead of reading pods while it
+        exists; None: pods are read from the API."""
         self._api = api
         self._claims = claims
+        self._pod_resources = pod_resources
         self._clock = clock
         self._max_calls = max_calls
         self._lock = threading.Lock()
         self._by_claim: dict[str, _ClaimEntry] = {}
         self._by_pod: dict[str, _PodEntry] = {}
+        self._uses: dict[ClaimKey, list[ContainerUse]] | None = None  # the kubelet's last answer
+        self._pods_forbidden = False
 
     def consumers(self, claim: PreparedClaim) -> list[Consumer]:
         """The containers using `claim`, as last looked up (none before its first lookup)."""
@@ -176,6 +200,8 @@ class PodNames:
             entry = self._by_claim.get(claim.uid)
             if entry is None:
                 return []
+            if self._uses is not None:
+                return _kubelet_consumers(self._uses.get((claim.namespace, claim.name), []), entry)
             found = []
             for _, uid in entry.pods:
                 pod = self._by_pod.get(uid)
@@ -203,15 +229,33 @@ class PodNames:
                 if self._claim_due(uid):
                     calls += 1
                     self._look_up_claim(claim)
-            for uid, name, namespace in self._pods_due(prepared):
-                if calls >= self._max_calls:
-                    break
-                calls += 1
-                self._look_up_pod(uid, name=name, namespace=namespace)
+            if not self._ask_kubelet(prepared):
+                for uid, name, namespace in self._pods_due(prepared):
+                    if calls >= self._max_calls or self._pods_forbidden:
+                        break
+                    calls += 1
+                    self._look_up_pod(uid, name=name, namespace=namespace)
         except _Unanswered:
             pass  # logged; the next sync tries again
         self._prune(prepared)
         return calls
+
+    def _ask_kubelet(self, prepared: Mapping[str, PreparedClaim]) -> bool:
+        """Who uses the prepared claims, from the kubelet's socket; False (pods are read
+        instead) when there is none or it does not answer."""
+        if self._pod_resources is None or not self._pod_resources.available():
+            self._uses = None
+            return False
+        try:
+            uses = self._pod_resources.list_claim_users()
+        except PodResourcesUnavailable as error:
+            log.warning("the kubelet's pod-resources socket did not answer; tried again at "
+                        "the next sync", error=str(error))  # fmt: skip
+            return True  # the last answer stays; pods are not read behind the kubelet's back
+        wanted = {(claim.namespace, claim.name) for claim in prepared.values()}
+        with self._lock:
+            self._uses = {key: found for key, found in uses.items() if key in wanted}
+        return True
 
     def _get(self, path: str, **fields: str) -> Json | None:
         """The object at `path`, or None when there is none (404). Any other failure (the API
@@ -221,12 +265,22 @@ class PodNames:
         except KubeError as error:
             if error.status == 404:
                 return None
+            if error.status == 403 and "pod_uid" in fields:
+                self._refused_pods(str(error))
+                return None
             failure = str(error)
         except Exception as error:  # the transport's, after the client's retries
             failure = str(error)
         log.warning("cannot look up who uses the claims; tried again at the next sync",
                     path=path, error=failure, **fields)  # fmt: skip
         raise _Unanswered
+
+    def _refused_pods(self, error: str) -> None:
+        """The agent may not read pods (the chart grants no such right): not asked again."""
+        self._pods_forbidden = True
+        log.warning("the agent may not read pods and the kubelet's pod-resources socket is not "
+                    "there: HAMi's container series name no container until it is",
+                    error=error)  # fmt: skip
 
     def _claim_due(self, uid: str) -> bool:
         with self._lock:
@@ -281,6 +335,19 @@ class PodNames:
             named = {pod_uid for e in self._by_claim.values() for _, pod_uid in e.pods}
             for uid in set(self._by_pod) - named:
                 del self._by_pod[uid]
+
+
+def _kubelet_consumers(uses: Sequence[ContainerUse], entry: _ClaimEntry) -> list[Consumer]:
+    """The kubelet's containers using a claim, those of the pods it is reserved for (their uid
+    from `reservedFor`: the kubelet names pods, not uids)."""
+    uids = dict(entry.pods)
+    return [
+        Consumer(namespace=use.namespace, pod=use.pod, pod_uid=uids[use.pod],
+                 container=use.container, position=use.position, devices=use.devices,
+                 ids_known=False)
+        for use in uses
+        if use.pod in uids
+    ]  # fmt: skip
 
 
 class HamiSeries:
@@ -377,11 +444,15 @@ class HamiSeries:
         self, reading: ClaimReading, consumer: Consumer, device: PreparedDevice, *, alone: bool
     ) -> int | None:
         """The container's bytes on the device: the region's, when it is the claim's only user;
-        else those of its own processes. None when the region could not be read."""
+        else those of its own processes. None when the region could not be read, or when the
+        claim has several users and the container's runtime ids are not known (the kubelet's
+        socket names none)."""
         if reading.usage is None:
             return None
         if alone:
             return reading.usage.used.get(device.uuid, 0)
+        if not consumer.ids_known:
+            return None
         return sum(
             per_uuid.get(device.uuid, 0)
             for (pod_uid, cid), per_uuid in reading.by_container.items()

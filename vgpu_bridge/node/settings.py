@@ -46,7 +46,12 @@ class Settings(FlagSettings):
     hami_metrics: bool = setting(
         False,
         description="also serve HAMi's series (hami_vgpu_memory_used_bytes, ...) with its names, "
-        "labels and units, for HAMi's dashboards; reads the claims' pods",
+        "labels and units, for HAMi's dashboards; their containers from --pod-resources-socket",
+    )
+    pod_resources_socket: Path = setting(
+        Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
+        description="the kubelet's pod-resources socket: which containers use each claim, for "
+        "HAMi's series (without it, pods are read from the API where the agent may)",
     )
     resync_seconds: float = setting(30, gt=0, description="how often slices are checked")
     health_grace_seconds: float = setting(

@@ -28,6 +28,7 @@ from vgpu_bridge.node import checkpoint
 from vgpu_bridge.node.cdi import CdiLayout
 from vgpu_bridge.node.checkpoint import PreparedClaim, PreparedDevice
 from vgpu_bridge.node.hami_metrics import (
+    MAX_CALLS_PER_SYNC,
     POD_REFETCH_S,
     REFRESH_S,
     Consumer,
@@ -36,6 +37,7 @@ from vgpu_bridge.node.hami_metrics import (
     consumers_in_pod,
 )
 from vgpu_bridge.node.metrics import NodeCollector
+from vgpu_bridge.node.pod_resources import PodResources
 from vgpu_bridge.node.region import (
     COUNTS_OFFSET,
     DEVICES_OFFSET,
@@ -108,8 +110,14 @@ def test_a_named_claim_is_found_by_resource_claim_name_and_a_request_narrows_it(
     assert not consumer.takes(CLAIM.devices[0])  # request "gpu"
 
 
-def _names(api: ObjectsApi, claims: list[PreparedClaim], clock: Clock, **kw: int) -> PodNames:
-    return PodNames(api, lambda: claims, clock=clock, **kw)
+def _names(
+    api: ObjectsApi,
+    claims: list[PreparedClaim],
+    clock: Clock,
+    *,
+    max_calls: int = MAX_CALLS_PER_SYNC,
+) -> PodNames:
+    return PodNames(api, lambda: claims, clock=clock, max_calls=max_calls)
 
 
 def test_a_claim_and_its_pod_are_read_once_then_served_from_the_cache() -> None:
@@ -280,8 +288,11 @@ def _scrape(
     proc: Path,
     claims: list[PreparedClaim],
     api: ObjectsApi,
+    *,
+    pod_resources: PodResources | None = None,
 ) -> Samples:
-    """HAMi's samples of one scrape, the claims' users looked up first."""
+    """HAMi's samples of one scrape, the claims' users looked up first (from the kubelet's
+    socket when `pod_resources`, else from the API's pods)."""
     checkpoint_file = tmp_path / "plugin" / "checkpoint.json"
     checkpoint_file.parent.mkdir(exist_ok=True)
     checkpoint.save(checkpoint_file, {c.uid: c for c in claims})
@@ -289,7 +300,7 @@ def _scrape(
                         checkpoint_file=checkpoint_file)  # fmt: skip
     state.start()
     try:
-        names = PodNames(api, state.snapshot, clock=Clock())
+        names = PodNames(api, state.snapshot, clock=Clock(), pod_resources=pod_resources)
         names.sync()
         hami = HamiSeries(names, GPUS, node=NODE)
         registry = CollectorRegistry()
