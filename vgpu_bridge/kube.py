@@ -236,6 +236,10 @@ class _ClientOnFirstUse:
 
 #: items per page of `KubeApi.list_all` (kubectl asks for 500)
 LIST_PAGE_SIZE = 500
+LIST_CHUNK_BYTES = 256 * 1024
+
+
+_Page = tuple[list[Json], Json]  # a list's items and its metadata
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,26 +343,21 @@ class KubeApi:
     def list_all(
         self, path: str, *, keep: Callable[[Json], Json | None] | None = None, **query: Any
     ) -> Listed:
-        """Every item at `path`, read LIST_PAGE_SIZE at a time (`limit` and `continue`): the API
-        server answers a big cluster's lists in pages it can serve cheaply, and one page at a
-        time is parsed here. The pages are one consistent snapshot; when the server has
-        forgotten it (410: the continue token expired), the list starts over, once. `keep`
-        turns each item into what is kept of it (None: nothing) as its page arrives, so a
-        caller that needs little of each object never holds the whole list."""
+        """Every item at `path`, read `limit` (LIST_PAGE_SIZE unless given) at a time: the API
+        server answers a big cluster's lists in pages it can serve cheaply. The pages are one
+        consistent snapshot; when the server has forgotten it (410: the continue token expired),
+        the list starts over, once. Each page is decoded item by item as it arrives
+        (`streamed_list`), and `keep` turns each item into what is kept of it (None: nothing),
+        so a caller that needs little of each object never holds a page whole."""
         for attempt in (1, 2):
             items: list[Json] = []
             page: dict[str, Any] = {}
             try:
                 while True:
-                    listed = self.request(
-                        "GET", path, query={**query, "limit": LIST_PAGE_SIZE, **page}
+                    page_items, meta = self._list_page(
+                        path, {"limit": LIST_PAGE_SIZE, **query, **page}, keep
                     )
-                    page_items = listed.get("items") or []
-                    if keep is None:
-                        items += page_items
-                    else:
-                        items += [k for item in page_items if (k := keep(item)) is not None]
-                    meta = listed.get("metadata") or {}
+                    items += page_items
                     token = meta.get("continue")
                     if not token:
                         return Listed(items, str(meta.get("resourceVersion", "")))
@@ -367,6 +366,26 @@ class KubeApi:
                 if error.status != 410 or not page or attempt == 2:
                     raise
         raise AssertionError("unreachable")
+
+    @_retrying
+    def _list_page(
+        self, path: str, query: Mapping[str, Any], keep: Callable[[Json], Json | None] | None
+    ) -> _Page:
+        """One page: its items (as `keep` makes them) and its metadata, read as it streams."""
+        from vgpu_bridge.streamed_list import read_list
+
+        check_path(path)
+        method, url, headers, _ = self._serialize("GET", path, query, None, "application/json")
+        response = self._client.rest_client.pool_manager.request(
+            method, url, headers=headers, preload_content=False, timeout=self._timeout_s
+        )
+        try:
+            if response.status >= 400:
+                body = response.read().decode(errors="replace")
+                raise KubeError("GET", path, response.status, body)
+            return read_list(response.stream(LIST_CHUNK_BYTES), keep=keep)
+        finally:
+            response.release_conn()
 
     def create(self, path: str, body: Json, **query: Any) -> Json:
         return self.request("POST", path, query=query, body=body)

@@ -59,75 +59,123 @@ def total(bookings: Iterable[Booking]) -> Booking:
     return sum(bookings, Booking())
 
 
-def spec_booking(
-    spec: Mapping[str, Any], *, profile: DriverProfile, largest_card: int | None
-) -> Booking:
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """One device request (or subrequest, or allocated device) of ours reduced to what its
+    booking reads: `count` devices of `memory` bytes and `cores` percent each (None: the
+    capacity was left to the device's default, the whole card); `takes_all` the spec path of a
+    request with `allocationMode: All`."""
+
+    count: int
+    memory: int | None
+    cores: int | None
+    takes_all: str | None = None
+
+    def booking(self, largest_card: int | None) -> Booking:
+        cores = WHOLE_CARD_CORES if self.cores is None else self.cores
+        memory = largest_card if self.memory is None else self.memory
+        takes_all = (self.takes_all,) if self.takes_all is not None else ()
+        if memory is None:
+            return Booking(self.count, 0, self.count * cores, self.count, takes_all)
+        return Booking(self.count, self.count * memory, self.count * cores, 0, takes_all)
+
+
+@dataclass(frozen=True, slots=True)
+class Sizing:
+    """A claim (or claim spec) reduced to what its booking reads, a few numbers per request
+    however big its selectors and config: per request of our DeviceClass its alternatives (one
+    unless `firstAvailable`), or, once allocated, one per device of our driver. The webhook's
+    claim watch holds this, not the claim, for a claim whose booking waits for a card size."""
+
+    requests: tuple[tuple[Asked, ...], ...] = ()
+
+    def booking(self, largest_card: int | None) -> Booking:
+        """What it books once whole cards are `largest_card` bytes (None: unknown)."""
+        return total(
+            reduce(Booking.larger, (a.booking(largest_card) for a in alternatives))
+            for alternatives in self.requests
+        )
+
+    @property
+    def weight(self) -> int:
+        """How many requests it holds: what the watch bounds per namespace."""
+        return sum(len(alternatives) for alternatives in self.requests)
+
+
+def spec_sizing(spec: Mapping[str, Any], *, profile: DriverProfile) -> Sizing:
     """What a ResourceClaimSpec asks of `profile`'s DeviceClass, before allocation."""
-    booked = Booking()
+    sized: list[tuple[Asked, ...]] = []
     for index, request in enumerate(_requests(spec)):
         path = f"devices.requests[{index}]"
         exact = _map(request.get("exactly"))
         if exact.get("deviceClassName") == profile.device_class:
-            booked += _asked(exact, f"{path}.exactly", profile, largest_card)
+            sized.append((_asked(exact, f"{path}.exactly", profile),))
             continue
         subrequests = enumerate(_map(s) for s in _list(request.get("firstAvailable")))
-        ours = [
-            _asked(s, f"{path}.firstAvailable[{sub}]", profile, largest_card)
+        ours = tuple(
+            _asked(s, f"{path}.firstAvailable[{sub}]", profile)
             for sub, s in subrequests
             if s.get("deviceClassName") == profile.device_class
-        ]
+        )
         if ours:
-            booked += reduce(Booking.larger, ours)
-    return booked
+            sized.append(ours)
+    return Sizing(tuple(sized))
 
 
-def claim_booking(
-    claim: Mapping[str, Any], *, profile: DriverProfile, largest_card: int | None
-) -> Booking:
+def claim_sizing(claim: Mapping[str, Any], *, profile: DriverProfile) -> Sizing:
     """What a ResourceClaim holds of `profile`'s driver once allocated (whatever DeviceClass
     it named: the chart may add classes of our driver), else what it asks of our DeviceClass."""
     spec = _map(claim.get("spec"))
     allocation = _map(_map(claim.get("status")).get("allocation"))
     if not allocation:
-        return spec_booking(spec, profile=profile, largest_card=largest_card)
+        return spec_sizing(spec, profile=profile)
     results = [_map(r) for r in _list(_map(allocation.get("devices")).get("results"))]
-    return total(
-        _consumed(r, profile, largest_card) for r in results if r.get("driver") == profile.driver
+    return Sizing(
+        tuple((_consumed(r, profile),) for r in results if r.get("driver") == profile.driver)
     )
 
 
-def _asked(
-    body: Mapping[str, Any], path: str, profile: DriverProfile, largest_card: int | None
+def spec_booking(
+    spec: Mapping[str, Any], *, profile: DriverProfile, largest_card: int | None
 ) -> Booking:
+    """What a ResourceClaimSpec asks of `profile`'s DeviceClass, before allocation; where it
+    offers alternatives, the largest of them."""
+    return spec_sizing(spec, profile=profile).booking(largest_card)
+
+
+def claim_booking(
+    claim: Mapping[str, Any], *, profile: DriverProfile, largest_card: int | None
+) -> Booking:
+    """What a ResourceClaim books (see `claim_sizing`)."""
+    return claim_sizing(claim, profile=profile).booking(largest_card)
+
+
+def _asked(body: Mapping[str, Any], path: str, profile: DriverProfile) -> Asked:
     """One device request (or subrequest) at `path`: `count` devices, each with the capacity it
     asks; `allocationMode: All` as one device, marked as `takes_all`."""
     mode = body.get("allocationMode", "ExactCount")
     count = body.get("count", 1) if mode == "ExactCount" else 1
     count = count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1
     asked = _map(_map(body.get("capacity")).get("requests"))
-    one = _device(asked, profile, largest_card)
-    takes_all = (f"{path}.allocationMode",) if mode == "All" else ()
-    return Booking(
-        count * one.devices, count * one.memory_bytes, count * one.cores, count * one.unsized,
-        takes_all,
-    )  # fmt: skip
+    takes_all = f"{path}.allocationMode" if mode == "All" else None
+    return _device(asked, profile, count=count, takes_all=takes_all)
 
 
-def _consumed(result: Mapping[str, Any], profile: DriverProfile, largest: int | None) -> Booking:
-    return _device(_map(result.get("consumedCapacity")), profile, largest)
+def _consumed(result: Mapping[str, Any], profile: DriverProfile) -> Asked:
+    return _device(_map(result.get("consumedCapacity")), profile)
 
 
 def _device(
-    capacity: Mapping[str, Any], profile: DriverProfile, largest_card: int | None
-) -> Booking:
-    """One device holding `capacity`; what it leaves out is the device's whole default."""
+    capacity: Mapping[str, Any],
+    profile: DriverProfile,
+    *,
+    count: int = 1,
+    takes_all: str | None = None,
+) -> Asked:
+    """Devices holding `capacity`; what it leaves out is the device's whole default."""
     memory = _amount(capacity.get(profile.memory_capacity))
     cores = _amount(capacity.get(profile.cores_capacity))
-    cores = WHOLE_CARD_CORES if cores is None else cores
-    memory = largest_card if memory is None else memory
-    if memory is None:
-        return Booking(devices=1, cores=cores, unsized=1)
-    return Booking(devices=1, memory_bytes=memory, cores=cores)
+    return Asked(count, memory, cores, takes_all)
 
 
 def _amount(value: object) -> int | None:

@@ -4,9 +4,14 @@ holding 5,000 claims was read whole, 5,000 claims parsed, on every GPU admission
 
 Only claims that book something of our driver or DeviceClass are held, as their booking, not as
 objects: a few hundred bytes each. A claim that leaves memory to the card's default books the
-largest card known, which changes as cards come and go; such a claim keeps the parts of its
-object the booking reads and is counted at each admission. The list is read page by page and each
-page trimmed before the next, so a cluster's 20,000 claims never sit in memory at once.
+largest card known, which changes as cards come and go; such a claim keeps a few numbers per
+request (`core.booking.Sizing`: count, mode, capacity asked; never its selectors or config) and
+is counted at each admission. Those numbers are bounded per namespace (`HELD_PER_NAMESPACE`
+requests): past it, the claims that did not fit are held without them and the namespace is
+counted by listing its claims at admission, as before this watch, until they are gone (issue 35:
+300 claims of 1.26 MiB in one namespace, held whole, took every replica past its memory limit).
+The list is read in pages, each item trimmed as it is read (`KubeApi.list_all`), so neither a
+cluster's 20,000 claims nor one page of big ones sit in memory at once.
 
 The sums lag the API server by one watch event: two admissions at once could already both pass
 (see quotas.py), so the gate's guarantee is unchanged.
@@ -24,13 +29,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from vgpu_bridge.core.booking import Booking, claim_booking, total
+from vgpu_bridge.core.booking import Booking, Sizing, claim_sizing
 from vgpu_bridge.core.placements import placements
 from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.kube import Json, KubeApi
 from vgpu_bridge.webhook.watching import follow
 
 ALL_CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"
+#: requests of claims sized later held per namespace (~120 bytes each: ~2 MB)
+HELD_PER_NAMESPACE = 16_384
+#: claims per page of the first list (the API server builds each page whole: 100 claims of
+#: 1.5 MiB, the most one can be, are 150 MB there)
+CLAIM_PAGE_SIZE = 100
 
 
 class OnCard(NamedTuple):
@@ -45,11 +55,11 @@ class OnCard(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """One claim's booking with no card size known; `claim` (the parts a booking reads) when
+    """One claim's booking with no card size known; `sizing` (what its booking reads) when
     whole-card memory makes it depend on the largest card; `cards`, where it is allocated."""
 
     booking: Booking
-    claim: Json | None = None
+    sizing: Sizing | None = None
     cards: tuple[OnCard, ...] = ()
 
 
@@ -70,31 +80,45 @@ class CardSum:
 
 @dataclass(slots=True)
 class _Namespace:
+    """One namespace's held claims. `unheld`: claims sized later that did not fit in the bound,
+    held without their sizing; while there are any, the namespace's sums are not known here."""
+
     claims: dict[str, Held] = field(default_factory=dict)
     devices: int = 0  # sums of the held claims whose booking needs no card size
     memory_bytes: int = 0
     cores: int = 0
+    weight: int = 0  # requests held by the claims sized later
+    unheld: set[str] = field(default_factory=set)
 
-    def add(self, name: str, held: Held) -> None:
+    def add(self, name: str, held: Held, *, bound: int) -> None:
         self.remove(name)
+        if held.sizing is not None and self.weight + held.sizing.weight > bound:
+            self.unheld.add(name)
+            held = Held(held.booking, None, held.cards)
         self.claims[name] = held
-        self._count(held, 1)
+        self._count(name, held, 1)
 
     def remove(self, name: str) -> None:
         held = self.claims.pop(name, None)
         if held is not None:
-            self._count(held, -1)
+            self._count(name, held, -1)
+        self.unheld.discard(name)
 
-    def _count(self, held: Held, sign: int) -> None:
-        if held.claim is None:
-            self.devices += sign * held.booking.devices
-            self.memory_bytes += sign * held.booking.memory_bytes
-            self.cores += sign * held.booking.cores
+    def _count(self, name: str, held: Held, sign: int) -> None:
+        if name in self.unheld:
+            return
+        if held.sizing is not None:
+            self.weight += sign * held.sizing.weight
+            return
+        self.devices += sign * held.booking.devices
+        self.memory_bytes += sign * held.booking.memory_bytes
+        self.cores += sign * held.booking.cores
 
 
 def held_by(claim: Mapping[str, Any], profile: DriverProfile) -> Held | None:
     """What `claim` books of `profile`'s devices, None when nothing."""
-    booking = claim_booking(claim, profile=profile, largest_card=None)
+    sizing = claim_sizing(claim, profile=profile)
+    booking = sizing.booking(None)
     if booking.devices == 0:
         return None
     cards = tuple(
@@ -103,19 +127,19 @@ def held_by(claim: Mapping[str, Any], profile: DriverProfile) -> Held | None:
     )
     if booking.unsized == 0:
         return Held(Booking(booking.devices, booking.memory_bytes, booking.cores), cards=cards)
-    spec, status = claim.get("spec") or {}, claim.get("status") or {}
-    trimmed = {"spec": {"devices": spec.get("devices")},
-               "status": {"allocation": status.get("allocation")}}  # fmt: skip
-    return Held(booking, trimmed, cards)
+    return Held(booking, sizing, cards)
 
 
 class ClaimBookings:
     """Namespace → what its claims book, and card → what the claims allocated on it consumed.
     `used` and `cards` answer None while the watch is not following (before its first list, or
-    after a failure until it has listed again): the caller then lists the claims itself."""
+    after a failure until it has listed again), and `used` for a namespace past its bound: the
+    caller then lists the claims itself."""
 
-    def __init__(self, api: KubeApi, *, profile: DriverProfile) -> None:
-        self._api, self._profile = api, profile
+    def __init__(
+        self, api: KubeApi, *, profile: DriverProfile, held_per_namespace: int = HELD_PER_NAMESPACE
+    ) -> None:
+        self._api, self._profile, self._bound = api, profile, held_per_namespace
         self._by_namespace: dict[str, _Namespace] = {}
         self._by_card: dict[tuple[str, str], CardSum] = {}
         self._lock = threading.Lock()
@@ -123,7 +147,8 @@ class ClaimBookings:
 
     def run(self, stop: threading.Event) -> None:
         follow(self._api, ALL_CLAIMS, stop=stop, on_list=self.replace, on_event=self.apply,
-               on_stale=self.synced.clear, what="resource claim", keep=self._keep)  # fmt: skip
+               on_stale=self.synced.clear, what="resource claim", keep=self._keep,
+               page_size=CLAIM_PAGE_SIZE)  # fmt: skip
 
     def used(self, namespace: str, largest: int | None, *, leaving_out: set[str]) -> Booking | None:
         """What the namespace's claims book, those named in `leaving_out` left out."""
@@ -133,19 +158,20 @@ class ClaimBookings:
             held = self._by_namespace.get(namespace)
             if held is None:
                 return Booking()
+            if held.unheld:
+                return None
             sums = Booking(held.devices, held.memory_bytes, held.cores)
-            sized_later = [h.claim for h in held.claims.values() if h.claim is not None]
+            sized_later = [h.sizing for h in held.claims.values() if h.sizing is not None]
             left_out = [held.claims[n] for n in leaving_out if n in held.claims]
         for gone in left_out:
-            if gone.claim is None:
+            if gone.sizing is None:
                 sums = Booking(sums.devices - gone.booking.devices,
                                sums.memory_bytes - gone.booking.memory_bytes,
                                sums.cores - gone.booking.cores)  # fmt: skip
             else:
-                sized_later.remove(gone.claim)
-        booked = (claim_booking(c, profile=self._profile, largest_card=largest)
-                  for c in sized_later)  # fmt: skip
-        return sums + total(booked)
+                sized_later.remove(gone.sizing)
+        booked = (sizing.booking(largest) for sizing in sized_later)
+        return sums + sum(booked, Booking())
 
     def cards(self) -> dict[tuple[str, str], CardSum] | None:
         """(pool, device) → what the claims allocated on that card consumed, as of the watch."""
@@ -168,7 +194,9 @@ class ClaimBookings:
         by_card: dict[tuple[str, str], CardSum] = {}
         for item in kept:
             namespace, name = item["where"]
-            by_namespace.setdefault(namespace, _Namespace()).add(name, item["held"])
+            by_namespace.setdefault(namespace, _Namespace()).add(
+                name, item["held"], bound=self._bound
+            )
             _count_cards(by_card, item["held"], 1)
         with self._lock:
             self._by_namespace, self._by_card = by_namespace, by_card
@@ -185,7 +213,7 @@ class ClaimBookings:
             if held is None:
                 place.remove(name)
             else:
-                place.add(name, held)
+                place.add(name, held, bound=self._bound)
                 _count_cards(self._by_card, held, 1)
             if not place.claims:
                 del self._by_namespace[namespace]

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vgpu_bridge.core.booking import Booking, claim_booking, spec_booking, total
+from vgpu_bridge.core.booking import Booking, claim_booking, claim_sizing, spec_booking, total
 from vgpu_bridge.core.dialects import volcano
 from vgpu_bridge.core.dialects.resources import ResourceNames
 from vgpu_bridge.core.inventory import Inventory
@@ -33,7 +33,7 @@ from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.core.quantity import MiB, QuantityError, parse_quantity
 from vgpu_bridge.kube import Json, KubeApi, KubeError, api_path, dns_subdomain_problem
 from vgpu_bridge.logs import get_logger
-from vgpu_bridge.webhook.claim_bookings import ClaimBookings, where
+from vgpu_bridge.webhook.claim_bookings import CLAIM_PAGE_SIZE, ClaimBookings, where
 from vgpu_bridge.webhook.watching import follow
 
 log = get_logger("vgpu_bridge.webhook.quotas")
@@ -210,13 +210,20 @@ class QuotaGate:
             raise
 
     def _used(self, namespace: str, largest: int | None, *, leaving_out: set[str]) -> Booking:
+        """What the namespace's claims book, from the watch, else from a list of them read in
+        pages, each claim reduced to its sizing as it is read (a namespace of big claims never
+        sits in memory whole)."""
         if self.claims is not None:
             cached = self.claims.used(namespace, largest, leaving_out=leaving_out)
             if cached is not None:
                 return cached
-        listed = self.api.list(api_path(RESOURCE_API, "namespaces", namespace, "resourceclaims"))
-        claims = [c for c in listed.get("items") or () if where(c)[1] not in leaving_out]
-        return total(claim_booking(c, profile=self.profile, largest_card=largest) for c in claims)
+        path = api_path(RESOURCE_API, "namespaces", namespace, "resourceclaims")
+        listed = self.api.list_all(path, keep=self._sized, limit=CLAIM_PAGE_SIZE)
+        return total(item["sizing"].booking(largest) for item in listed.items
+                     if item["name"] not in leaving_out)  # fmt: skip
+
+    def _sized(self, claim: Json) -> Json:
+        return {"name": where(claim)[1], "sizing": claim_sizing(claim, profile=self.profile)}
 
     def _exceeded(self, quota: GpuQuota, booked: Booking, used: Booking) -> str | None:
         if quota.measure == "memory" and booked.unsized + used.unsized:

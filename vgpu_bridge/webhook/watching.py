@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from vgpu_bridge.kube import Json, KubeApi
+from vgpu_bridge.kube import LIST_PAGE_SIZE, Json, KubeApi
 from vgpu_bridge.logs import get_logger
 
 log = get_logger("vgpu_bridge.webhook.watching")
@@ -31,17 +31,22 @@ def follow(
     on_stale: Callable[[], None] = lambda: None,
     watch_timeout_s: int = 300,
     keep: Callable[[Json], Json | None] | None = None,
+    page_size: int = LIST_PAGE_SIZE,
     **selectors: str,
 ) -> None:
     """Until `stop`: list `path` (narrowed by `selectors`), hand the items to `on_list`, then each
     ADDED/MODIFIED/DELETED event to `on_event`, watching again from where a watch ended; relist
     after a failure. `on_stale` is called as soon as the events stop (a failure): what was learnt
-    may change unseen until `on_list` is called again. `keep` trims each listed item as its page
-    arrives (see `KubeApi.list_all`); events reach `on_event` whole."""
+    may change unseen until `on_list` is called again. `keep` trims each listed item as it
+    is read (see `KubeApi.list_all`, `page_size` items a page); events reach `on_event` whole."""
     delay_s = FIRST_RETRY_S
     while not stop.is_set():
         try:
-            _list_and_watch(api, path, stop, on_list, on_event, watch_timeout_s, selectors, keep)
+            listed = api.list_all(path, keep=keep, limit=page_size, **selectors)
+            version = listed.resource_version
+            on_list(listed.items)
+            del listed  # what on_list kept of the items is theirs: none held twice while watching
+            _follow_from(api, path, version, stop, on_event, watch_timeout_s, selectors)
         except Exception as error:  # any failure: relist after a backoff
             on_stale()
             log.warning(f"{what} watch failed; retrying", error=str(error), retry_in_s=delay_s)
@@ -52,19 +57,15 @@ def follow(
             delay_s = FIRST_RETRY_S
 
 
-def _list_and_watch(
+def _follow_from(
     api: KubeApi,
     path: str,
+    version: str,
     stop: threading.Event,
-    on_list: Callable[[list[Json]], None],
     on_event: Callable[[str, Json], None],
     timeout_s: int,
     selectors: dict[str, str],
-    keep: Callable[[Json], Json | None] | None,
 ) -> None:
-    listed = api.list_all(path, keep=keep, **selectors)
-    on_list(listed.items)
-    version = listed.resource_version
     while not stop.is_set():
         resumed_at = version
         version = _watch(api, path, version, stop, on_event, timeout_s, selectors)
