@@ -12,7 +12,12 @@ that core translates (a GPU Deployment), installed as the image installs it (a w
 with its bytecode compiled). A flood row (issue 25): another namespace's GPU admissions, paced,
 while 24 clients send dry runs of a 5,000-container GPU pod, next to the same admissions on a quiet
 webhook (goal: p99 <= 3x the quiet one, none failed), and the webhook's RSS after the flood next
-to its idle RSS before it (goal <= 1.5x).
+to its idle RSS before it (goal <= 1.5x). A bodiless row (issue 35): the same paced GPU
+admissions while 300 connections loop `GET /metrics` (goal: none refused, p99 <= 3x quiet).
+`--ab TREE` (issue 35) measures instead, against the checkout in TREE (an older commit, e.g. a
+`git worktree` of 139832e), pods without GPUs and GPU pods at saturation and the server's CPU per
+review, both versions one after the other in each of 3 rounds (goal: >= 0.95x throughput and
+<= 1.05x CPU per review on both paths); `--only bodiless` runs the bodiless row alone.
 
 The load comes from a Go generator (`bench/goload/`, built into the cache): HTTP/1.1 keep-alive,
 closed loop (saturation) or open loop (paced rows: latency counted from each review's scheduled
@@ -23,6 +28,7 @@ send), reporting its own CPU time, which the table shows: a Python generator was
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import json
 import os
@@ -49,6 +55,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 PACED_RATE, PACED_SECONDS, PACED_CONNECTIONS = 200, 10, 4
 FLOOD_CLIENTS, FLOOD_CONTAINERS, FLOOD_SECONDS = 24, 5_000, 12
+BODILESS_CONNECTIONS, BODILESS_TARGET = 300, "/metrics"
+AB_ROUNDS = 3
 NEIGHBOUR_RATE, NEIGHBOUR_SECONDS = 20, 10
 TARGET = "/mutate?timeout=10s"  # as the API server sends it (a webhook's default timeoutSeconds)
 SATURATION_SECONDS, SATURATION_CONNECTIONS = 6, 8
@@ -101,11 +109,11 @@ def reviews(count: int) -> list[bytes]:
 
 
 def start_webhook(
-    workdir: Path, port: int, *, program: Sequence[str] = ()
+    workdir: Path, port: int, *, program: Sequence[str] = (), tree: Path | None = None
 ) -> subprocess.Popen[bytes]:
     """`vgpu-bridge webhook` (`program`, or `python -m vgpu_bridge.cli` of this checkout's venv;
-    run from `workdir` so that the checkout is not on its path) with an API server that never
-    answers."""
+    run from `workdir` so that the checkout is not on its path; of the checkout in `tree`, ahead
+    of this one on the path, when given) with an API server that never answers."""
     cert, key = workdir / "tls.crt", workdir / "tls.key"
     if not cert.exists():
         write_self_signed(workdir)
@@ -116,8 +124,9 @@ def start_webhook(
         "--tls-cert-file", str(cert), "--tls-key-file", str(key),
         "--kubeconfig", str(workdir / "kubeconfig"), "--sweep-interval-seconds", "3600",
     ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(tree)} if tree is not None else None
     return subprocess.Popen(
-        command, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command, cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
 
 
@@ -175,6 +184,15 @@ def load_command(
     return [str(go_load_generator()), "--url", f"https://127.0.0.1:{port}{TARGET}",
             "--cafile", str(cafile), "--bodies", str(bodies), "--conns", str(connections),
             "--duration", f"{seconds}s", "--rate", str(rate or 0)]  # fmt: skip
+
+
+def get_command(
+    port: int, cafile: Path, target: str, *, connections: int, seconds: float
+) -> list[str]:
+    """Bodiless GETs of `target` over `connections`, each as fast as it is answered."""
+    return [str(go_load_generator()), "--method", "GET", "--url",
+            f"https://127.0.0.1:{port}{target}", "--cafile", str(cafile),
+            "--conns", str(connections), "--duration", f"{seconds}s"]  # fmt: skip
 
 
 def run_load(
@@ -328,6 +346,41 @@ def flood_rows(pid: int, port: int, cafile: Path, workdir: Path) -> FloodResult:
     return FloodResult(quiet, flooded, flood, len(big[0]), idle, rss_mb(pid))
 
 
+@dataclass(frozen=True)
+class BodilessResult:
+    quiet: Load  # the neighbour's paced GPU admissions alone
+    flooded: Load  # the same while the GETs loop
+    flood: Load  # the GETs' own answers
+
+
+def bodiless_rows(port: int, cafile: Path, workdir: Path) -> BodilessResult:
+    """The neighbour's GPU admissions, quiet and then while BODILESS_CONNECTIONS loop bodiless
+    GETs of BODILESS_TARGET (issue 35: scrapes from the pod network got reviews refused)."""
+    neighbour = write_bodies(workdir / "neighbour.jsonl",
+                             gpu_pod_reviews(200, namespace="neighbour"))  # fmt: skip
+    paced = {"connections": 1, "seconds": NEIGHBOUR_SECONDS, "rate": NEIGHBOUR_RATE}
+    quiet = run_load(port, cafile, neighbour, **paced)
+    command = get_command(port, cafile, BODILESS_TARGET, connections=BODILESS_CONNECTIONS,
+                          seconds=NEIGHBOUR_SECONDS + 2)  # fmt: skip
+    flooding = subprocess.Popen(command, stdout=subprocess.PIPE)
+    time.sleep(1)  # the flood under way
+    flooded = run_load(port, cafile, neighbour, **paced)
+    return BodilessResult(quiet, flooded, finished_load(flooding))
+
+
+def bodiless_lines(result: BodilessResult) -> list[str]:
+    quiet, flooded, flood = result.quiet, result.flooded, result.flood
+    ratio = flooded.p99_ms / quiet.p99_ms if quiet.p99_ms else float("inf")
+    statuses = ", ".join(f"{n:,} HTTP {s}" for s, n in sorted(flood.statuses.items()))
+    return [
+        row(f"neighbour GPU pods, paced {NEIGHBOUR_RATE}/s, quiet", quiet, "reference"),
+        row(f"  same, {BODILESS_CONNECTIONS} conns looping GET {BODILESS_TARGET}", flooded,
+            f"0 failed, p99 <= 3x ({ratio:.1f}x)"),
+        row(f"  the GETs of {BODILESS_TARGET}", flood, "anything"),
+        f"  (the GETs' answers: {statuses})",
+    ]  # fmt: skip
+
+
 def go_reference_rate(workdir: Path, port: int, bodies: Path) -> tuple[Load, float]:
     """Pods without GPUs against the Go reference webhook, on the same certificate and load."""
     command = [str(go_reference_webhook()), "--listen", f"127.0.0.1:{port}",
@@ -342,6 +395,80 @@ def go_reference_rate(workdir: Path, port: int, bodies: Path) -> tuple[Load, flo
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@dataclass(frozen=True)
+class Saturation:
+    """One version's saturation rows: pods without GPUs and GPU pods (the translated mix), each
+    with the server's CPU seconds per review meanwhile."""
+
+    plain: Load
+    plain_cpu: float
+    gpu: Load
+    gpu_cpu: float
+
+
+def saturation_of(
+    workdir: Path, port: int, mix: Path, plain: Path, tree: Path | None
+) -> Saturation:
+    """A fresh webhook of `tree` (None: this checkout), warmed up, at saturation on both paths."""
+    process = start_webhook(workdir, port, tree=tree)
+    try:
+        cafile = workdir / "tls.crt"
+        wait_until_serving(port, cafile)
+        for bodies in (mix, plain):
+            run_load(port, cafile, bodies, connections=2, seconds=1, rate=None)  # warm up
+        plain_rate, plain_cpu = plain_load(process.pid, port, cafile, plain)
+        gpu_rate, gpu_cpu = plain_load(process.pid, port, cafile, mix)
+        return Saturation(plain_rate, plain_cpu, gpu_rate, gpu_cpu)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def ab_rounds(workdir: Path, port: int, old_tree: Path) -> dict[str, list[Saturation]]:
+    """AB_ROUNDS rounds of both versions one after the other, the order swapped every round (the
+    shared machine's pace drifts): {"old": [...], "new": [...]}."""
+    mix = write_bodies(workdir / "mix.jsonl", reviews(1_000))
+    plain = write_bodies(workdir / "plain.jsonl", plain_pod_reviews(1_000))
+    write_self_signed(workdir)
+    found: dict[str, list[Saturation]] = {"old": [], "new": []}
+    for index in range(AB_ROUNDS):
+        order = [("old", old_tree), ("new", None)]
+        for name, tree in order if index % 2 == 0 else order[::-1]:
+            found[name].append(saturation_of(workdir, port, mix, plain, tree))
+    return found
+
+
+def ab_lines(found: dict[str, list[Saturation]], old_name: str) -> list[str]:
+    def median(values: list[float]) -> float:
+        return sorted(values)[len(values) // 2]
+
+    lines = [f"{'A/B at saturation, ' + str(SATURATION_CONNECTIONS) + ' conns':<44}"
+             f"{'old/s':>10}{'new/s':>10}{'ratio':>8}{'old µs':>9}{'new µs':>9}{'ratio':>8}"
+             f"{'target':>22}"]  # fmt: skip
+    paths = (("pods without GPUs", "plain"), ("GPU pods (translated mix)", "gpu"))
+    for title, path in paths:
+        for index, (old, new) in enumerate(zip(found["old"], found["new"], strict=True)):
+            lines.append(_ab_line(f"  {title}, round {index + 1}", old, new, path, ""))
+        rates = {v: median([getattr(s, path).rate for s in found[v]]) for v in found}
+        cpus = {v: median([getattr(s, f"{path}_cpu") for s in found[v]]) for v in found}
+        lines.append(
+            f"{'  ' + title + ', median':<44}{rates['old']:>10,.0f}{rates['new']:>10,.0f}"
+            f"{rates['new'] / rates['old']:>8.2f}{cpus['old'] * 1e6:>9.0f}{cpus['new'] * 1e6:>9.0f}"
+            f"{cpus['new'] / cpus['old']:>8.2f}{'>= 0.95x, <= 1.05x':>22}"
+        )
+    lines.append(f"  (old: {old_name}; new: this checkout; µs: the webhook's CPU per review, "
+                 "its main process)")  # fmt: skip
+    return lines
+
+
+def _ab_line(title: str, old: Saturation, new: Saturation, path: str, target: str) -> str:
+    old_load, new_load = getattr(old, path), getattr(new, path)
+    old_cpu, new_cpu = getattr(old, f"{path}_cpu"), getattr(new, f"{path}_cpu")
+    return (f"{title:<44}{old_load.rate:>10,.0f}{new_load.rate:>10,.0f}"
+            f"{new_load.rate / old_load.rate:>8.2f}{old_cpu * 1e6:>9.0f}{new_cpu * 1e6:>9.0f}"
+            f"{new_cpu / old_cpu:>8.2f}{target:>22}")  # fmt: skip
 
 
 def installed_program(workdir: Path) -> tuple[Path, Path]:
@@ -445,10 +572,59 @@ def flood_lines(result: FloodResult) -> list[str]:
     ]  # fmt: skip
 
 
-def main() -> int:
+HEADER = (f"{'load':<44}{'admissions/s':>12}{'p50 ms':>9}{'p99 ms':>9}{'failed':>8}"
+          f"{'gen CPU':>8}{'target':>26}")  # fmt: skip
+
+
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+        return int(sock.getsockname()[1])
+
+
+def bodiless_only() -> int:
+    """The bodiless row alone, on a fresh webhook of this checkout."""
+    port = free_port()
+    go_load_generator()
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        process = start_webhook(workdir, port)
+        try:
+            cafile = workdir / "tls.crt"
+            wait_until_serving(port, cafile)
+            result = bodiless_rows(port, cafile, workdir)
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
+    print(HEADER)
+    for line in bodiless_lines(result):
+        print(line)
+    return 0
+
+
+def ab_only(old_tree: Path) -> int:
+    """The A/B rows against the checkout in `old_tree`."""
+    port = free_port()
+    go_load_generator()
+    described = ["git", "-C", str(old_tree), "log", "-1", "--format=%h"]
+    old_name = subprocess.run(described, capture_output=True, text=True, check=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        found = ab_rounds(Path(tmp), port, old_tree)
+    for line in ab_lines(found, old_name):
+        print(line)
+    return 0
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--only", choices=["bodiless"], help="run this row alone")
+    parser.add_argument("--ab", type=Path, metavar="TREE", help="A/B against this checkout")
+    options = parser.parse_args(argv)
+    if options.ab is not None:
+        return ab_only(options.ab)
+    if options.only == "bodiless":
+        return bodiless_only()
+    port = free_port()
     go_load_generator()  # built before anything is timed
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
@@ -469,6 +645,7 @@ def main() -> int:
                 attacked = run_load(port, cafile, bodies, connections=PACED_CONNECTIONS,
                                     seconds=PACED_SECONDS, rate=PACED_RATE)  # fmt: skip
             flood = flood_rows(process.pid, port, cafile, workdir)
+            bodiless = bodiless_rows(port, cafile, workdir)
         finally:
             process.terminate()
             process.wait(timeout=10)
@@ -480,8 +657,7 @@ def main() -> int:
     )
     print("          load generator (paced rows open-loop, latency from each scheduled send); the")
     print("          webhook and the generator share the machine's cores")
-    print(f"{'load':<44}{'admissions/s':>12}{'p50 ms':>9}{'p99 ms':>9}{'failed':>8}"
-          f"{'gen CPU':>8}{'target':>26}")  # fmt: skip
+    print(HEADER)
     print(row(f"paced {PACED_RATE}/s, {PACED_CONNECTIONS} conns", paced, "p99 <= 15 ms"))
     print(row(f"  same, {SLOW_CONNECTIONS:,} slow conns held", attacked, "p99 near the quiet one"))
     print(row(f"saturation, {SATURATION_CONNECTIONS} conns", saturated, ">= 800 admissions/s"))
@@ -493,6 +669,8 @@ def main() -> int:
           f"{go_cpu * 1e6:.0f} µs Go; gen CPU: the generator's CPU s per s)")  # fmt: skip
     for line in flood_lines(flood):
         print(line)
+    for line in bodiless_lines(bodiless):
+        print(line)
     print(start_row("process start to first GPU review", starts, "<= 150 ms"))
     print(start_row("  bare interpreter start", bare, "the machine's pace"))
     print(f"  (ms: median and slowest of {START_RUNS} starts, installed from a wheel as in the "
@@ -501,4 +679,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

@@ -4,7 +4,8 @@
 // connections over its endpoints), closed-loop (each connection sends its next review when the last is answered) or
 // open-loop (reviews scheduled at a fixed rate, latency counted from each one's scheduled send,
 // so a server that falls behind is charged for the wait), and reports the latencies and its own
-// CPU time as one JSON object. In Go, so that the generator is not what limits the rate.
+// CPU time as one JSON object. In Go, so that the generator is not what limits the rate. With
+// --method GET it sends bodiless GETs instead (a flood of scrapes; no --bodies needed).
 package main
 
 import (
@@ -104,7 +105,13 @@ func newClient(cafile, certfile, keyfile string, conns int, timeout time.Duratio
 }
 
 func send(client *http.Client, url string, body []byte) (string, string) {
-	response, err := client.Post(url, "application/json", bytes.NewReader(body))
+	var response *http.Response
+	var err error
+	if body == nil {
+		response, err = client.Get(url)
+	} else {
+		response, err = client.Post(url, "application/json", bytes.NewReader(body))
+	}
 	if err != nil {
 		return "error", err.Error()
 	}
@@ -150,11 +157,15 @@ func main() {
 	duration := flag.Duration("duration", 10*time.Second, "how long to send")
 	rate := flag.Float64("rate", 0, "reviews per second, scheduled (open loop); 0: closed loop")
 	timeout := flag.Duration("timeout", 30*time.Second, "one request's timeout")
+	method := flag.String("method", "POST", "POST (the bodies) or GET (no body)")
 	flag.Parse()
-	bodies, err := readBodies(*bodiesFile)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "goload:", err)
-		os.Exit(2)
+	bodies := [][]byte{nil}
+	var err error
+	if *method != "GET" {
+		if bodies, err = readBodies(*bodiesFile); err != nil {
+			fmt.Fprintln(os.Stderr, "goload:", err)
+			os.Exit(2)
+		}
 	}
 	urls := strings.Split(*urlList, ",")
 	// one client per URL: each keeps its own connections, as a Service's endpoints do
