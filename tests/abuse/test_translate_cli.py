@@ -1,14 +1,17 @@
 """`vgpu-bridge translate` on hostile manifests: exit 1 with `<object>: <field>: <reason>` lines
 (the very field, where we translate it), never a traceback; a YAML alias bomb refused without
 blowing memory. A fixed-seed sample runs in-process (the same `main` the binary runs); a few
-inputs go through the real binary, under a memory cap."""
+inputs go through the real binary, under a memory cap. A hostile tree for `-R` (links out of it,
+to /dev/stdin, a FIFO) is refused by name through the real binary, without waiting on a reader."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -113,3 +116,73 @@ def test_the_real_binary_refuses_a_hostile_file_by_field_within_a_memory_cap(
     if deny_path is not None:
         assert done.returncode == 1
         assert deny_path in stderr, stderr[-500:]
+
+
+POD = (
+    "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: n}\nspec:\n  containers:\n"
+    "  - name: c\n    resources: {limits: {nvidia.com/gpu: 1}}\n"
+)
+TOKEN = "the-admins-secret-token"
+
+
+def link_out(tree: Path) -> str:
+    secret = tree.parent / "kubeconfig"
+    secret.write_text(f"apiVersion: v1\nkind: Config\nusers: [{{user: {{token: {TOKEN}}}}}]\n")
+    (tree / "config.yaml").symlink_to(secret)
+    return f"{tree / 'config.yaml'}: a link to {secret}, outside {tree}: not read"
+
+
+def link_to_stdin(tree: Path) -> str:
+    (tree / "stdin.yaml").symlink_to("/dev/stdin")
+    return f"{tree / 'stdin.yaml'}: a link to "
+
+
+def fifo(tree: Path) -> str:
+    os.mkfifo(tree / "pipe.yaml")
+    return f"{tree / 'pipe.yaml'}: a FIFO, not a regular file: not read"
+
+
+def link_inside(tree: Path) -> str:
+    (tree / "again.yaml").symlink_to(tree / "pod.yaml")
+    return ""
+
+
+HOSTILE_TREES: dict[str, Callable[[Path], str]] = {
+    "a link to a kubeconfig outside": link_out,
+    "a link to /dev/stdin": link_to_stdin,
+    "a FIFO": fifo,
+    "a link inside the tree (read)": link_inside,
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_TREES), ids=list(HOSTILE_TREES))
+def test_the_real_binary_reads_only_regular_files_inside_an_r_tree(
+    name: str, tmp_path: Path
+) -> None:
+    """Standard input is a pipe nobody writes to or closes, so that a read of /dev/stdin or of
+    the FIFO would wait: the deadline is only a guard against that hang."""
+    tree = tmp_path.resolve() / "tree"
+    tree.mkdir()
+    (tree / "pod.yaml").write_text(POD)
+    refusal = HOSTILE_TREES[name](tree)
+    read_end, write_end = os.pipe()
+    try:
+        done = subprocess.run(
+            command("translate", "-R", "-f", str(tree)),
+            stdin=read_end,
+            capture_output=True,
+            timeout=BINARY_DEADLINE_S,
+        )
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    stderr, stdout = done.stderr.decode(errors="replace"), done.stdout.decode(errors="replace")
+    assert "Traceback" not in stderr, stderr[-1500:]
+    assert TOKEN not in stdout + stderr
+    if not refusal:
+        assert done.returncode == 0, stderr[-500:]
+        assert stdout.count("kind: Pod") == 2
+        return
+    assert done.returncode == 2, stderr[-500:]
+    assert refusal in stderr, stderr[-500:]
+    assert stdout == ""

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -130,6 +132,98 @@ def test_in_place_never_replaces_a_symlink(repo: Path) -> None:
     assert f"{link}: --in-place would replace a symlink" in result.stderr
     assert link.is_symlink()
     assert files_under(repo) == before
+
+
+GPU_POD = """apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: n}
+spec:
+  containers:
+  - name: c
+    resources: {limits: {nvidia.com/gpu: 1}}
+"""
+SECRET_CONFIG = """apiVersion: v1
+kind: Config
+users:
+- name: admin
+  user: {token: the-admins-secret-token}
+"""
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A tree with one GPU Pod, and beside it (outside the tree) a kubeconfig with a token."""
+    root = tmp_path.resolve() / "tree"  # the real path, as refusals name it
+    (root / "apps").mkdir(parents=True)
+    (root / "apps" / "pod.yaml").write_text(GPU_POD)
+    (tmp_path / "kubeconfig").write_text(SECRET_CONFIG)
+    return root
+
+
+@pytest.mark.parametrize("hops", ["direct", "through a link inside the tree"])
+def test_r_refuses_a_link_that_leaves_the_tree_and_never_prints_its_target(
+    tree: Path, hops: str
+) -> None:
+    link = tree / "apps" / "config.yaml"
+    if hops == "direct":
+        link.symlink_to(tree.parent / "kubeconfig")
+    else:
+        (tree / "inner").symlink_to(tree.parent / "kubeconfig")
+        link.symlink_to(tree / "inner")
+    result = run_cli(f"translate -R -f {tree}")
+    assert result.code == 2
+    assert f"{link}: a link to {tree.parent / 'kubeconfig'}, outside {tree}" in result.stderr
+    assert "secret-token" not in result.stdout + result.stderr
+
+
+def test_r_reads_a_link_that_stays_inside_the_tree(tree: Path) -> None:
+    """In-tree links are read, as kubectl reads them: the linked Pod comes twice."""
+    (tree / "again.yaml").symlink_to(tree / "apps" / "pod.yaml")
+    result = run_cli(f"translate -R -f {tree}")
+    assert result.code == 0, result.stderr
+    pods = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "Pod"]
+    assert len(pods) == 2
+
+
+def test_r_refuses_a_fifo_without_reading_it(tree: Path) -> None:
+    """A FIFO in the tree is refused by its kind; today's code would wait for a writer (this
+    test gives it one, so that the old code reads it instead of hanging)."""
+    fifo = tree / "apps" / "pipe.yaml"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_text, args=(SECRET_CONFIG,), daemon=True)
+    writer.start()
+    try:
+        result = run_cli(f"translate -R -f {tree}")
+    finally:
+        release = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader lets the writer finish
+        writer.join()
+        os.close(release)
+    assert result.code == 2
+    assert f"{fifo}: a FIFO, not a regular file: not read" in result.stderr
+    assert "secret-token" not in result.stdout
+
+
+def test_r_refuses_a_socket_by_its_kind(tree: Path) -> None:
+    path = tree / "apps" / "s.yaml"
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(path))
+        result = run_cli(f"translate -R -f {tree}")
+    assert result.code == 2
+    assert f"{path}: a socket, not a regular file: not read" in result.stderr
+
+
+def test_a_pipe_named_with_f_is_still_read(tree: Path) -> None:
+    """The rule is for files a directory holds: a path the user names (`-f <(helm template)`)
+    is the user's choice, read as given."""
+    fifo = tree.parent / "named-pipe"
+    os.mkfifo(fifo)
+    pod = (tree / "apps" / "pod.yaml").read_text()
+    writer = threading.Thread(target=fifo.write_text, args=(pod,), daemon=True)
+    writer.start()
+    result = run_cli(f"translate -f {fifo}")
+    writer.join()
+    assert result.code == 0, result.stderr
+    assert "kind: Pod" in result.stdout
 
 
 def test_in_place_keeps_the_file_mode(repo: Path) -> None:
