@@ -199,3 +199,40 @@ def _map(value: object) -> Mapping[str, Any]:
 
 def _list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
+
+
+#: kube-scheduler serves `<prefix><class>` from any DeviceClass (KEP-5004), beside the class's
+#: own `extendedResourceName`
+IMPLICIT_EXTENDED_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+
+
+def extended_resource_sizing(pod: Mapping[str, Any], names: Iterable[str]) -> Sizing:
+    """The whole cards kube-scheduler gives a pod no webhook translated for its requests of the
+    extended resources `names` (KEP-5004: a claim of the class, one device per unit, capacity
+    left to the card's default). Per name, as the scheduler builds that claim: the long-lived
+    containers' requests (app containers and restartable init containers) summed, or a plain init
+    container's if larger (it reuses theirs first). A request is read as `requests`, else
+    `limits` (they are equal for extended resources); one that is no quantity counts 1."""
+    spec = _map(pod.get("spec"))
+    sized = []
+    for name in names:
+        long_lived, short_lived = 0, 0
+        for container in _list(spec.get("initContainers")):
+            asked = _units(container, name)
+            if _map(container).get("restartPolicy") == "Always":
+                long_lived += asked
+            else:
+                short_lived = max(short_lived, asked)
+        long_lived += sum(_units(c, name) for c in _list(spec.get("containers")))
+        if count := max(long_lived, short_lived):
+            sized.append((Asked(count, None, None),))
+    return Sizing(tuple(sized))
+
+
+def _units(container: object, name: str) -> int:
+    resources = _map(_map(container).get("resources"))
+    value = _map(resources.get("requests")).get(name, _map(resources.get("limits")).get(name))
+    if value is None:
+        return 0
+    amount = _amount(value)
+    return 1 if amount is None else amount

@@ -260,8 +260,8 @@ class Admitter:
         claimed = request.kind == "Pod" and bool(_claim_refs(pod))
         problems = self._guardrail_problems(pod) if claimed else Problems()
         shared = [(t, n) for t in pod_templates(pod) if (n := several_claims(t))] if claimed else []
-        if quick and claimed and (problems or shared or self._quota_counts(request, pod)):
-            return None  # reading its claims may take the API
+        if quick and ((claimed and (problems or shared)) or self._quota_counts(request, pod)):
+            return None  # reading its claims or quotas may take the API
         reasons = self._claimed_pod_reasons(namespace, pod, problems, claims)
         reasons = reasons or self._shared_claim_reasons(pod, shared, namespace, claims)
         reasons = reasons or self._quota_reasons(request, namespace, pod)
@@ -392,10 +392,13 @@ class Admitter:
         self, request: review.AdmissionRequest, pod: dict[str, Any], *, translated: bool = False
     ) -> bool:
         """Whether this object may book a share against a namespace's quota: a pod (not a dry
-        run) that core translated or that names claims, while quotas are enforced."""
+        run) that core translated, that names claims, or that asks whole cards of our class as
+        an extended resource, while quotas are enforced."""
         if self.quotas is None or request.kind != "Pod" or request.dry_run:
             return False
-        return translated or bool((pod.get("spec") or {}).get("resourceClaims"))
+        if translated or (pod.get("spec") or {}).get("resourceClaims"):
+            return True
+        return self.quotas.asks_whole_cards(pod)
 
     def _placement_reasons(self, plan: Plan, namespace: object, claims: ClaimLookup) -> list[str]:
         """Why this object's templates and claims cannot be looked up or put in `namespace`."""

@@ -73,6 +73,7 @@ def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, S
             inventory=inventory.current,
             memory_factor=config.memory_factor,
             claims=ClaimBookings(api, profile=profile),
+            extended_names=settings.extended_resource_names(),
         ),
         prevalidator=Prevalidator(),
     )

@@ -8,13 +8,18 @@ extended resources. Both count the same claims, the same way (per device: Kubern
 a multi-card container's `vgpu-memory` once, a claim books it on every card). A translated pod
 names none of them, so neither HAMi nor Kubernetes counts it any more; this gate does, at admission:
 the claims of our DeviceClass that exist in the namespace (allocated or not) plus what this pod's
-claim templates would make must stay within each hard limit. `requests.` and `limits.` of one name
-are the same limit (an extended resource's request always equals its limit). Both the quotas and
-the claims are read from watches (`QuotaCache`, `claim_bookings.ClaimBookings`): no list per
-admission.
+claim templates would make must stay within each hard limit. A pod no webhook translated that asks
+whole cards of our class as an extended resource (KEP-5004: our class's `extendedResourceName`,
+or the implicit `deviceclass.resource.kubernetes.io/<class>`) counts them too, at admission; once
+bound, kube-scheduler's claim for it is one of the namespace's claims (issue 35: such pods skipped
+the gate, and a quota filled with shares took as many whole cards again). `requests.` and
+`limits.` of one name are the same limit (an extended resource's request always equals its
+limit). Both the quotas and the claims are read from watches (`QuotaCache`,
+`claim_bookings.ClaimBookings`): no list per admission.
 
 Two admissions at once can both pass (each sees the other's claim missing), as can a pod admitted
-before the claim controller has made the previous pod's claim: see docs/webhook.md.
+before the claim controller has made the previous pod's claim, or before kube-scheduler has bound
+an earlier whole-card pod (its claim is made at binding): see docs/webhook.md.
 """
 
 from __future__ import annotations
@@ -23,9 +28,18 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
-from vgpu_bridge.core.booking import Booking, claim_booking, claim_sizing, spec_booking, total
+from vgpu_bridge.core.booking import (
+    IMPLICIT_EXTENDED_RESOURCE_PREFIX,
+    Booking,
+    claim_booking,
+    claim_sizing,
+    extended_resource_sizing,
+    spec_booking,
+    total,
+)
 from vgpu_bridge.core.dialects import volcano
 from vgpu_bridge.core.dialects.resources import ResourceNames
 from vgpu_bridge.core.inventory import Inventory
@@ -142,15 +156,31 @@ class QuotaGate:
     inventory: Callable[[], Inventory]
     memory_factor: int = 1
     claims: ClaimBookings | None = None  # None: each admission lists the namespace's claims
+    #: extended resources our DeviceClass serves (its `extendedResourceName`); the implicit
+    #: `deviceclass.resource.kubernetes.io/<class>` is always counted
+    extended_names: tuple[str, ...] = ()
+
+    @cached_property
+    def _whole_card_names(self) -> tuple[str, ...]:
+        implicit = IMPLICIT_EXTENDED_RESOURCE_PREFIX + self.profile.device_class
+        return (implicit, *(n for n in self.extended_names if n != implicit))
+
+    def asks_whole_cards(self, pod: Mapping[str, Any]) -> bool:
+        """Whether kube-scheduler would give `pod` whole cards of our class for its extended
+        resources (KEP-5004), which this gate then counts (`extended_resource_sizing`)."""
+        return bool(extended_resource_sizing(pod, self._whole_card_names).requests)
 
     def reasons(
         self, namespace: str, pod: Mapping[str, Any], templates: Mapping[str, Json]
     ) -> list[str]:
         """`pod` as it will be created; `templates` the claim specs this admission makes, by
-        template name (others are read from the API server)."""
+        template name (others are read from the API server). Whole cards it asks for as an
+        extended resource count here, before they are bound; once bound, their claim counts
+        through `used` (the pod itself never again)."""
         made_from, named = _claim_sources(pod)
-        if not made_from and not named:  # the fast path of pods without GPUs stays free
-            return []
+        whole_cards = extended_resource_sizing(pod, self._whole_card_names)
+        if not made_from and not named and not whole_cards.requests:
+            return []  # the fast path of pods without GPUs stays free
         quotas = self._quotas(namespace)
         if not quotas:
             return []
@@ -161,7 +191,7 @@ class QuotaGate:
             firsts = {n: b for n in named if (b := self._first_use(namespace, n, largest))}
         except Uncountable as exc:
             return [str(exc)]
-        booked += total(firsts.values())
+        booked += total(firsts.values()) + whole_cards.booking(largest)
         if booked.devices == 0:
             return []
         used = self._used(namespace, largest, leaving_out=set(firsts))

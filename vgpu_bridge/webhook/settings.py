@@ -145,6 +145,13 @@ class Settings(FlagSettings):
     resource_memory_percentage_name: str = _hami_name("resource_memory_percentage_name")
     resource_core_name: str = _hami_name("resource_core_name")
     resource_priority_name: str = _hami_name("resource_priority_name")
+    extended_resource_name: str = setting(
+        "",
+        description="the extended resource our DeviceClass serves (the chart's "
+        "deviceClass.extendedResourceName; Kubernetes >= 1.37): an untranslated pod's requests of "
+        "it count as whole cards against the namespace GPU quota; empty: none",
+        check=lambda value: resource_name_problem(value) if value else None,
+    )
     allow_privileged: bool = setting(
         False,
         description="admit GPU pods with a privileged container (HAMi >= 2.10 refuses them: "
@@ -201,6 +208,9 @@ class Settings(FlagSettings):
 
     def kai_names(self) -> tuple[str, ...]:
         return comma_list(self.kai_scheduler_names)
+
+    def extended_resource_names(self) -> tuple[str, ...]:
+        return (self.extended_resource_name,) if self.extended_resource_name else ()
 
     def extra_workloads(self) -> tuple[ExtraResource, ...]:
         return parse_extra_resources(self.extra_workload_resources)
