@@ -53,15 +53,41 @@ def test_only_the_drivers_own_class_carries_it_under_any_driver_name(helm: Helm)
     assert "extendedResourceName" not in classes["h100.gpu.example.com"]
 
 
-def test_nothing_but_the_device_class_changes(helm: Helm) -> None:
-    """The webhook, its registration and the agents are the same: the webhook still translates
-    every `nvidia.com/gpu` pod it is sent."""
+def test_nothing_but_the_device_class_and_the_webhooks_quota_setting_changes(helm: Helm) -> None:
+    """The webhook's registration and the agents are the same: the webhook still translates every
+    `nvidia.com/gpu` pod it is sent. It is told the name, so that an untranslated pod's whole
+    cards of it count against the namespace GPU quota (issue 35, item 4)."""
 
     def others(values: dict[str, Any]) -> list[Json]:
         objects = helm.template(values, kube_version=KUBE_1_37)
+        for deployment in of_kind(objects, "Deployment"):
+            for container in deployment["spec"]["template"]["spec"]["containers"]:
+                env = container.get("env") or []
+                told = [e for e in env if e["name"] == "VGPU_BRIDGE_EXTENDED_RESOURCE_NAME"]
+                assert [e["value"] for e in told] in ([], [""], ["nvidia.com/gpu"])
+                container["env"] = [e for e in env if e not in told]
         return [o for o in objects if o["kind"] != "DeviceClass"]
 
     assert others(EXTENDED) == others({})
+    webhook = next(d for d in of_kind(helm.template(EXTENDED, kube_version=KUBE_1_37), "Deployment")
+                   if "webhook" in d["metadata"]["name"])  # fmt: skip
+    env = {
+        e["name"]: e.get("value")
+        for e in webhook["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["VGPU_BRIDGE_EXTENDED_RESOURCE_NAME"] == "nvidia.com/gpu"
+
+
+def test_the_webhook_is_sent_pods_asking_whole_cards_of_our_class_by_any_name(helm: Helm) -> None:
+    """With webhook.gpuObjectsOnly the API server sends only pods naming a GPU key: the
+    DeviceClass's implicit `deviceclass.resource.kubernetes.io/<class>` and an extended name
+    outside `nvidia.com/` are among them, so the quota gate sees their whole cards."""
+    values = {"deviceClass": {"extendedResourceName": "example.com/vgpu"},
+              "webhook": {"gpuObjectsOnly": True}}  # fmt: skip
+    config = one(helm.template(values, kube_version=KUBE_1_37), "MutatingWebhookConfiguration")
+    [condition] = config["webhooks"][0]["matchConditions"]
+    assert "'example.com/vgpu'" in condition["expression"]
+    assert "'deviceclass.resource.kubernetes.io/gpu.vgpu-bridge.io'" in condition["expression"]
 
 
 @pytest.mark.parametrize("version", ["v1.36.3", "v1.36.0-gke.100", "v1.35.4"])
