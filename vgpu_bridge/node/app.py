@@ -9,7 +9,8 @@ ResourceClaim is gone, every `--device-health-seconds` the cards' health (an unh
 taint published at once, see `device_health`), every second the prepared claims' host-pids
 files (`hostpids.py`: the host pids libvgpu cannot see from inside a pod, so that it measures
 its own container's SM use), and every 30 s the sweep of what containers can write
-(`claimdirs.py`: the trash emptied, the priority dir cleaned, each claim dir measured); with
+(`claimdirs.py`: the trash emptied, the priority dir cleaned, each claim dir measured; again
+after 1 s while a deletion stopped at its pass's budget); with
 `--hami-metrics true`, every 10 s the pods and containers using each claim (`hami_metrics.py`).
 """
 
@@ -28,7 +29,7 @@ from vgpu_bridge.core.profiles import DriverProfile, our_profile
 from vgpu_bridge.kube import KubeApi, KubeConfigError
 from vgpu_bridge.logs import configure_json_logging, get_logger
 from vgpu_bridge.node.cdi import CdiLayout
-from vgpu_bridge.node.claimdirs import SWEEP_PERIOD_S, TenantDirs
+from vgpu_bridge.node.claimdirs import RESUME_S, SWEEP_PERIOD_S, TenantDirs
 from vgpu_bridge.node.device_health import DeviceHealthWatcher, HealthSource
 from vgpu_bridge.node.device_health.metrics import DeviceHealthCollector
 from vgpu_bridge.node.device_health.mock_source import MockHealthFiles
@@ -56,14 +57,23 @@ def profile_for(settings: Settings) -> DriverProfile:
     return our_profile(settings.driver_name)
 
 
-def every(seconds: float, stop: threading.Event, what: str, work: Callable[[], object]) -> None:
-    """Run `work` now and then every `seconds` until `stop`; failures are logged and retried."""
+def every(
+    seconds: float,
+    stop: threading.Event,
+    what: str,
+    work: Callable[[], object],
+    *,
+    again_soon: Callable[[], bool] = lambda: False,
+    soon_s: float = RESUME_S,
+) -> None:
+    """Run `work` now and then every `seconds` until `stop`; failures are logged and retried.
+    After a run that left work (`again_soon()`), the next comes after `soon_s` instead."""
     while True:
         try:
             work()
         except Exception:
             log.exception(f"{what} failed; will retry")
-        if stop.wait(seconds):
+        if stop.wait(soon_s if again_soon() else seconds):
             return
 
 
@@ -130,7 +140,8 @@ def build(settings: Settings, api: KubeApi, *, gpus: tuple[Gpu, ...]) -> Agent:
         return [claim.uid for claim in state.snapshot()]
 
     host_pids = HostPidFiles(claims, vgpu_dir=settings.vgpu_dir)
-    tenant_dirs = TenantDirs(layout, claims=claims, gpu_uuids={gpu.uuid for gpu in gpus})
+    tenant_dirs = TenantDirs(layout, claims=claims, gpu_uuids={gpu.uuid for gpu in gpus},
+                             removals_per_pass=settings.removals_per_pass)  # fmt: skip
     health = Health(sockets=server.problem, publications=lambda: publisher.last,
                     max_silence_s=settings.max_publication_silence_s,
                     sweep_steps=tenant_dirs.steps)  # fmt: skip
@@ -184,10 +195,14 @@ def workers(agent: Agent, stop: threading.Event) -> list[threading.Thread]:
     if agent.device_health is not None:
         periodic.append(("device-health", settings.device_health_seconds,
                          "checking the cards' health", agent.device_health.check))  # fmt: skip
+    soon = {"tenant-dirs": {"again_soon": lambda: agent.tenant_dirs.unfinished}}
     return [
-        threading.Thread(target=every, args=(seconds, stop, what, work), name=name, daemon=True)
+        threading.Thread(
+            target=every, args=(seconds, stop, what, work), kwargs=soon.get(name, {}), name=name,
+            daemon=True,
+        )
         for name, seconds, what, work in periodic
-    ]
+    ]  # fmt: skip
 
 
 def stop_on_signals(stop: threading.Event) -> None:

@@ -9,6 +9,7 @@ from typing import ClassVar, Literal
 
 from vgpu_bridge.core.profiles import DEFAULT, DRIVER_NAME_MAX_LENGTH, DRIVER_NAME_PATTERN
 from vgpu_bridge.flag_settings import FlagSettings, host_port, setting, split_host_port
+from vgpu_bridge.node.claimdirs import MAX_REMOVALS_PER_PASS
 
 KUBELET_PLUGINS = Path("/var/lib/kubelet/plugins")
 
@@ -58,6 +59,12 @@ class Settings(FlagSettings):
         120,
         gt=0,
         description="/healthz fails when no slice publication succeeds for resync-seconds + this",
+    )
+    removals_per_pass: int = setting(
+        MAX_REMOVALS_PER_PASS,
+        gt=0,
+        description="how many entries (unlinks, rmdirs, renames) one pass of the sweep, or one "
+        "Unprepare, deletes of a tree a container left; the rest goes in the next passes",
     )
     cleanup_seconds: float = setting(
         600, gt=0, description="how often prepared claims that are gone are cleaned"

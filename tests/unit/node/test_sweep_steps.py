@@ -36,7 +36,7 @@ def _layout(tmp_path: Path) -> CdiLayout:
     return CdiLayout(cdi_dir=tmp_path / "cdi", vgpu_dir=tmp_path / "vgpu", driver=DEFAULT.driver)
 
 
-def _broken_trash(_layout: CdiLayout, _paths: object = None) -> int:
+def _broken_trash(_layout: CdiLayout, _paths: object = None, **_budget: object) -> int:
     raise RecursionError("maximum recursion depth exceeded")
 
 
