@@ -38,6 +38,10 @@ typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUlaunchAttribute_st CUlaunchAttribute; /* only passed through by pointer */
 typedef struct CUexecAffinityParam_st CUexecAffinityParam; /* likewise */
 typedef struct CUctxCreateParams_st CUctxCreateParams;     /* likewise */
+typedef struct CUgreenCtx_st *CUgreenCtx;
+/* The special stream handles: each means the calling thread's current context. */
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
 typedef struct { char bytes[16]; } CUuuid;
 
 typedef enum {
@@ -53,7 +57,10 @@ typedef enum {
 	CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT = 4,
 } CUmemLocationType;
 
-typedef enum { CU_MEM_ALLOCATION_TYPE_PINNED = 1 } CUmemAllocationType;
+typedef enum {
+	CU_MEM_ALLOCATION_TYPE_PINNED = 1,
+	CU_MEM_ALLOCATION_TYPE_MANAGED = 2,
+} CUmemAllocationType;
 typedef enum { CU_MEM_HANDLE_TYPE_NONE = 0 } CUmemAllocationHandleType;
 typedef enum {
 	CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0,
@@ -77,6 +84,18 @@ typedef struct {
 		unsigned char reserved[4];
 	} allocFlags;
 } CUmemAllocationProp;
+
+/* cuMemPoolCreate's properties: allocations from the pool reside at `location`. (CUDA 11.2 had
+ * reserved[64] after win32SecurityAttributes; maxSize and usage came out of it: same size.) */
+typedef struct {
+	CUmemAllocationType allocType;
+	CUmemAllocationHandleType handleTypes;
+	CUmemLocation location;
+	void *win32SecurityAttributes;
+	size_t maxSize;
+	unsigned short usage;
+	unsigned char reserved[54];
+} CUmemPoolProps;
 
 typedef enum {
 	CU_AD_FORMAT_UNSIGNED_INT8 = 0x01,

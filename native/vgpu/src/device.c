@@ -147,6 +147,52 @@ int vgpu_current_device(void)
 	return real_cuCtxGetDevice(&dev) == CUDA_SUCCESS ? dev : -1;
 }
 
+static bool special_stream(CUstream s)
+{
+	return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
+}
+
+/* The context stream `s` was made in: cuStreamGetCtx_v2 where the driver has it (the first form
+ * answers NOT_SUPPORTED for a green context's stream on CUDA 12 drivers), else cuStreamGetCtx.
+ * Both are allowed while the stream captures a graph; cuStreamGetDevice is not on every driver. */
+static CUresult stream_ctx(CUstream s, CUcontext *ctx)
+{
+	CUgreenCtx green = NULL;
+	CUresult r = real_cuStreamGetCtx_v2(s, ctx, &green);
+
+	return r == CUDA_ERROR_NOT_SUPPORTED ? real_cuStreamGetCtx(s, ctx) : r;
+}
+
+/* The device of context `ctx`: the current one's directly, another's by making it current for
+ * the one question (pushed and popped: the thread's own context stack is left as it was). */
+static int ctx_device(CUcontext ctx)
+{
+	CUcontext cur = NULL, popped = NULL;
+	CUdevice dev;
+	CUresult r;
+
+	if (real_cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx)
+		return vgpu_current_device();
+	if (real_cuCtxPushCurrent_v2(ctx) != CUDA_SUCCESS)
+		return -1;
+	r = real_cuCtxGetDevice(&dev);
+	real_cuCtxPopCurrent_v2(&popped);
+	return r == CUDA_SUCCESS ? dev : -1;
+}
+
+/* Stream-ordered memory lives on the stream's device, whatever context is current: charging the
+ * current one instead let an allocation on device 1 pass against device 0's room. */
+int vgpu_stream_device(CUstream s)
+{
+	CUcontext ctx = NULL;
+	int dev;
+
+	if (special_stream(s) || stream_ctx(s, &ctx) != CUDA_SUCCESS || ctx == NULL ||
+	    (dev = ctx_device(ctx)) < 0)
+		return vgpu_current_device(); /* charging some device beats charging none */
+	return dev;
+}
+
 int vgpu_nvml_dev_index(nvmlDevice_t device, const char *uuid, uint64_t *limit)
 {
 	char u[64];

@@ -13,7 +13,9 @@
 #define SMALL_ALIGN 512ULL              /* sub-allocations below the granularity */
 #define DEFAULT_GRANULARITY (2ULL << 20) /* when the driver cannot tell */
 
-enum alloc_kind { KIND_PTR = 1, KIND_HANDLE = 2, KIND_ARRAY = 3 };
+/* KIND_POOL entries are not charges: a memory pool's home, its CUDA ordinal in `didx` (or
+ * POOL_HOST), so that allocations from it are charged where the pool keeps its memory. */
+enum alloc_kind { KIND_PTR = 1, KIND_HANDLE = 2, KIND_ARRAY = 3, KIND_POOL = 4 };
 
 /* ---- what we charged, by pointer/handle: open addressing, linear probing ---- */
 struct entry {
@@ -152,6 +154,28 @@ out:
 	return rc;
 }
 
+/* The entry's device index, left in place; 0, or -1 if there is none. */
+static int table_get(uint64_t key, uint8_t kind, int *didx)
+{
+	int rc = -1;
+	size_t i;
+
+	lock_table();
+	if (table_cap == 0)
+		goto out;
+	i = slot_of(key, kind, table_cap);
+	for (; table[i].key != 0; i = (i + 1) & (table_cap - 1)) {
+		if (table[i].key == key && table[i].kind == kind) {
+			*didx = table[i].didx;
+			rc = 0;
+			break;
+		}
+	}
+out:
+	pthread_mutex_unlock(&table_lock);
+	return rc;
+}
+
 /* ---- sizes ---- */
 static uint64_t granularity(CUdevice dev)
 {
@@ -202,7 +226,7 @@ static CUresult charge_begin(struct charge *c, CUdevice dev, uint64_t bytes)
 	c->didx = -1;
 	c->bytes = 0;
 	if (dev < 0)
-		return CUDA_SUCCESS; /* no context: the driver reports the error */
+		return CUDA_SUCCESS; /* no context (the driver reports the error), or host memory */
 	if (vgpu_dev_denied(dev))
 		return CUDA_ERROR_INVALID_DEVICE; /* not the claim's device: no memory at all */
 	c->didx = vgpu_dev_index(dev);
@@ -283,29 +307,110 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flag
 			  real_cuMemAllocManaged(dptr, bytesize, flags));
 }
 
+/* ---- stream-ordered allocations: charged where the memory is ---- */
+#define POOL_HOST (-2) /* a pool of pinned host memory: nothing to charge */
+
+/* Where a new pool keeps its memory: a device's ordinal, POOL_HOST, or -1 when the properties
+ * do not say (managed pools without a device: charged like cuMemAllocManaged, to the stream's). */
+static int pool_home(const CUmemPoolProps *props)
+{
+	switch (props->location.type) {
+	case CU_MEM_LOCATION_TYPE_DEVICE:
+		return props->location.id;
+	case CU_MEM_LOCATION_TYPE_HOST:
+	case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+	case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+		return props->allocType == CU_MEM_ALLOCATION_TYPE_PINNED ? POOL_HOST : -1;
+	default:
+		return -1;
+	}
+}
+
+/* The ordinal whose default pool `pool` is (those are made by the driver, never by
+ * cuMemPoolCreate), or -1. */
+static int default_pool_device(CUmemoryPool pool)
+{
+	CUmemoryPool p;
+	int count = 0;
+
+	if (real_cuDeviceGetCount(&count) != CUDA_SUCCESS)
+		return -1;
+	for (int d = 0; d < count && d < VGPU_MAX_DEVICES; d++)
+		if (real_cuDeviceGetDefaultMemPool(&p, d) == CUDA_SUCCESS && p == pool)
+			return d;
+	return -1;
+}
+
+/* The device an allocation from `pool` lands on (cuMemAllocFromPoolAsync may name a pool of
+ * another device than the stream's), POOL_HOST for host memory; a pool we never saw made, the
+ * stream's device (over-charging beats not charging). */
+static int pool_device(CUmemoryPool pool, CUstream stream)
+{
+	uint64_t key = (uint64_t)(uintptr_t)pool;
+	int dev;
+
+	if (key != 0 && table_get(key, KIND_POOL, &dev) == 0)
+		return dev;
+	if (key != 0 && (dev = default_pool_device(pool)) >= 0) {
+		table_put(key, KIND_POOL, dev, 0);
+		return dev;
+	}
+	return vgpu_stream_device(stream);
+}
+
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
+{
+	CUresult r;
+	int home;
+
+	VGPU_ENTER();
+	r = real_cuMemPoolCreate(pool, poolProps);
+	if (r == CUDA_SUCCESS && pool != NULL && *pool != NULL && poolProps != NULL &&
+	    (home = pool_home(poolProps)) != -1)
+		table_put((uint64_t)(uintptr_t)*pool, KIND_POOL, home, 0);
+	return r;
+}
+
+/* The record goes first, as with frees: once destroyed, the handle may name a new pool. */
+CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+	uint64_t key = (uint64_t)(uintptr_t)pool, unused;
+	int home, had;
+	CUresult r;
+
+	vgpu_init();
+	had = key != 0 && table_take(key, KIND_POOL, &home, &unused) == 0;
+	r = real_cuMemPoolDestroy(pool);
+	if (r != CUDA_SUCCESS && had)
+		table_put(key, KIND_POOL, home, 0);
+	return r;
+}
+
+/* cuMemAllocAsync takes from the current pool of the stream's device, which is always that
+ * device's own memory. */
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-	CHARGED_PTR_ALLOC(vgpu_current_device(), bytesize,
+	CHARGED_PTR_ALLOC(vgpu_stream_device(hStream), bytesize,
 			  real_cuMemAllocAsync(dptr, bytesize, hStream));
 }
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-	CHARGED_PTR_ALLOC(vgpu_current_device(), bytesize,
+	CHARGED_PTR_ALLOC(vgpu_stream_device(hStream), bytesize,
 			  real_cuMemAllocAsync_ptsz(dptr, bytesize, hStream));
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
 				 CUstream hStream)
 {
-	CHARGED_PTR_ALLOC(vgpu_current_device(), bytesize,
+	CHARGED_PTR_ALLOC(pool_device(pool, hStream), bytesize,
 			  real_cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream));
 }
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
 				      CUstream hStream)
 {
-	CHARGED_PTR_ALLOC(vgpu_current_device(), bytesize,
+	CHARGED_PTR_ALLOC(pool_device(pool, hStream), bytesize,
 			  real_cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream));
 }
 

@@ -129,6 +129,9 @@ extern struct vgpu_config vgpu_cfg;
 int vgpu_dev_index(CUdevice dev);
 /* CUDA ordinal of the current context's device, or -1. */
 int vgpu_current_device(void);
+/* CUDA ordinal of the device stream `s` belongs to (a special handle, or a stream the driver
+ * cannot place: the current context's device), or -1. */
+int vgpu_stream_device(CUstream s);
 /* Effective limits of CUDA ordinal `dev` (0 = none). */
 uint64_t vgpu_mem_limit(CUdevice dev);
 unsigned int vgpu_sm_limit(CUdevice dev);

@@ -74,6 +74,8 @@ static void get_proc_address_honours_version_and_flags(void)
 	CHECK(runtime_lookup("cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
 			     &r, &st) == ours("cuMemAllocAsync_ptsz"));
 	CHECK(runtime_lookup("cuMemFreeAsync", 12000, 0, &r, &st) == ours("cuMemFreeAsync"));
+	CHECK(runtime_lookup("cuMemPoolCreate", 12000, 0, &r, &st) == ours("cuMemPoolCreate"));
+	CHECK(runtime_lookup("cuMemPoolDestroy", 12000, 0, &r, &st) == ours("cuMemPoolDestroy"));
 	CHECK(runtime_lookup("cuGraphLaunch", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
 			     &r, &st) == ours("cuGraphLaunch_ptsz"));
 	CHECK(runtime_lookup("cuLaunchKernelEx", 12000, 0, &r, &st) == ours("cuLaunchKernelEx"));
@@ -131,7 +133,8 @@ static void internal_entry_points_are_still_wrapped(void)
 	CHECK_EQ(cuMemAlloc_v2(&p, GiB + 1), CUDA_ERROR_OUT_OF_MEMORY);
 }
 
-/* Run over build/fake-old: no cuMemAllocAsync, cuLaunchKernelEx or cuGetProcAddress_v2. */
+/* Run over build/fake-old: no cuMemAllocAsync, memory pools, cuLaunchKernelEx or
+ * cuGetProcAddress_v2. */
 static void missing_real_symbols_report_not_supported(void)
 {
 	CUresult (*alloc_async)(CUdeviceptr *, size_t, CUstream) =
@@ -141,15 +144,20 @@ static void missing_real_symbols_report_not_supported(void)
 			"cuLaunchKernelEx");
 	CUresult (*gpa2)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *) =
 		(gpa_v2_fn)ours("cuGetProcAddress_v2");
+	CUresult (*pool_create)(CUmemoryPool *, const CUmemPoolProps *) =
+		(CUresult(*)(CUmemoryPool *, const CUmemPoolProps *))ours("cuMemPoolCreate");
 	CUlaunchConfig cfg = {1, 1, 1, 32, 1, 1, 0, NULL, NULL, 0};
+	CUmemPoolProps props = {0};
+	CUmemoryPool pool = NULL;
 	CUdeviceptr p = 0;
 	void *q = NULL;
 
 	CHECK(ctx_on(0) == 0);
-	CHECK(alloc_async && ex && gpa2);
-	if (!(alloc_async && ex && gpa2))
+	CHECK(alloc_async && ex && gpa2 && pool_create);
+	if (!(alloc_async && ex && gpa2 && pool_create))
 		return;
 	CHECK_EQ(alloc_async(&p, MiB, NULL), CUDA_ERROR_NOT_SUPPORTED);
+	CHECK_EQ(pool_create(&pool, &props), CUDA_ERROR_NOT_SUPPORTED);
 	CHECK_EQ(free_mem(), GiB); /* the refused call left no charge behind */
 	CHECK_EQ(ex(&cfg, FAKE_KERNEL, NULL, NULL), CUDA_ERROR_NOT_SUPPORTED);
 	CHECK_EQ(gpa2("cuMemAlloc", &q, 12000, 0, NULL), CUDA_ERROR_NOT_SUPPORTED);

@@ -92,11 +92,13 @@ static void pitch_is_charged_as_the_driver_laid_it_out(void)
 static void managed_async_and_pool_allocations_count(void)
 {
 	CUdeviceptr m = 0, a = 0, pl = 0, x = 0;
+	CUmemoryPool pool = NULL;
 
 	CHECK(ctx_on(0) == 0);
+	CHECK_EQ(cuDeviceGetDefaultMemPool(&pool, 0), CUDA_SUCCESS);
 	CHECK_EQ(cuMemAllocManaged(&m, 256 * MiB, 1), CUDA_SUCCESS);
 	CHECK_EQ(cuMemAllocAsync(&a, 256 * MiB, NULL), CUDA_SUCCESS);
-	CHECK_EQ(cuMemAllocFromPoolAsync(&pl, 256 * MiB, NULL, NULL), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAllocFromPoolAsync(&pl, 256 * MiB, pool, NULL), CUDA_SUCCESS);
 	CHECK_EQ(used_now(), 768 * MiB);
 	CHECK_EQ(cuMemAllocAsync(&x, 257 * MiB, NULL), CUDA_ERROR_OUT_OF_MEMORY);
 	CHECK_EQ(cuMemFreeAsync(a, NULL), CUDA_SUCCESS);
@@ -125,6 +127,94 @@ static void ptsz_variants_count_too(void)
 	CHECK_EQ(alloc(&a, GiB, NULL), CUDA_ERROR_OUT_OF_MEMORY);
 	CHECK_EQ(release(a, NULL), CUDA_SUCCESS);
 	CHECK_EQ(used_now(), 0);
+}
+
+/* Free bytes of device `dev`'s share, seen from its own context; device 0's context after. */
+static size_t free_on(int dev)
+{
+	size_t f;
+
+	CHECK(ctx_on(dev) == 0);
+	f = free_mem();
+	CHECK(ctx_on(0) == 0);
+	return f;
+}
+
+/* Stream-ordered memory is on the stream's device, whatever context is current: it is charged
+ * to, and refused by, that device's share, and its free gives that device's room back. */
+static void async_allocations_are_charged_to_the_streams_device(void)
+{
+	CUresult (*alloc_ptsz)(CUdeviceptr *, size_t, CUstream) =
+		(CUresult(*)(CUdeviceptr *, size_t, CUstream))dlsym(RTLD_DEFAULT,
+								     "cuMemAllocAsync_ptsz");
+	CUdeviceptr a = 0, b = 0, c = 0;
+	CUstream s1 = NULL;
+	CUdevice cur = -1;
+
+	CHECK(ctx_on(1) == 0);
+	CHECK_EQ(cuStreamCreate(&s1, 0), CUDA_SUCCESS);
+	CHECK(ctx_on(0) == 0);
+	CHECK_EQ(cuMemAllocAsync(&a, 200 * MiB, s1), CUDA_SUCCESS);
+	CHECK_EQ(fake_cuda_memory_used(1), 200 * MiB); /* where the driver put it */
+	CHECK_EQ(cuCtxGetDevice(&cur), CUDA_SUCCESS);
+	CHECK_EQ(cur, 0); /* the thread's context is left as it was */
+	CHECK_EQ(used_now(), 0);
+	CHECK_EQ(free_on(1), 56 * MiB);
+	CHECK_EQ(cuMemAllocAsync(&b, 100 * MiB, s1), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK(alloc_ptsz != NULL);
+	if (alloc_ptsz != NULL)
+		CHECK_EQ(alloc_ptsz(&b, 100 * MiB, s1), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(fake_cuda_memory_used(1), 200 * MiB);
+	/* the special handles are the current context's stream */
+	CHECK_EQ(cuMemAllocAsync(&b, 100 * MiB, NULL), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAllocAsync(&c, 100 * MiB, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 200 * MiB);
+	CHECK_EQ(cuMemFreeAsync(c, NULL), CUDA_SUCCESS);
+	CHECK_EQ(cuMemFreeAsync(b, NULL), CUDA_SUCCESS);
+	CHECK_EQ(cuMemFreeAsync(a, NULL), CUDA_SUCCESS); /* ordered on device 0's stream */
+	CHECK_EQ(free_on(1), 256 * MiB);
+	CHECK_EQ(used_now(), 0);
+	CHECK_EQ(cuStreamDestroy_v2(s1), CUDA_SUCCESS);
+}
+
+/* An allocation from a pool is where the pool keeps its memory: a pool on device 1 is device 1's
+ * share whatever the stream; a device's default pool too; a pool of pinned host memory is none. */
+static void pool_allocations_are_charged_to_the_pools_device(void)
+{
+	CUmemPoolProps on1 = {0}, host = {0};
+	CUmemoryPool p1 = NULL, ph = NULL, d1 = NULL;
+	CUdeviceptr a = 0, b = 0, h = 0;
+
+	CHECK(ctx_on(0) == 0);
+	on1.allocType = host.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+	on1.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	on1.location.id = 1;
+	host.location.type = CU_MEM_LOCATION_TYPE_HOST;
+	CHECK_EQ(cuMemPoolCreate(&p1, &on1), CUDA_SUCCESS);
+	CHECK_EQ(cuMemPoolCreate(&ph, &host), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAllocFromPoolAsync(&a, 200 * MiB, p1, NULL), CUDA_SUCCESS);
+	CHECK_EQ(fake_cuda_memory_used(1), 200 * MiB);
+	CHECK_EQ(used_now(), 0);
+	CHECK_EQ(free_on(1), 56 * MiB);
+	CHECK_EQ(cuMemAllocFromPoolAsync(&b, 100 * MiB, p1, NULL), CUDA_ERROR_OUT_OF_MEMORY);
+	/* device 1's default pool: the driver's own, no cuMemPoolCreate made it */
+	CHECK_EQ(cuDeviceGetDefaultMemPool(&d1, 1), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAllocFromPoolAsync(&b, 100 * MiB, d1, NULL), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(cuMemAllocFromPoolAsync(&b, 56 * MiB, d1, NULL), CUDA_SUCCESS);
+	CHECK_EQ(free_on(1), 0);
+	/* pinned host memory is no device's */
+	CHECK_EQ(cuMemAllocFromPoolAsync(&h, 2 * GiB, ph, NULL), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 0);
+	CHECK_EQ(cuMemFreeAsync(h, NULL), CUDA_SUCCESS);
+	CHECK_EQ(cuMemFreeAsync(b, NULL), CUDA_SUCCESS);
+	CHECK_EQ(cuMemFreeAsync(a, NULL), CUDA_SUCCESS);
+	CHECK_EQ(free_on(1), 256 * MiB);
+	CHECK_EQ(cuMemPoolDestroy(p1), CUDA_SUCCESS);
+	CHECK_EQ(cuMemPoolDestroy(ph), CUDA_SUCCESS);
+	/* a destroyed pool's handle is refused by the driver and leaves no charge */
+	CHECK_EQ(cuMemAllocFromPoolAsync(&a, MiB, p1, NULL), CUDA_ERROR_INVALID_VALUE);
+	CHECK_EQ(used_now(), 0);
+	CHECK_EQ(free_on(1), 256 * MiB);
 }
 
 static void vmm_device_memory_counts_host_memory_does_not(void)
@@ -265,6 +355,8 @@ int main(int argc, char **argv)
 		CASE(pitch_is_charged_as_the_driver_laid_it_out),
 		CASE(managed_async_and_pool_allocations_count),
 		CASE(ptsz_variants_count_too),
+		CASE(async_allocations_are_charged_to_the_streams_device),
+		CASE(pool_allocations_are_charged_to_the_pools_device),
 		CASE(vmm_device_memory_counts_host_memory_does_not),
 		CASE(arrays_count),
 		CASE(unknown_pointers_are_forwarded_to_the_driver),

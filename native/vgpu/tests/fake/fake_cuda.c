@@ -16,7 +16,7 @@
 
 struct mem {
 	uint64_t addr, size;
-	int dev, kind; /* kind: 1 device, 2 managed, 3 VMM handle, 4 array, 5 host VMM */
+	int dev, kind; /* kind: 1 device, 2 managed, 3 VMM handle, 4 array, 5 host VMM, 6 host pool */
 	struct mem *next;
 };
 
@@ -56,7 +56,12 @@ static struct gpu *gpu = &local_gpu;
 #define mu (gpu->lock)
 #define devs (gpu->dev)
 static struct mem *mems;
-static __thread int current = -1; /* device of the thread's current context */
+static __thread int current = -1; /* device of the thread's current context (the stack's top) */
+#define CTX_STACK 8
+static __thread int ctx_below[CTX_STACK]; /* the rest of the thread's context stack */
+static __thread int ctx_depth;
+#define KIND(k) (1 << (k))
+#define HOST_KINDS (KIND(5) | KIND(6))
 
 static void read_cfg(void)
 {
@@ -247,7 +252,44 @@ EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 	int dev = (int)(uintptr_t)ctx - 1;
 	if (ctx != NULL && (dev < 0 || dev >= cfg.ndev))
 		return CUDA_ERROR_INVALID_CONTEXT;
-	current = ctx ? dev : -1;
+	if (ctx != NULL)
+		current = dev; /* replaces the top of the stack */
+	else
+		current = ctx_depth > 0 ? ctx_below[--ctx_depth] : -1; /* pops it */
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+	CHECK_INIT();
+	if (pctx == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pctx = current < 0 ? NULL : (CUcontext)(uintptr_t)(current + 1);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+	int dev = (int)(uintptr_t)ctx - 1;
+
+	CHECK_INIT();
+	if (ctx == NULL || dev < 0 || dev >= cfg.ndev)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (current >= 0) {
+		if (ctx_depth == CTX_STACK)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		ctx_below[ctx_depth++] = current;
+	}
+	current = dev;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+	CHECK_CTX();
+	if (pctx != NULL)
+		*pctx = (CUcontext)(uintptr_t)(current + 1);
+	current = ctx_depth > 0 ? ctx_below[--ctx_depth] : -1;
 	return CUDA_SUCCESS;
 }
 
@@ -302,6 +344,96 @@ EXPORT CUresult cuStreamSynchronize(CUstream s)
 	return cuCtxSynchronize();
 }
 
+/* ---- streams: each belongs to the context current when it was made ---- */
+#define MAX_STREAMS 256
+#define STREAM_BASE 0x50000ULL
+static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
+static int stream_dev[MAX_STREAMS]; /* CUDA ordinal + 1; 0 = free */
+
+EXPORT CUresult cuStreamCreate(CUstream *ps, unsigned int flags)
+{
+	CHECK_CTX();
+	if (ps == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&streams_mu);
+	for (int i = 0; i < MAX_STREAMS; i++) {
+		if (stream_dev[i] == 0) {
+			stream_dev[i] = current + 1;
+			pthread_mutex_unlock(&streams_mu);
+			*ps = (CUstream)(uintptr_t)(STREAM_BASE + 16ULL * (uint64_t)i);
+			return CUDA_SUCCESS;
+		}
+	}
+	pthread_mutex_unlock(&streams_mu);
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* The slot of a stream cuStreamCreate made, or -1 (special handles included). */
+static int stream_slot(CUstream s)
+{
+	uint64_t v = (uint64_t)(uintptr_t)s;
+
+	if (v < STREAM_BASE || (v - STREAM_BASE) % 16 || (v - STREAM_BASE) / 16 >= MAX_STREAMS)
+		return -1;
+	return (int)((v - STREAM_BASE) / 16);
+}
+
+EXPORT CUresult cuStreamDestroy_v2(CUstream s)
+{
+	int i = stream_slot(s);
+
+	CHECK_INIT();
+	pthread_mutex_lock(&streams_mu);
+	if (i < 0 || stream_dev[i] == 0) {
+		pthread_mutex_unlock(&streams_mu);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	stream_dev[i] = 0;
+	pthread_mutex_unlock(&streams_mu);
+	return CUDA_SUCCESS;
+}
+
+/* The CUDA ordinal stream `s` runs on: a special handle (NULL, CU_STREAM_LEGACY,
+ * CU_STREAM_PER_THREAD) is the current context's. */
+static CUresult stream_device(CUstream s, int *dev)
+{
+	int i = stream_slot(s);
+
+	CHECK_INIT();
+	if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) {
+		CHECK_CTX();
+		*dev = current;
+		return CUDA_SUCCESS;
+	}
+	pthread_mutex_lock(&streams_mu);
+	*dev = i < 0 ? -1 : stream_dev[i] - 1;
+	pthread_mutex_unlock(&streams_mu);
+	return *dev < 0 ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext *pctx)
+{
+	int dev;
+	CUresult r;
+
+	if (pctx == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if ((r = stream_device(s, &dev)) != CUDA_SUCCESS)
+		return r;
+	*pctx = (CUcontext)(uintptr_t)(dev + 1);
+	return CUDA_SUCCESS;
+}
+
+#ifndef FAKE_OLD_DRIVER
+EXPORT CUresult cuStreamGetCtx_v2(CUstream s, CUcontext *pctx, CUgreenCtx *pgreen)
+{
+	if (pgreen == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pgreen = NULL; /* no green contexts here */
+	return cuStreamGetCtx(s, pctx);
+}
+#endif
+
 /* ---- memory ---- */
 /* What an allocation occupies on the device, as the real driver lays it out: whole pages of the
  * allocation granularity at or above it, 512-byte steps of a shared page below it. */
@@ -315,7 +447,7 @@ static uint64_t occupied(uint64_t size)
 static CUresult mem_add(int dev, uint64_t size, int kind, uint64_t *addr)
 {
 	void *p;
-	int on_device = kind != 5;
+	int on_device = !(KIND(kind) & HOST_KINDS);
 
 	pthread_mutex_lock(&mu);
 	if (on_device && devs[dev].used + occupied(size) > cfg.memory) {
@@ -348,15 +480,16 @@ static CUresult mem_add(int dev, uint64_t size, int kind, uint64_t *addr)
 	return CUDA_SUCCESS;
 }
 
-static CUresult mem_del(uint64_t addr, int kind_a, int kind_b)
+/* Frees the allocation at `addr` if its kind is one of `kinds` (a KIND() mask). */
+static CUresult mem_del(uint64_t addr, int kinds)
 {
 	pthread_mutex_lock(&mu);
 	for (struct mem **pp = &mems; *pp; pp = &(*pp)->next) {
 		struct mem *m = *pp;
-		if (m->addr != addr || (m->kind != kind_a && m->kind != kind_b))
+		if (m->addr != addr || !(KIND(m->kind) & kinds))
 			continue;
 		*pp = m->next;
-		if (m->kind != 5)
+		if (!(KIND(m->kind) & HOST_KINDS))
 			devs[m->dev].used -= occupied(m->size);
 		pthread_mutex_unlock(&mu);
 		if (!cfg.fast_alloc)
@@ -405,27 +538,180 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 	CHECK_INIT();
 	if (dptr == 0)
 		return CUDA_SUCCESS;
-	return mem_del(dptr, 1, 2);
+	return mem_del(dptr, KIND(1) | KIND(2) | KIND(6));
 }
 
 #ifndef FAKE_OLD_DRIVER
+/* ---- memory pools: a device's default pool, or one cuMemPoolCreate made at a location ---- */
+#define MAX_POOLS 64 /* the first FAKE_MAX_DEVICES are the devices' default pools */
+#define POOL_BASE 0x60000ULL
+static struct {
+	int live, host, dev; /* dev: CUDA ordinal of a device pool */
+} pools[MAX_POOLS];
+static int current_pool[FAKE_MAX_DEVICES]; /* slot + 1; 0 = the default pool */
+
+static CUmemoryPool pool_handle(int slot)
+{
+	return (CUmemoryPool)(uintptr_t)(POOL_BASE + 16ULL * (uint64_t)slot);
+}
+
+/* The live pool `p` names, its slot; -1 if none (default pools live from cuInit). */
+static int pool_slot(CUmemoryPool p)
+{
+	uint64_t v = (uint64_t)(uintptr_t)p, i;
+
+	if (v < POOL_BASE || (v - POOL_BASE) % 16 || (i = (v - POOL_BASE) / 16) >= MAX_POOLS)
+		return -1;
+	if (i < FAKE_MAX_DEVICES)
+		return (int)i < cfg.ndev ? (int)i : -1;
+	return pools[i].live ? (int)i : -1;
+}
+
+EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+	CHECK_INIT();
+	if (pool == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dev < 0 || dev >= cfg.ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*pool = pool_handle(dev);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+	CHECK_INIT();
+	if (pool == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dev < 0 || dev >= cfg.ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&streams_mu);
+	*pool = pool_handle(current_pool[dev] ? current_pool[dev] - 1 : dev);
+	pthread_mutex_unlock(&streams_mu);
+	return CUDA_SUCCESS;
+}
+
+/* The pool must be local to the device, as the real driver requires. */
+EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+	int i;
+
+	CHECK_INIT();
+	if (dev < 0 || dev >= cfg.ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&streams_mu);
+	i = pool_slot(pool);
+	if (i < 0 || (i >= FAKE_MAX_DEVICES && (pools[i].host || pools[i].dev != dev)) ||
+	    (i < FAKE_MAX_DEVICES && i != dev)) {
+		pthread_mutex_unlock(&streams_mu);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	current_pool[dev] = i + 1;
+	pthread_mutex_unlock(&streams_mu);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+	int host, dev;
+
+	CHECK_INIT();
+	if (pool == NULL || props == NULL || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED)
+		return CUDA_ERROR_INVALID_VALUE;
+	host = props->location.type == CU_MEM_LOCATION_TYPE_HOST ||
+	       props->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA;
+	dev = props->location.id;
+	if (!host && (props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || dev < 0 ||
+		      dev >= cfg.ndev))
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&streams_mu);
+	for (int i = FAKE_MAX_DEVICES; i < MAX_POOLS; i++) {
+		if (!pools[i].live) {
+			pools[i].live = 1;
+			pools[i].host = host;
+			pools[i].dev = host ? -1 : dev;
+			pthread_mutex_unlock(&streams_mu);
+			*pool = pool_handle(i);
+			return CUDA_SUCCESS;
+		}
+	}
+	pthread_mutex_unlock(&streams_mu);
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* A default pool cannot be destroyed; a device's current pool that is, leaves it the default. */
+EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+	int i;
+
+	CHECK_INIT();
+	pthread_mutex_lock(&streams_mu);
+	i = pool_slot(pool);
+	if (i < FAKE_MAX_DEVICES) {
+		pthread_mutex_unlock(&streams_mu);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	pools[i].live = 0;
+	for (int d = 0; d < FAKE_MAX_DEVICES; d++)
+		if (current_pool[d] == i + 1)
+			current_pool[d] = 0;
+	pthread_mutex_unlock(&streams_mu);
+	return CUDA_SUCCESS;
+}
+
+/* `bytesize` from `pool` (its location decides where the memory is), ordered on `s`. */
+static CUresult pool_alloc(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s)
+{
+	int i, dev, host;
+	uint64_t a;
+	CUresult r;
+
+	if ((r = stream_device(s, &dev)) != CUDA_SUCCESS)
+		return r;
+	if (dptr == NULL || bytesize == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&streams_mu);
+	i = pool_slot(pool);
+	host = i >= FAKE_MAX_DEVICES && pools[i].host;
+	dev = i < 0 ? -1 : i < FAKE_MAX_DEVICES ? i : pools[i].dev;
+	pthread_mutex_unlock(&streams_mu);
+	if (i < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if ((r = mem_add(host ? 0 : PHYS(dev), bytesize, host ? 6 : 1, &a)) == CUDA_SUCCESS)
+		*dptr = a;
+	return r;
+}
+
+/* From the current pool of the stream's device (always that device's own memory). */
+static CUresult stream_alloc(CUdeviceptr *dptr, size_t bytesize, CUstream s)
+{
+	CUmemoryPool pool;
+	int dev;
+	CUresult r;
+
+	if ((r = stream_device(s, &dev)) != CUDA_SUCCESS ||
+	    (r = cuDeviceGetMemPool(&pool, dev)) != CUDA_SUCCESS)
+		return r;
+	return pool_alloc(dptr, bytesize, pool, s);
+}
+
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream s)
 {
-	return alloc_kind(dptr, bytesize, 1);
+	return stream_alloc(dptr, bytesize, s);
 }
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream s)
 {
-	return alloc_kind(dptr, bytesize, 1);
+	return stream_alloc(dptr, bytesize, s);
 }
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool p,
 					CUstream s)
 {
-	return alloc_kind(dptr, bytesize, 1);
+	return pool_alloc(dptr, bytesize, p, s);
 }
 EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool p,
 					     CUstream s)
 {
-	return alloc_kind(dptr, bytesize, 1);
+	return pool_alloc(dptr, bytesize, p, s);
 }
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 {
@@ -468,7 +754,7 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
 	CHECK_INIT();
-	return mem_del(handle, 3, 5);
+	return mem_del(handle, KIND(3) | KIND(5));
 }
 
 static CUresult array_create(CUarray *h, uint64_t bytes)
@@ -514,7 +800,7 @@ EXPORT CUresult cuArray3DCreate_v2(CUarray *h, const CUDA_ARRAY3D_DESCRIPTOR *d)
 EXPORT CUresult cuArrayDestroy(CUarray h)
 {
 	CHECK_INIT();
-	return mem_del((uint64_t)(uintptr_t)h, 4, 4);
+	return mem_del((uint64_t)(uintptr_t)h, KIND(4));
 }
 
 EXPORT CUresult cuMemGetInfo_v2(size_t *free_, size_t *total)
@@ -787,6 +1073,12 @@ static const struct proc procs[] = {
 	{"cuCtxSetCurrent", 4000, 0, (void *)cuCtxSetCurrent, NULL},
 	{"cuCtxGetDevice", 2000, 0, (void *)cuCtxGetDevice, NULL},
 	{"cuCtxSynchronize", 2000, 0, (void *)cuCtxSynchronize, NULL},
+	{"cuCtxGetCurrent", 4000, 0, (void *)cuCtxGetCurrent, NULL},
+	{"cuCtxPushCurrent", 4000, 0, (void *)cuCtxPushCurrent_v2, NULL},
+	{"cuCtxPopCurrent", 4000, 0, (void *)cuCtxPopCurrent_v2, NULL},
+	{"cuStreamCreate", 2000, 0, (void *)cuStreamCreate, NULL},
+	{"cuStreamDestroy", 4000, 0, (void *)cuStreamDestroy_v2, NULL},
+	{"cuStreamGetCtx", 9020, 0, (void *)cuStreamGetCtx, NULL},
 	{"cuMemAlloc", 3020, 0, (void *)cuMemAlloc_v2, (void *)internal_cuMemAlloc_v2},
 	{"cuMemAllocManaged", 6000, 0, (void *)cuMemAllocManaged, NULL},
 	{"cuMemAllocPitch", 3020, 0, (void *)cuMemAllocPitch_v2, NULL},
@@ -802,6 +1094,12 @@ static const struct proc procs[] = {
 	{"cuMemAllocFromPoolAsync", 11020, 1, (void *)cuMemAllocFromPoolAsync_ptsz, NULL},
 	{"cuMemFreeAsync", 11020, 0, (void *)cuMemFreeAsync, NULL},
 	{"cuMemFreeAsync", 11020, 1, (void *)cuMemFreeAsync_ptsz, NULL},
+	{"cuMemPoolCreate", 11020, 0, (void *)cuMemPoolCreate, NULL},
+	{"cuMemPoolDestroy", 11020, 0, (void *)cuMemPoolDestroy, NULL},
+	{"cuDeviceGetDefaultMemPool", 11020, 0, (void *)cuDeviceGetDefaultMemPool, NULL},
+	{"cuDeviceGetMemPool", 11020, 0, (void *)cuDeviceGetMemPool, NULL},
+	{"cuDeviceSetMemPool", 11020, 0, (void *)cuDeviceSetMemPool, NULL},
+	{"cuStreamGetCtx", 12050, 0, (void *)cuStreamGetCtx_v2, NULL},
 	{"cuLaunchKernelEx", 11060, 0, (void *)cuLaunchKernelEx, NULL},
 	{"cuLaunchKernelEx", 11060, 1, (void *)cuLaunchKernelEx_ptsz, NULL},
 #endif
