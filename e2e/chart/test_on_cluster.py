@@ -204,7 +204,9 @@ STATUS_VIEWER_ACCESS = [
     ("list", "", "pods", "", False, True, ""),
     ("get", "", "pods", "proxy", True, True, ""),
     ("get", "", "pods", "proxy", False, False, ""),
-    ("list", "", "services", "", False, True, ""),  # the webhook's, found by its labels
+    ("list", "", "services", "", False, False, ""),  # a Service's labels are anyone's to set
+    # the webhook's Service, as our configuration names it
+    ("list", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", False, True, ""),
     ("get", "", "services", "", True, True, "{webhook}"),
     ("get", "", "services", "", True, False, "other"),
     ("get", "", "services", "proxy", True, True, "https:{webhook}:https"),  # its /bookings

@@ -6,8 +6,9 @@ The API server proxies only to an endpoint address that a Pod holds (it checks t
 target Pod and that Pod's IPs) and never to a loopback address. Here the webhook is a process on
 this machine: it listens on all addresses, a stand-in Pod bound to one of the fake nodes carries
 this machine's outward IPv4 address in its status (nothing runs it: the node has no kubelet),
-and the Service's Endpoints name that Pod. The Service carries the chart's labels, so the viewer
-finds it as it finds the chart's.
+and the Service's Endpoints name that Pod. A MutatingWebhookConfiguration with the chart's labels
+names the Service, so the viewer finds it as it finds the chart's (never by the Service's labels:
+those are any tenant's to set); its one webhook has no rules, so the API server never calls it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from e2e.cluster.client import ApiError, KubeClient
 from e2e.waiting import wait_for
 
 LABELS = {"app.kubernetes.io/name": "vgpu-bridge", "app.kubernetes.io/component": "webhook"}
+CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 SIOCGIFADDR = 0x8915
 
 
@@ -72,6 +74,12 @@ def behind_service(
             "subsets": [{"addresses": [{"ip": address, "targetRef": target}],
                          "ports": [{"name": "https", "port": port}]}]})  # fmt: skip
         made.append(f"/api/v1/namespaces/{namespace}/endpoints/{name}")
+        kube.create(CONFIGURATIONS, {"metadata": {"name": namespace, "labels": LABELS},
+            "webhooks": [{"name": "bookings.vgpu-bridge.io", "rules": [],
+                          "clientConfig": {"service": {"namespace": namespace, "name": name}},
+                          "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                          "failurePolicy": "Ignore"}]})  # fmt: skip
+        made.append(f"{CONFIGURATIONS}/{namespace}")
         service = f"{namespace}/{name}"
         what = f"the webhook's /bookings through the service proxy of {service}"
         wait_for(lambda: bookings_answer(kube, service) == 200, timeout_s=60, what=what)

@@ -4,11 +4,14 @@ service proxy) instead of from a list of every claim of the cluster.
 The webhook follows every ResourceClaim (`webhook/claim_bookings.py`) and sums what the allocated
 ones consumed of each card. `kubectl vgpu status -n NS` needs those sums for its cards' BOOKED and
 FREE; reading them from the claims means listing all of them (issue 26: 20,000 claims at 10,000
-GPUs, 25 MB and 1.3 s of a 1 s budget). The webhook's Service is the one labelled as the chart
-labels it (or `--webhook-service NAMESPACE/NAME`); the caller needs `get` on `services/proxy` in
-its namespace, which the chart's status-viewer Role grants. Anything else (no such Service, not
-allowed, the webhook not following yet, an answer that is not ours) gives None, and the caller
-lists the claims as before.
+GPUs, 25 MB and 1.3 s of a 1 s budget). The webhook's Service is the one our
+MutatingWebhookConfiguration sends reviews to (or `--webhook-service NAMESPACE/NAME`): that object
+is cluster-scoped and only a cluster admin makes one, where anyone who may create a Service in
+some namespace can give it the chart's labels and serve made-up bookings (issue 35). The caller
+needs `list` on mutatingwebhookconfigurations and `get` on the Service and its `services/proxy`,
+which the chart's status-viewer ClusterRole and Role grant. Anything else (no such
+configuration or Service, not allowed, the webhook not following yet, an answer that is not ours)
+gives None, and the caller lists the claims as before.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ from typing import Any, TypeGuard
 
 from vgpu_bridge.kube import KubeApi, KubeError, api_path, dns_label_problem, unreachable_reason
 
-WEBHOOK_SELECTOR = "app.kubernetes.io/name=vgpu-bridge,app.kubernetes.io/component=webhook"
+OUR_SELECTOR = "app.kubernetes.io/name=vgpu-bridge"
+WEBHOOK_CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 KIND, API_VERSION = "CardBookings", "vgpu-bridge.io/v1"
 MAX_CARDS = 1_000_000  # far past any cluster; an answer longer than this is not the webhook's
+MAX_SERVICES = 4  # Services named by our configurations that are tried, at most (one per release)
 
 
 class BookingsError(ValueError):
@@ -42,7 +47,7 @@ Bookings = dict[tuple[str, str], CardBooked]
 def webhook_bookings(api: KubeApi, service: str | None, notes: list[str]) -> Bookings | None:
     """The webhook's per-card sums, or None (with a note when `service` was named and failed)."""
     try:
-        found = [service] if service else _labelled_services(api)
+        found = [service] if service else _configured_services(api)
     except KubeError:
         return None  # not allowed to look the Service up: the claims are listed instead
     for named in found:
@@ -56,13 +61,28 @@ def webhook_bookings(api: KubeApi, service: str | None, notes: list[str]) -> Boo
     return None
 
 
-def _labelled_services(api: KubeApi) -> list[str]:
-    listed = api.list("/api/v1/services", labelSelector=WEBHOOK_SELECTOR)
-    names = []
-    for item in listed.get("items") or ():
-        meta = item.get("metadata") or {}
-        names.append(f"{meta.get('namespace')}/{meta.get('name')}")
-    return sorted(names)
+def _configured_services(api: KubeApi) -> list[str]:
+    """The Services ("namespace/name") our MutatingWebhookConfigurations call, sorted; a webhook
+    called by URL names none."""
+    listed = api.list(WEBHOOK_CONFIGURATIONS, labelSelector=OUR_SELECTOR)
+    names = {
+        service
+        for item in listed.get("items") or ()
+        for hook in (item.get("webhooks") if isinstance(item, dict) else None) or ()
+        if (service := _service_of(hook)) is not None
+    }
+    return sorted(names)[:MAX_SERVICES]
+
+
+def _service_of(hook: object) -> str | None:
+    config = hook.get("clientConfig") if isinstance(hook, dict) else None
+    service = config.get("service") if isinstance(config, dict) else None
+    if not isinstance(service, dict):
+        return None
+    namespace, name = service.get("namespace"), service.get("name")
+    if dns_label_problem(namespace) or dns_label_problem(name):
+        return None
+    return f"{namespace}/{name}"
 
 
 def _proxy_path(api: KubeApi, service: str) -> str:

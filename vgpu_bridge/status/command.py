@@ -73,7 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--webhook-service",
         help="NAMESPACE/NAME of the webhook's Service, whose /bookings gives -n the cards' "
-        "bookings without listing every claim (default: the Service labelled as the chart's)",
+        "bookings without listing every claim (default: the Service our "
+        "MutatingWebhookConfiguration calls; never one found by its labels alone)",
     )
     parser.add_argument("--request-timeout", type=float, default=10.0, help="seconds per request")
     parser.set_defaults(run=main)

@@ -2,7 +2,9 @@
 server's service proxy) instead of listing every claim of the cluster (issue 26): the sums the
 webhook's own claim watch makes of the recorded claims are served, and the view shows the same
 BOOKED, FREE and USED as when it lists every claim, without that list. A webhook that does not
-answer (not following yet, not allowed, not found) leaves the view listing the claims."""
+answer (not following yet, not allowed, not found) leaves the view listing the claims. The
+webhook is the Service our MutatingWebhookConfiguration sends reviews to (issue 35): a Service
+that only carries our labels may be any tenant's."""
 
 from __future__ import annotations
 
@@ -16,7 +18,12 @@ from tests.unit.status.recorded import NAMESPACE, recorded
 from tests.unit.status.served_api import ServedApi
 from tests.unit.status.test_command import RESOURCE, api, document  # noqa: F401 - the fixture
 from vgpu_bridge.core import DEFAULT
-from vgpu_bridge.status.card_bookings import WEBHOOK_SELECTOR, BookingsError, parse_bookings
+from vgpu_bridge.status.card_bookings import (
+    OUR_SELECTOR,
+    WEBHOOK_CONFIGURATIONS,
+    BookingsError,
+    parse_bookings,
+)
 from vgpu_bridge.webhook.claim_bookings import ClaimBookings, bookings_document, held_by, where
 
 SERVICE = "/api/v1/namespaces/vgpu-system/services/vgpu-bridge-webhook"
@@ -42,11 +49,82 @@ def webhook_sums(recording: RecordingApi) -> dict[str, Any]:
     return bookings_document(sums)
 
 
+def configuration(*services: tuple[str, str]) -> dict[str, Any]:
+    """A MutatingWebhookConfiguration of ours whose webhooks call `services` (namespace, name)."""
+    hooks = [{"name": f"h{i}.vgpu-bridge.io", "clientConfig": {"service": {
+        "namespace": namespace, "name": name, "port": 443}}}
+        for i, (namespace, name) in enumerate(services)]  # fmt: skip
+    return {"metadata": {"name": "vgpu-bridge"}, "webhooks": hooks}
+
+
 def with_webhook(served: ServedApi, recording: RecordingApi) -> None:
-    labelled = {"metadata": {"name": "vgpu-bridge-webhook", "namespace": "vgpu-system"}}
-    served.list_of("/api/v1/services", [labelled], labelSelector=WEBHOOK_SELECTOR)
+    """The chart's webhook: its configuration names its Service, which answers /bookings."""
+    served.list_of(WEBHOOK_CONFIGURATIONS, [configuration(("vgpu-system", "vgpu-bridge-webhook"))],
+                   labelSelector=OUR_SELECTOR)  # fmt: skip
     served.serve(SERVICE, {"spec": {"ports": [{"name": "https", "port": 443}]}})
     served.serve(BOOKINGS, webhook_sums(recording))
+
+
+TENANT = "/api/v1/namespaces/aaa-tenant/services/vgpu-bridge-webhook"
+TENANT_BOOKINGS = (
+    "/api/v1/namespaces/aaa-tenant/services/https:vgpu-bridge-webhook:https/proxy/bookings"
+)
+
+
+def with_a_tenants_lookalike(served: ServedApi) -> None:
+    """A tenant's Service with the webhook's labels, in a namespace that sorts first, whose pod
+    claims every card is free."""
+    labels = {"app.kubernetes.io/name": "vgpu-bridge", "app.kubernetes.io/component": "webhook"}
+    lookalike = {"metadata": {"name": "vgpu-bridge-webhook", "namespace": "aaa-tenant",
+                              "labels": labels}}  # fmt: skip
+    served.list_of("/api/v1/services", [lookalike])
+    served.serve(TENANT, {"spec": {"ports": [{"name": "https", "port": 443}]}})
+    served.serve(TENANT_BOOKINGS, {"kind": "CardBookings", "apiVersion": "vgpu-bridge.io/v1",
+                                   "cards": []})  # fmt: skip
+
+
+def test_a_service_with_our_labels_in_a_tenants_namespace_is_never_asked(
+    api: ServedApi,  # noqa: F811
+    tmp_path: Any,
+    recorded_api: RecordingApi,
+) -> None:
+    listed = listed_then_webhook(api, tmp_path, recorded_api)
+    api.answers = {k: v for k, v in api.answers.items() if k[0] != WEBHOOK_CONFIGURATIONS}
+    with_a_tenants_lookalike(api)
+    served = document(api, tmp_path, "-n", NAMESPACE)
+    assert cards(served) == listed  # the claims' sums, not the lookalike's empty cards
+    assert all(path not in (TENANT, TENANT_BOOKINGS) for path, _ in api.asked)
+    assert any(path == EVERY_CLAIM for path, _ in api.asked)
+
+
+def test_the_lookalike_is_not_asked_beside_the_configured_webhook(
+    api: ServedApi,  # noqa: F811
+    tmp_path: Any,
+    recorded_api: RecordingApi,
+) -> None:
+    listed = listed_then_webhook(api, tmp_path, recorded_api)
+    with_a_tenants_lookalike(api)
+    served = document(api, tmp_path, "-n", NAMESPACE)
+    assert cards(served) == listed
+    assert any(path == BOOKINGS for path, _ in api.asked)
+    assert all(path not in (TENANT, TENANT_BOOKINGS) for path, _ in api.asked)
+
+
+def test_a_configuration_that_calls_a_url_or_no_service_leaves_the_claims_listed(
+    api: ServedApi,  # noqa: F811
+    tmp_path: Any,
+    recorded_api: RecordingApi,
+) -> None:
+    listed = listed_then_webhook(api, tmp_path, recorded_api)
+    by_url = {"metadata": {"name": "x"}, "webhooks": [
+        {"name": "a.vgpu-bridge.io", "clientConfig": {"url": "https://example.com/mutate"}},
+        {"name": "b.vgpu-bridge.io", "clientConfig": {"service": {"namespace": "../x"}}},
+        "not a webhook"]}  # fmt: skip
+    api.list_of(WEBHOOK_CONFIGURATIONS, [by_url, {"webhooks": None}], labelSelector=OUR_SELECTOR)
+    served = document(api, tmp_path, "-n", NAMESPACE)
+    assert cards(served) == listed
+    assert any(path == EVERY_CLAIM for path, _ in api.asked)
+    assert served["notes"] == []
 
 
 def cards(found: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -118,7 +196,7 @@ def test_all_namespaces_never_asks_the_webhook(
 ) -> None:
     with_webhook(api, recorded_api)
     document(api, tmp_path, "-A")
-    assert all(path != BOOKINGS and path != "/api/v1/services" for path, _ in api.asked)
+    assert all(path not in (BOOKINGS, WEBHOOK_CONFIGURATIONS) for path, _ in api.asked)
 
 
 @pytest.mark.parametrize(
