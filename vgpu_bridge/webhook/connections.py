@@ -11,7 +11,11 @@ without GPUs) while the turn has time left of `QUICK_BUDGET_S`: no hand-off to a
 Work that is not a review (a scrape of /metrics, /bookings) never takes a review's room: it waits
 in a small queue of its own for the one side worker, shared out by client address, and a full one
 refuses only such work (issue 35: bodiless GETs had filled the reviews' queue and a neighbour's
-reviews were refused beside them). Reviews wait for a worker in a `workqueue.FairQueue`: bounded,
+reviews were refused beside them). And a connection whose last request was not a review reads its
+next one only while the loop's budget of such requests allows (`others_per_s`, a token bucket):
+past it, it is parked (not read; it costs a socket) until tokens come back, so a flood of
+scrapes on keep-alive connections takes the selector thread no more than that from the reviews
+beside it, whatever their number. Reviews wait for a worker in a `workqueue.FairQueue`: bounded,
 round-robin between the keys the routes give (a review's namespace), each with its caller's
 deadline (the `timeout` query parameter); a request refused by a full queue is answered 503 at
 once, one whose deadline passed in the queue 504 without being handled, and both are counted by
@@ -29,6 +33,7 @@ import socket
 import ssl
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -45,6 +50,8 @@ READ_CHUNK = 64 * 1024
 ACCEPTS_PER_WAKEUP = 64
 #: selector time per turn for quick requests; past it they go to the workers like the rest
 QUICK_BUDGET_S = 0.002
+#: how long the selector waits for events while connections are parked (tokens come back)
+PARKED_WAKE_S = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +67,8 @@ class Limits:
     max_queued: int = 128  # requests waiting for a worker
     max_queued_bytes: int = 32 * 2**20  # their bodies together
     max_side_queued: int = 64  # requests other than reviews waiting for the side worker
+    others_per_s: float = 500.0  # requests other than reviews read per second, after a first
+    others_burst: int = 100  # on each connection (a token bucket: rate and depth)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +117,9 @@ class Routes(Protocol):
 
 
 class _Connection:
-    __slots__ = ("body_length", "buffer", "close_after", "deadline", "head", "logged", "out",
-                 "peer", "phase", "sock", "verified", "watching")  # fmt: skip
+    __slots__ = ("asked_other", "body_length", "buffer", "close_after", "deadline", "head",
+                 "logged", "out", "parked", "peer", "phase", "sock", "verified",
+                 "watching")  # fmt: skip
 
     def __init__(self, sock: socket.socket, peer: str, phase: str, deadline: float) -> None:
         self.sock, self.peer, self.phase, self.deadline = sock, peer, phase, deadline
@@ -118,6 +128,8 @@ class _Connection:
         self.body_length = 0
         self.out = b""
         self.close_after = self.logged = self.verified = False
+        self.asked_other = False  # its last request was not a review
+        self.parked = False  # not read until the loop's budget of such requests allows
         self.watching = 0  # selector events registered; 0 = not registered
 
 
@@ -157,6 +169,9 @@ class ConnectionLoop:
         self._next_expiry = 0.0
         self._wake_sent = False  # a wake-up byte is on its way: replies queued after it ride along
         self._quick_until = 0.0  # quick requests are answered inline until then (this turn)
+        self._other_tokens = float(limits.others_burst)  # reads of requests other than reviews
+        self._tokens_at = clock()
+        self._parked: deque[_Connection] = deque()  # oldest first
 
     @property
     def open_connections(self) -> int:
@@ -207,7 +222,7 @@ class ConnectionLoop:
             sock.close()
 
     def _turn(self) -> None:
-        events = self._selector.select(timeout=EXPIRE_EVERY_S)
+        events = self._selector.select(timeout=PARKED_WAKE_S if self._parked else EXPIRE_EVERY_S)
         self._quick_until = time.monotonic() + QUICK_BUDGET_S
         for key, _mask in events:
             if key.data == "accept":
@@ -219,6 +234,7 @@ class ConnectionLoop:
         while not self._done.empty():
             conn, reply = self._done.get_nowait()
             self._step(conn, reply)
+        self._unpark()
         now = self._clock()
         if now >= self._next_expiry:
             self._next_expiry = now + EXPIRE_EVERY_S
@@ -283,7 +299,7 @@ class ConnectionLoop:
                 self._write(conn)
             else:
                 self._read(conn)
-            while conn.phase == "idle" and conn.buffer and conn in self._conns:
+            while conn.phase == "idle" and conn.buffer and not conn.parked and conn in self._conns:
                 self._enter(conn, "request", self._limits.request_timeout_s)  # pipelined
                 self._parse(conn)
         except HttpError as error:
@@ -344,6 +360,7 @@ class ConnectionLoop:
         body = bytes(conn.buffer[: conn.body_length])
         del conn.buffer[: conn.body_length]
         request = Request(conn.head, body, conn.peer, conn.verified, time.monotonic())
+        conn.asked_other = self._routes.side(request)
         conn.close_after = not conn.head.keep_alive
         conn.head, conn.body_length = None, 0
         reply = self._routes.inline(request)
@@ -397,7 +414,38 @@ class ConnectionLoop:
             self._close(conn)
             return
         self._enter(conn, "idle", self._limits.idle_timeout_s)
+        if conn.asked_other and not self._take_other_token():
+            conn.parked = True
+            self._watch(conn, 0)
+            self._parked.append(conn)
+            return
         self._watch(conn, selectors.EVENT_READ)
+
+    def _take_other_token(self) -> bool:
+        """Whether a connection that has just been answered something other than a review may
+        read its next request now (a token is spent), refilled at `others_per_s`."""
+        now = self._clock()
+        refilled = self._other_tokens + (now - self._tokens_at) * self._limits.others_per_s
+        self._other_tokens, self._tokens_at = min(float(self._limits.others_burst), refilled), now
+        if self._other_tokens < 1:
+            return False
+        self._other_tokens -= 1
+        return True
+
+    def _unpark(self) -> None:
+        """Read again, oldest first, the parked connections the budget allows now."""
+        while self._parked:
+            conn = self._parked[0]
+            if conn in self._conns and not self._take_other_token():
+                return
+            self._parked.popleft()
+            conn.parked = False
+            if conn not in self._conns:  # closed meanwhile: no token spent
+                continue
+            if conn.buffer:  # a pipelined request already read starts its clock now
+                self._enter(conn, "request", self._limits.request_timeout_s)
+            self._watch(conn, selectors.EVENT_READ)
+            self._step(conn)
 
     # -- failures and time limits ---------------------------------------------------------
 
@@ -433,6 +481,7 @@ class ConnectionLoop:
                 self._fail(conn, _late(self._limits.request_timeout_s))
 
     def _close(self, conn: _Connection) -> None:
+        """Closed; a parked one leaves the queue of parked ones when its turn comes."""
         if conn in self._conns:
             del self._conns[conn]
             self._watch(conn, 0)
