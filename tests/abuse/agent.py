@@ -133,7 +133,9 @@ def claim(api: FakeApi, name: str, *, device: str = "gpu-0") -> dra_v1_pb2.Claim
 
 
 @contextmanager
-def running_agent(dirs: AgentDirs, api: FakeApi, *, mock_gpus: str = MOCK_GPUS) -> Iterator[Agent]:
+def running_agent(
+    dirs: AgentDirs, api: FakeApi, *, mock_gpus: str = MOCK_GPUS, extra_args: tuple[str, ...] = ()
+) -> Iterator[Agent]:
     mock = dirs.base / "gpus.yaml"
     mock.write_text(mock_gpus)
     port = free_port()
@@ -143,7 +145,7 @@ def running_agent(dirs: AgentDirs, api: FakeApi, *, mock_gpus: str = MOCK_GPUS) 
         "--registry-dir", str(dirs.root / "registry"), "--cdi-dir", str(dirs.cdi),
         "--vgpu-dir", str(dirs.vgpu), "--mock-gpus", str(mock),
         "--kubeconfig", str(api.kubeconfig(dirs.base)), "--metrics-listen", f"127.0.0.1:{port}",
-        "--cleanup-seconds", "3600",
+        "--cleanup-seconds", "3600", *extra_args,
     )  # fmt: skip
     with running(args, log_file) as process:
         agent = Agent(dirs, process, port, log_file)

@@ -1,7 +1,9 @@
 """Trees 3,000 directories deep (past Python's recursion limit), with links out to a canary at
 the top, halfway and at the bottom: one left in the trash by a killed agent, one built in a
 prepared claim's dir. The sweep empties the trash, Unprepare answers every claim of its call and
-removes the dir, the canary survives, and `/healthz` stays 200 with no failed sweep step."""
+removes the dir, the canary survives, and `/healthz` stays 200 with no failed sweep step. A tree
+bigger than a pass's budget (issue 35, item 8) goes in bounded passes, back to back, each one a
+success: /healthz answers 200 throughout and the tree is gone in the end (counts, not times)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 
 from tests.abuse.agent import AgentDirs, agent_dirs, claim, running_agent
 from tests.abuse.fake_api import FakeApi, fake_api
+from tests.abuse.probe import Prober
 from tests.abuse.processes import wait_until
 from tests.unit.node.test_deep_trees import deep_tree
 
@@ -61,4 +64,30 @@ def test_deep_trees_are_deleted_by_the_sweep_and_by_unprepare_and_the_agent_stay
     assert not any(trash.iterdir())
     assert (canary / "passwd").read_text() == "canary"
     assert healthz == (200, b'{"status": "ok"}\n')
+    assert b'vgpu_bridge_node_sweep_failures_total{step="trash"} 0.0' in metrics
+
+
+PER_PASS = 500
+PLANTED_DEPTH = 1500  # 1,501 files, 1,500 directories, 3,000 renames up: 12 passes of 500
+
+
+def test_a_tree_bigger_than_a_pass_goes_in_bounded_passes_and_healthz_stays_200(
+    dirs: AgentDirs, node_api: FakeApi
+) -> None:
+    canary = _canary(dirs)
+    trash = dirs.vgpu / "trash"
+    deep_tree(trash / "planted.1", depth=PLANTED_DEPTH, victim=canary)
+    extra = ("--removals-per-pass", str(PER_PASS))
+    with running_agent(dirs, node_api, extra_args=extra) as agent:
+        with Prober(agent.process.pid, lambda: agent.http("/healthz")[0]) as prober:
+            wait_until(lambda: not any(trash.iterdir()), agent.process, agent.log_file,
+                       "the sweep's passes emptying the trash")  # fmt: skip
+        _, metrics = agent.http("/metrics")
+    print(prober.summary())
+    log = agent.log_file.read_text()
+    passes = log.count("deletion stopped at this pass's budget")
+    assert passes >= 10, passes  # never the whole tree in one pass
+    assert prober.failures == []
+    assert prober.probes > 0
+    assert (canary / "passwd").read_text() == "canary"
     assert b'vgpu_bridge_node_sweep_failures_total{step="trash"} 0.0' in metrics
