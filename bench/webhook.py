@@ -582,13 +582,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def bodiless_only() -> int:
-    """The bodiless row alone, on a fresh webhook of this checkout."""
+def bodiless_only(tree: Path | None) -> int:
+    """The bodiless row alone, on a fresh webhook of this checkout (or of `tree`)."""
     port = free_port()
     go_load_generator()
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        process = start_webhook(workdir, port)
+        process = start_webhook(workdir, port, tree=tree)
         try:
             cafile = workdir / "tls.crt"
             wait_until_serving(port, cafile)
@@ -619,11 +619,12 @@ def main(argv: Sequence[str] = ()) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--only", choices=["bodiless"], help="run this row alone")
     parser.add_argument("--ab", type=Path, metavar="TREE", help="A/B against this checkout")
+    parser.add_argument("--tree", type=Path, help="with --only: the webhook of this checkout")
     options = parser.parse_args(argv)
     if options.ab is not None:
         return ab_only(options.ab)
     if options.only == "bodiless":
-        return bodiless_only()
+        return bodiless_only(options.tree)
     port = free_port()
     go_load_generator()  # built before anything is timed
     with tempfile.TemporaryDirectory() as tmp:
