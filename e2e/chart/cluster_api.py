@@ -87,9 +87,11 @@ def request_as(
     *,
     body: Json | None = None,
     query: dict[str, str] | None = None,
+    content_type: str = "application/json",
 ) -> tuple[int, Json]:
-    """(HTTP status, JSON body) of a request made as ``identity``."""
-    headers = {"Accept": "application/json", "Content-Type": "application/json"}
+    """(HTTP status, JSON body) of a request made as ``identity`` (a PATCH names its patch type
+    in ``content_type``)."""
+    headers = {"Accept": "application/json", "Content-Type": content_type}
     headers["Impersonate-User"] = identity.user
     for key, value in identity.extra:
         headers[f"Impersonate-Extra-{quote(key, safe='')}"] = value

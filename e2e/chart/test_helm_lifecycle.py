@@ -35,6 +35,17 @@ CLUSTER_WIDE = [
     "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/vgpu-bridge-agent",
     "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/vgpu-bridge-agent-own-node-slices",
     "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/vgpu-bridge-agent-own-node-slices",
+    *(
+        f"/apis/admissionregistration.k8s.io/v1/{kind}/vgpu-bridge-{name}"
+        for kind, name in [
+            ("validatingadmissionpolicies", "claims-where-served"),
+            ("validatingadmissionpolicybindings", "claims-where-served-excluded"),
+            ("validatingadmissionpolicies", "claim-templates-where-served"),
+            ("validatingadmissionpolicybindings", "claim-templates-where-served-excluded"),
+            ("validatingadmissionpolicies", "nvidia-runtime"),
+            ("validatingadmissionpolicybindings", "nvidia-runtime"),
+        ]
+    ),
 ]
 
 

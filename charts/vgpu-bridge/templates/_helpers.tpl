@@ -83,3 +83,14 @@ is set; validation.yaml refuses create=false without a name. Every binding and p
 {{- $all := concat .Values.webhook.excludedNamespaces (list .Release.Namespace) | uniq -}}
 {{ join "," $all }}
 {{- end -}}
+
+{{/* A list of strings as CEL string literals (single-quoted, backslashes and quotes escaped), as
+a JSON array: `include "vgpu-bridge.celStrings" $list | fromJsonArray`. Values never reach CEL
+unquoted. */}}
+{{- define "vgpu-bridge.celStrings" -}}
+{{- $literals := list -}}
+{{- range . -}}
+{{- $literals = append $literals (printf "'%s'" (toString . | replace "\\" "\\\\" | replace "'" "\\'")) -}}
+{{- end -}}
+{{- toJson $literals -}}
+{{- end -}}
