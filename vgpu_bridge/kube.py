@@ -401,10 +401,18 @@ class KubeApi:
         return self.request("DELETE", path, body=body)
 
     def watch(
-        self, path: str, *, resource_version: str, timeout_s: int = 300, **selectors: str
+        self,
+        path: str,
+        *,
+        resource_version: str,
+        timeout_s: int = 300,
+        screen: Callable[[bytes], Json | None] | None = None,
+        **selectors: str,
     ) -> Iterator[Json]:
         """The events of one watch request, until the server ends it; `selectors` narrows it
-        (`labelSelector=…`, `fieldSelector=…`)."""
+        (`labelSelector=…`, `fieldSelector=…`). `screen` sees each event's line first: what it
+        returns is yielded instead of decoding the line (None: decode it), for events a caller
+        can tell it does not need from their bytes."""
         check_path(path)
         query = {**selectors, "watch": "true", "resourceVersion": resource_version,
                  "timeoutSeconds": timeout_s}  # fmt: skip
@@ -419,6 +427,8 @@ class KubeApi:
             for chunk in response.stream(64 * 1024):
                 buffer += chunk
                 *lines, buffer = buffer.split(b"\n")
-                yield from (json.loads(line) for line in lines if line.strip())
+                for line in lines:
+                    if line.strip():
+                        yield (screen and screen(line)) or json.loads(line)
         finally:
             response.release_conn()

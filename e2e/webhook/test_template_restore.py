@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -114,11 +114,21 @@ class HeldWatchApi(KubeApi):
     release: threading.Event
 
     def watch(
-        self, path: str, *, resource_version: str, timeout_s: int = 300, **selectors: str
+        self,
+        path: str,
+        *,
+        resource_version: str,
+        timeout_s: int = 300,
+        screen: Callable[[bytes], Json | None] | None = None,
+        **selectors: str,
     ) -> Iterator[Json]:
         self.release.wait()
         yield from super().watch(
-            path, resource_version=resource_version, timeout_s=timeout_s, **selectors
+            path,
+            resource_version=resource_version,
+            timeout_s=timeout_s,
+            screen=screen,
+            **selectors,
         )
 
 

@@ -32,13 +32,16 @@ def follow(
     watch_timeout_s: int = 300,
     keep: Callable[[Json], Json | None] | None = None,
     page_size: int = LIST_PAGE_SIZE,
+    screen: Callable[[bytes], Json | None] | None = None,
     **selectors: str,
 ) -> None:
     """Until `stop`: list `path` (narrowed by `selectors`), hand the items to `on_list`, then each
     ADDED/MODIFIED/DELETED event to `on_event`, watching again from where a watch ended; relist
     after a failure. `on_stale` is called as soon as the events stop (a failure): what was learnt
     may change unseen until `on_list` is called again. `keep` trims each listed item as it
-    is read (see `KubeApi.list_all`, `page_size` items a page); events reach `on_event` whole."""
+    is read (see `KubeApi.list_all`, `page_size` items a page); events reach `on_event` whole,
+    but for those `screen` passes over unread (see `KubeApi.watch`): a SKIPPED event only moves
+    the version a watch resumes from."""
     delay_s = FIRST_RETRY_S
     while not stop.is_set():
         try:
@@ -46,7 +49,7 @@ def follow(
             version = listed.resource_version
             on_list(listed.items)
             del listed  # what on_list kept of the items is theirs: none held twice while watching
-            _follow_from(api, path, version, stop, on_event, watch_timeout_s, selectors)
+            _follow_from(api, path, version, stop, on_event, watch_timeout_s, selectors, screen)
         except Exception as error:  # any failure: relist after a backoff
             on_stale()
             log.warning(f"{what} watch failed; retrying", error=str(error), retry_in_s=delay_s)
@@ -65,10 +68,11 @@ def _follow_from(
     on_event: Callable[[str, Json], None],
     timeout_s: int,
     selectors: dict[str, str],
+    screen: Callable[[bytes], Json | None] | None,
 ) -> None:
     while not stop.is_set():
         resumed_at = version
-        version = _watch(api, path, version, stop, on_event, timeout_s, selectors)
+        version = _watch(api, path, version, stop, on_event, timeout_s, selectors, screen)
         if version == resumed_at:  # ended with nothing to say: no tight loop on a server that
             stop.wait(FIRST_RETRY_S)  # ends every watch at once
 
@@ -81,9 +85,10 @@ def _watch(
     on_event: Callable[[str, Json], None],
     timeout_s: int,
     selectors: dict[str, str],
+    screen: Callable[[bytes], Json | None] | None,
 ) -> str:
     """One watch from `version`; returns the last resourceVersion it reported."""
-    for event in api.watch(path, resource_version=version, timeout_s=timeout_s,
+    for event in api.watch(path, resource_version=version, timeout_s=timeout_s, screen=screen,
                            allowWatchBookmarks="true", **selectors):  # fmt: skip
         if stop.is_set():
             break

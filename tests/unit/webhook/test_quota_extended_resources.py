@@ -185,10 +185,13 @@ def test_the_cards_counted_are_those_the_scheduler_claims(
     assert sizing.booking(80 * GiB) == Booking(devices, devices * 80 * GiB, devices * 100)
 
 
+def settings(extended: str) -> Settings:
+    return Settings(listen="127.0.0.1:0", tls_cert_file="c", tls_key_file="k",
+                    extended_resource_name=extended)  # fmt: skip
+
+
 def test_the_setting_takes_an_extended_resource_name_or_nothing() -> None:
-    base = {"listen": "127.0.0.1:0", "tls_cert_file": "c", "tls_key_file": "k"}
-    assert Settings(**base).extended_resource_names() == ()
-    named = Settings(**base, extended_resource_name=EXTENDED)
-    assert named.extended_resource_names() == (EXTENDED,)
+    assert settings("").extended_resource_names() == ()
+    assert settings(EXTENDED).extended_resource_names() == (EXTENDED,)
     with pytest.raises(SettingsError, match="extended_resource_name"):
-        Settings(**base, extended_resource_name="gpu")
+        settings("gpu")

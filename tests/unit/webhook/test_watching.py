@@ -35,6 +35,7 @@ class Script:
     watches: list[list[Json]]
     stop: threading.Event = field(default_factory=threading.Event)
     queries: list[dict[str, str]] = field(default_factory=list)
+    compact: bool = False  # events as the API server writes them: no spaces
 
 
 def _handler(script: Script) -> type[http.server.BaseHTTPRequestHandler]:
@@ -46,7 +47,9 @@ def _handler(script: Script) -> type[http.server.BaseHTTPRequestHandler]:
                 body = {"metadata": {"resourceVersion": "10"}, "items": script.listed}
                 lines = [json.dumps(body).encode()]
             elif script.watches:
-                lines = [json.dumps(event).encode() for event in script.watches.pop(0)]
+                separators = (",", ":") if script.compact else None
+                events = script.watches.pop(0)
+                lines = [json.dumps(e, separators=separators).encode() for e in events]
             else:
                 script.stop.set()
                 lines = []
