@@ -125,6 +125,7 @@ bench-scale: venv cluster-bin-pinned
 bench: venv cluster-bin-pinned helm-bin
 	$(PY) bench/translate.py
 	$(PY) bench/webhook.py
+	$(PY) bench/claim_memory.py
 	$(PY) bench/schedule.py
 	$(PY) bench/node.py
 	$(MAKE) -C native/vgpu bench
