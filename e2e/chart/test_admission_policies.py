@@ -271,12 +271,12 @@ REFUSED_CHANGES = [
         id="client-config-pointed-elsewhere",
     ),
     pytest.param(
-        hook_patch(failurePolicy="Fail", namespaceSelector={}),
+        hook_patch(failurePolicy="Fail"),
         "webhooks[pods.vgpu-bridge.io]",
-        id="failure-policy-and-selector",
+        id="failure-policy",
     ),
     pytest.param(
-        hook_patch(objectSelector={}),
+        hook_patch(objectSelector={"matchLabels": None}),  # null deletes: every object sent
         "webhooks[pods.vgpu-bridge.io]",
         id="object-selector-dropped",
     ),
@@ -402,3 +402,23 @@ def test_pods_that_switch_the_nvidia_runtime_off_or_live_where_allowed_are_admit
     for namespace, pod in cases:
         status, answer = create(kube, namespace, "pods", pod)
         assert status == 201, (namespace, pod["spec"], answer)
+
+
+def test_an_ephemeral_container_setting_the_variable_is_refused_when_added(
+    kube: KubeClient, installed: Installed
+) -> None:
+    pods = f"/api/v1/namespaces/{installed.served}/pods"
+    pod = kube.create(pods, a_pod())  # pending for good: no node runs it
+    path = f"{pods}/{pod['metadata']['name']}/ephemeralcontainers"
+
+    def add(name: str, env: list[Json]) -> tuple[int, Json]:
+        debug = {"name": name, "image": "busybox", "env": env}
+        body = {"spec": {"ephemeralContainers": [debug]}}
+        return request_as(kube, ADMIN, "PATCH", path, body=body, content_type=STRATEGIC,
+                          query={"dryRun": "All"})  # fmt: skip
+
+    wait_until_refused(lambda: create(kube, installed.served, "pods", a_pod(env=ALL_GPUS)))
+    message = refused(add("debug", ALL_GPUS))
+    assert "spec.ephemeralContainers[debug]: env NVIDIA_VISIBLE_DEVICES" in message
+    status, answer = add("plain", [])
+    assert status == 200, answer["message"]
