@@ -29,7 +29,10 @@ every GPU node must not read every pod of the cluster, issue 35). Without that s
 are read by name from the API (`resources.claims` naming the pod's entry for the claim, and the
 containers' runtime ids), where the agent's account may (an install of one's own, the e2e tier);
 once refused (403), not again until the agent restarts. The kubelet does not say a container's
-runtime id: a claim that several containers share then has their limits but not each one's use.
+runtime id (a claim that several containers share then has their limits but not each one's
+use), numbers a container's claims in the pod's order of claims rather than the container's, and
+names all of a claim's devices whatever request a container takes; one container per claim of
+our class (the webhook's rule) sees no difference.
 Looked up by a worker (`sync`, every SYNC_PERIOD_S), never during a scrape, and cached: a claim
 by uid (again only every REFRESH_S for a claim no pod owns, whose `reservedFor` may change), the
 kubelet's answer once a sync, a pod by uid (again only when a process of it runs in a container
@@ -429,7 +432,7 @@ class HamiSeries:
             for consumer in consumers:
                 for index, device in enumerate(reading.claim.devices):
                     if consumer.takes(device):
-                        used = self._used(reading, consumer, device, alone=len(consumers) == 1)
+                        used = self._used(reading, consumer, device, among=consumers)
                         sm = reading.usage.sm_util if reading.usage is not None else 0
                         rows.append(_Row(consumer, (consumer.position, index), device, used, sm))
         rows.sort(key=lambda r: (r.consumer.pod_uid, r.consumer.container, r.order))
@@ -441,22 +444,30 @@ class HamiSeries:
         return rows
 
     def _used(
-        self, reading: ClaimReading, consumer: Consumer, device: PreparedDevice, *, alone: bool
+        self,
+        reading: ClaimReading,
+        consumer: Consumer,
+        device: PreparedDevice,
+        *,
+        among: Sequence[Consumer],
     ) -> int | None:
         """The container's bytes on the device: the region's, when it is the claim's only user;
-        else those of its own processes. None when the region could not be read, or when the
-        claim has several users and the container's runtime ids are not known (the kubelet's
-        socket names none)."""
+        else those of its own processes (by their cgroup's container id, or their pod's when it
+        is the only container of its pod that uses the claim). None when the region could not
+        be read, or when the container's processes cannot be told from its pod's neighbours'
+        (the kubelet's socket names no container id)."""
         if reading.usage is None:
             return None
-        if alone:
+        if len(among) == 1:
             return reading.usage.used.get(device.uuid, 0)
-        if not consumer.ids_known:
+        alone_in_pod = sum(c.pod_uid == consumer.pod_uid for c in among) == 1
+        if not consumer.ids_known and not alone_in_pod:
             return None
         return sum(
             per_uuid.get(device.uuid, 0)
             for (pod_uid, cid), per_uuid in reading.by_container.items()
-            if pod_uid == consumer.pod_uid and cid in consumer.container_ids
+            if pod_uid == consumer.pod_uid
+            and (cid in consumer.container_ids or not consumer.ids_known)
         )
 
     def _note_unknown_containers(self, reading: ClaimReading, consumers: list[Consumer]) -> None:

@@ -6,7 +6,10 @@ Only the fields read here are declared (their numbers are the kubelet's wire for
 `ListPodResourcesResponse.pod_resources` (1); `PodResources` name (1), namespace (2), containers
 (3); `ContainerResources` name (1), dynamic_resources (5); `DynamicResource` claim_name (2),
 claim_namespace (3), claim_resources (4); `ClaimResource` pool_name (3), device_name (4). The
-protobuf runtime skips the rest (device-plugin devices, CPUs, memory, CDI names).
+protobuf runtime skips the rest (device-plugin devices, CPUs, memory, CDI names). Checked
+against k8s.io/kubelet v0.36.3's `pkg/apis/podresources/v1/api.proto`; the kubelet fills
+`dynamic_resources` by default since 1.34 (feature KubeletPodResourcesDynamicResources, GA and
+locked on in 1.36), and lists there the claim made for a container's extended resources too.
 
 An answer is bounded (MAX_ANSWER_BYTES; a node runs at most a few hundred pods) and waited for
 at most CALL_TIMEOUT_S; the socket is the kubelet's, root's alone on the host.
@@ -79,8 +82,9 @@ MESSAGES = _message_classes()  # by name; fakes of the kubelet build answers wit
 @dataclass(frozen=True, slots=True)
 class ContainerUse:
     """A container that uses a claim: its pod, its name, the claim's place among the dynamic
-    resources the kubelet lists for it, and the devices of the claim it got ((pool, device);
-    empty when the kubelet names none: all of them)."""
+    resources the kubelet lists for it (the container's claims in the order of the pod's
+    `spec.resourceClaims`), and the claim's devices ((pool, device): the kubelet lists all of
+    the claim's, whatever request the container names; empty when it names none: all)."""
 
     namespace: str
     pod: str

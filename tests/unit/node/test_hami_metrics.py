@@ -263,9 +263,9 @@ def _region(uuids: list[str], slots: list[tuple[int, int, list[int]]]) -> bytes:
     return bytes(data)
 
 
-def _cgroup(proc: Path, host_pid: int, container_id: str) -> None:
+def _cgroup(proc: Path, host_pid: int, container_id: str, pod_uid: str = POD_UID) -> None:
     (proc / str(host_pid)).mkdir(parents=True)
-    slice_uid = POD_UID.replace("-", "_")
+    slice_uid = pod_uid.replace("-", "_")
     (proc / str(host_pid) / "cgroup").write_text(
         f"0::/kubepods.slice/kubepods-pod{slice_uid}.slice/cri-containerd-{container_id}.scope\n"
     )

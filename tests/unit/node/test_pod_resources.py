@@ -177,3 +177,30 @@ def test_a_claim_two_containers_share_has_both_limits_and_no_guessed_use(
     assert samples[("hami_vgpu_memory_limit_bytes", main)] == 3000 * MiB
     assert samples[("hami_vgpu_memory_limit_bytes", helper)] == 3000 * MiB
     assert ("hami_vgpu_memory_used_bytes", main) not in samples  # the kubelet names no runtime id
+
+
+def test_a_claim_two_pods_share_counts_each_pods_processes_to_its_one_container(
+    tmp_path: Path,
+    agent: tuple[CdiLayout, Path, list[PreparedClaim]],
+    kubelet: tuple[FakeKubelet, PodResources],
+) -> None:
+    layout, proc, _ = agent
+    fake, client = kubelet
+    other_uid = "9d0d0000-0000-4000-8000-000000000002"
+    fake.pods = {(NAMESPACE, "infer"): {"main": [(NAMESPACE, "team-gpu", [GPU_0])]},
+                 (NAMESPACE, "other"): {"worker": [(NAMESPACE, "team-gpu", [GPU_0])]}}  # fmt: skip
+    infer = pod(containers={"main": ["shared"]}, entries={"shared": "team-gpu"})
+    other = pod("other", uid=other_uid, containers={"worker": ["shared"]},
+                entries={"shared": "team-gpu"})  # fmt: skip
+    api = ObjectsApi(reserved_claim("team-gpu", uid=UID_A, pods=[infer, other], owned=False))
+    claim = prepared(UID_A, "team-gpu", ("GPU-aaaa", 3000, 30))
+    _cgroup(proc, 4001, CONTAINER_ID)
+    _cgroup(proc, 4002, OTHER_ID, pod_uid=other_uid)
+    layout.shared_dir(UID_A).mkdir(parents=True)
+    region = _region(["GPU-aaaa"], [(4001, 40, [1000 * MiB]), (4002, 25, [200 * MiB])])
+    (layout.shared_dir(UID_A) / "vgpu.cache").write_bytes(region)
+    samples = _scrape(tmp_path, layout, proc, [claim], api, pod_resources=client)
+    main = _container("main", 0, "GPU-aaaa")
+    worker = _container("worker", 0, "GPU-aaaa", pod_name="other")
+    assert samples[("hami_vgpu_memory_used_bytes", main)] == 1000 * MiB
+    assert samples[("hami_vgpu_memory_used_bytes", worker)] == 200 * MiB
