@@ -177,6 +177,33 @@ static void async_allocations_are_charged_to_the_streams_device(void)
 	CHECK_EQ(cuStreamDestroy_v2(s1), CUDA_SUCCESS);
 }
 
+/* With no context current, a stream still names its device: the allocation is charged there
+ * (it was charged nowhere, so one card's share was no bound at all). */
+static void an_async_allocation_without_a_current_context_is_charged_to_the_stream(void)
+{
+	CUmemPoolProps on0 = {0};
+	CUmemoryPool pool = NULL;
+	CUdeviceptr a = 0, b = 0;
+	CUstream s0 = NULL;
+
+	CHECK(ctx_on(0) == 0);
+	on0.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+	on0.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	CHECK_EQ(cuMemPoolCreate(&pool, &on0), CUDA_SUCCESS);
+	CHECK_EQ(cuStreamCreate(&s0, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuCtxSetCurrent(NULL), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAllocAsync(&a, 2 * GiB, s0), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(cuMemAllocFromPoolAsync(&a, 2 * GiB, pool, s0), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(cuMemAllocAsync(&a, 600 * MiB, s0), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAllocFromPoolAsync(&b, 500 * MiB, pool, s0), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(fake_cuda_memory_used(0), 600 * MiB);
+	CHECK_EQ(cuMemFreeAsync(a, s0), CUDA_SUCCESS);
+	CHECK(ctx_on(0) == 0);
+	CHECK_EQ(used_now(), 0);
+	CHECK_EQ(cuStreamDestroy_v2(s0), CUDA_SUCCESS);
+	CHECK_EQ(cuMemPoolDestroy(pool), CUDA_SUCCESS);
+}
+
 /* An allocation from a pool is where the pool keeps its memory: a pool on device 1 is device 1's
  * share whatever the stream; a device's default pool too; a pool of pinned host memory is none. */
 static void pool_allocations_are_charged_to_the_pools_device(void)
@@ -357,6 +384,7 @@ int main(int argc, char **argv)
 		CASE(ptsz_variants_count_too),
 		CASE(async_allocations_are_charged_to_the_streams_device),
 		CASE(pool_allocations_are_charged_to_the_pools_device),
+		CASE(an_async_allocation_without_a_current_context_is_charged_to_the_stream),
 		CASE(vmm_device_memory_counts_host_memory_does_not),
 		CASE(arrays_count),
 		CASE(unknown_pointers_are_forwarded_to_the_driver),

@@ -339,10 +339,6 @@ EXPORT CUresult cuCtxSynchronize(void)
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuStreamSynchronize(CUstream s)
-{
-	return cuCtxSynchronize();
-}
 
 /* ---- streams: each belongs to the context current when it was made ---- */
 #define MAX_STREAMS 256
@@ -409,6 +405,22 @@ static CUresult stream_device(CUstream s, int *dev)
 	*dev = i < 0 ? -1 : stream_dev[i] - 1;
 	pthread_mutex_unlock(&streams_mu);
 	return *dev < 0 ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+}
+
+/* Waits for the stream's device (the fake keeps one queue per device), context current or not. */
+EXPORT CUresult cuStreamSynchronize(CUstream s)
+{
+	uint64_t until;
+	int dev;
+	CUresult r;
+
+	if ((r = stream_device(s, &dev)) != CUDA_SUCCESS)
+		return r;
+	pthread_mutex_lock(&mu);
+	until = devs[PHYS(dev)].busy_until;
+	pthread_mutex_unlock(&mu);
+	sleep_until(until);
+	return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext *pctx)

@@ -3,6 +3,9 @@
  * with a PTX kernel JIT-compiled by the driver, so no CUDA toolkit or PyTorch is needed.
  *   gpu_check info                    total/free as CUDA and NVML report them (bytes)
  *   gpu_check alloc BYTES             exit 0 if allocated, 2 if CUDA_ERROR_OUT_OF_MEMORY
+ *   gpu_check async BYTES stream|pool cuMemAllocAsync on a stream of device 0 (or
+ *                                     cuMemAllocFromPoolAsync from a pool made on device 0) with
+ *                                     no context current: exit 0 if allocated, 2 if OOM
  *   gpu_check hold BYTES SECONDS      allocate, print "held", keep the GPU busy, exit 0 if fine
  *   gpu_check throughput SECONDS      busy-kernel throughput, kernels/s after a 5 s warm-up (SM controller settles)
  *   gpu_check launch N                launch cost of an empty kernel, ns/launch
@@ -26,6 +29,12 @@ CUresult cuCtxSynchronize(void);
 CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
 CUresult cuMemFree_v2(CUdeviceptr);
 CUresult cuMemGetInfo_v2(size_t *, size_t *);
+CUresult cuStreamCreate(CUstream *, unsigned int);
+CUresult cuStreamSynchronize(CUstream);
+CUresult cuMemAllocAsync(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
+CUresult cuMemPoolCreate(CUmemoryPool *, const CUmemPoolProps *);
 CUresult cuDeviceTotalMem_v2(size_t *, CUdevice);
 CUresult cuModuleLoadData(CUmodule *, const void *);
 CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
@@ -139,6 +148,33 @@ static unsigned int calibrate(void)
 	}
 }
 
+/* Stream-ordered memory is charged to the stream's (or pool's) device even with no context
+ * current: `how` is "stream" (cuMemAllocAsync) or "pool" (a pool made on device 0). */
+static int async_alloc(size_t bytes, const char *how)
+{
+	CUmemPoolProps props = {0};
+	CUmemoryPool pool = NULL;
+	CUdeviceptr p = 0;
+	CUstream s;
+	CUresult r;
+
+	setup(0);
+	props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+	props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	props.location.id = 0;
+	TRY(cuStreamCreate(&s, 0));
+	if (strcmp(how, "pool") == 0)
+		TRY(cuMemPoolCreate(&pool, &props));
+	TRY(cuCtxSetCurrent(NULL));
+	r = pool ? cuMemAllocFromPoolAsync(&p, bytes, pool, s) : cuMemAllocAsync(&p, bytes, s);
+	printf("async %s %zu: %d\n", how, bytes, r);
+	if (r == CUDA_SUCCESS) {
+		TRY(cuMemFreeAsync(p, s));
+		TRY(cuStreamSynchronize(s));
+	}
+	return r == CUDA_SUCCESS ? 0 : r == CUDA_ERROR_OUT_OF_MEMORY ? 2 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	const char *cmd = argc > 1 ? argv[1] : "";
@@ -163,6 +199,8 @@ int main(int argc, char **argv)
 		printf("alloc %s: %d\n", argv[2], r);
 		return r == CUDA_SUCCESS ? 0 : r == CUDA_ERROR_OUT_OF_MEMORY ? 2 : 1;
 	}
+	if (strcmp(cmd, "async") == 0 && argc > 3)
+		return async_alloc(strtoull(argv[2], NULL, 10), argv[3]);
 	if (strcmp(cmd, "hold") == 0 && argc > 3) {
 		CUdeviceptr p;
 		setup(1);
@@ -234,6 +272,7 @@ int main(int argc, char **argv)
 		printf("%.3f %ld\n", t, n);
 		return 0;
 	}
-	fprintf(stderr, "usage: gpu_check info|alloc B|hold B S|throughput S|launch N|progress S\n");
+	fprintf(stderr, "usage: gpu_check info|alloc B|async B stream|pool|hold B S|throughput S|"
+			"launch N|progress S\n");
 	return 64;
 }

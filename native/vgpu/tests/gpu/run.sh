@@ -9,7 +9,8 @@
 # for the matmul checks when `python3 -c "import torch"` works (or PYTHON=/path/to/python);
 # without it those checks are reported as skipped, not passed.
 # Checks: the limited total is what CUDA/NVML/PyTorch see; past the limit allocation fails with
-# OOM while a neighbour keeps running; two processes share one limit; SM limits 25/50/75% give
+# OOM while a neighbour keeps running; two processes share one limit; stream-ordered and pool
+# allocations are charged to their stream's or pool's device with no context current; SM limits 25/50/75% give
 # throughput within ±10% of target; with no limits the overhead is under 2% (busy kernels,
 # launch microbenchmark, matmul loop); a priority-0 task holds a priority-1 task of another
 # container on the same GPU (<= 10% of its rate alone) and lets it resume after the 200 ms HOLD
@@ -145,6 +146,18 @@ verdict "two_processes_share_one_limit" \
 	"second process sees free $sfree with 3 GiB held next door; 512 MiB alloc exit $small"
 if [ $torch_oom = skip ]; then skip "pytorch_raises_OutOfMemoryError_past_the_limit" "no PyTorch"; else
 	verdict "pytorch_raises_OutOfMemoryError_past_the_limit" "$torch_oom" ""; fi
+
+# 4. stream-ordered memory is charged to the stream's or pool's device, context current or not
+for how in stream pool; do
+	with CUDA_DEVICE_MEMORY_LIMIT=4Gi CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
+		"$CHECK" async $((5 * GiB)) $how >/dev/null 2>&1
+	over=$?
+	with CUDA_DEVICE_MEMORY_LIMIT=4Gi CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
+		"$CHECK" async $((1 * GiB)) $how >/dev/null 2>&1
+	under=$?
+	verdict "async_${how}_allocation_without_a_current_context_is_charged" \
+		"$([ $over = 2 ] && [ $under = 0 ] && echo 1)" "5 GiB exit $over (2 = OOM), 1 GiB exit $under"
+done
 
 fi
 
