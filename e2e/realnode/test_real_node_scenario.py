@@ -28,6 +28,7 @@ from e2e.realnode.spike import node_pod, pod_log
 from e2e.waiting import wait_for
 from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.node.cdi import LIMITS_MOUNT
+from vgpu_bridge.node.pod_resources import PodResources
 
 pytestmark = pytest.mark.e2e
 
@@ -107,6 +108,15 @@ def test_gpumem_pods_share_a_real_node_gpu_each_within_its_own_share(product: Pr
         spec = node.layout.cdi_dir / f"k8s.{DEFAULT.driver}-claim_{claim['metadata']['uid']}.json"
         assert spec.is_file(), sorted(p.name for p in node.layout.cdi_dir.iterdir())
     assert devices == {(DEFAULT.driver, node.name, "gpu-0")}
+
+    # the real kubelet's node-local pod-resources socket names each claim's pod and container:
+    # what HAMi's series read, so the agent needs no right to read pods (issue 35, item 7)
+    socket = node.layout.kubelet_dir / "pod-resources" / "kubelet.sock"
+    users = PodResources(socket).list_claim_users()
+    for claim in claims:
+        ((pod_name,),) = [(r["name"],) for r in claim["status"]["reservedFor"]]
+        found = users.get((ns, claim["metadata"]["name"]), [])
+        assert [(u.namespace, u.pod, u.container) for u in found] == [(ns, pod_name, "cuda")], users
 
     # the agent tells each pod's libvgpu its host pid (a pod's /proc shows only its own pid
     # namespace): the host-pids file beside the claim's region names a process of that pod
