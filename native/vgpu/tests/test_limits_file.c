@@ -191,6 +191,38 @@ static void a_device_the_limits_file_does_not_name_gets_no_context_memory_or_lau
 	in_a_container(FILE_1GI, the_unnamed_device_gets_nothing);
 }
 
+/* Stream-ordered memory of the unnamed device, asked for from the named one's context: a pool
+ * made on it, its default pool, a stream of it; none gets a byte. */
+static void the_unnamed_devices_pools_and_streams_get_nothing(void)
+{
+	CUmemPoolProps on1 = {0};
+	CUmemoryPool made = NULL, dflt = NULL;
+	CUstream s1 = NULL;
+	CUdeviceptr p;
+
+	two_devices("0,1");
+	CHECK(ctx_on(0) == 0);
+	on1.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+	on1.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	on1.location.id = 1;
+	CHECK_EQ(cuMemPoolCreate(&made, &on1), CUDA_SUCCESS);
+	CHECK_EQ(cuDeviceGetDefaultMemPool(&dflt, 1), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAllocFromPoolAsync(&p, MiB, made, NULL), CUDA_ERROR_INVALID_DEVICE);
+	CHECK_EQ(cuMemAllocFromPoolAsync(&p, MiB, dflt, NULL), CUDA_ERROR_INVALID_DEVICE);
+	/* the fake driver's stream of device 1 (libvgpu refuses a context there: made directly) */
+	CHECK(cuCtxSetCurrent((CUcontext)(uintptr_t)2) == CUDA_SUCCESS);
+	CHECK(cuStreamCreate(&s1, 0) == CUDA_SUCCESS);
+	CHECK(ctx_on(0) == 0);
+	CHECK_EQ(cuMemAllocAsync(&p, MiB, s1), CUDA_ERROR_INVALID_DEVICE);
+	CHECK_EQ(fake_cuda_memory_used(1), 0);
+	CHECK_EQ(cuMemAllocAsync(&p, MiB, NULL), CUDA_SUCCESS); /* the named device's own */
+}
+
+static void the_unnamed_device_gets_no_stream_ordered_memory_either(void)
+{
+	in_a_container(FILE_1GI, the_unnamed_devices_pools_and_streams_get_nothing);
+}
+
 /* The e2e tiers' containers: the fake driver plays the GPUs NVIDIA_VISIBLE_DEVICES names (as the
  * container runtime would expose them), so the UUIDs libvgpu looks up are the node agent's. */
 #define E2E_A "GPU-e2e00000-0000-4000-8000-00000000000a"
@@ -296,6 +328,7 @@ int main(int argc, char **argv)
 		CASE(the_environments_limits_by_ordinal_do_not_apply_under_the_file),
 		CASE(a_reordered_cuda_visible_devices_keeps_each_cards_own_limit),
 		CASE(a_device_the_limits_file_does_not_name_gets_no_context_memory_or_launches),
+		CASE(the_unnamed_device_gets_no_stream_ordered_memory_either),
 		CASE(the_fake_driver_plays_the_gpus_nvidia_visible_devices_names),
 		CASE(a_container_sharing_a_claim_keeps_its_own_lower_share),
 		CASE(a_malformed_file_fails_closed),
