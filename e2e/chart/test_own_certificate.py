@@ -2,7 +2,8 @@
 against the real API server: the first replica makes the Secret and sets the caBundle; another
 replica uses the same Secret, also when it lost the race to create it; a renewal reaches the
 Secret, the files and the other replicas and keeps the caBundle; a caBundle an upgrade left out
-is put back; a Secret that cannot be ours is named, never overwritten."""
+is put back; a new CA is in every caBundle a pass before it is served; a Secret that cannot be
+ours is named, never overwritten."""
 
 from __future__ import annotations
 
@@ -138,6 +139,24 @@ def test_a_renewal_keeps_the_ca_bundle_and_reaches_the_other_replicas(
     assert bundles(kube, configuration) == [before["ca.crt"]] * len(HOOK_NAMES)
     assert first.sync()  # the first replica picks up the renewed pair
     assert (tmp_path / "a" / "tls.crt").read_bytes() == base64.b64decode(after["tls.crt"])
+
+
+def test_a_new_ca_is_in_every_ca_bundle_a_pass_before_it_is_served(
+    kube: KubeClient, api: KubeApi, namespace: str, configuration: str, tmp_path: Path
+) -> None:
+    replica(api, namespace, configuration, tmp_path / "a").sync()
+    old = secret_of(kube, namespace)["data"]
+    days = (certificates.CA_LIFETIME - certificates.SERVING_LIFETIME).days + 1
+    later = replica(api, namespace, configuration, tmp_path / "a", days_later=days)
+    assert not later.sync()  # the CA is replaced: the bundle first, the files stay
+    new = secret_of(kube, namespace)["data"]
+    new_ca, old_ca = x509.load_pem_x509_certificates(base64.b64decode(new["ca.crt"]))
+    assert old_ca == x509.load_pem_x509_certificate(base64.b64decode(old["ca.crt"]))
+    assert bundles(kube, configuration) == [new["ca.crt"]] * len(HOOK_NAMES)
+    assert (tmp_path / "a" / "tls.crt").read_bytes() == base64.b64decode(old["tls.crt"])
+    assert later.sync()  # the next pass reads a bundle that holds the new CA: it switches
+    served = x509.load_pem_x509_certificate((tmp_path / "a" / "tls.crt").read_bytes())
+    served.verify_directly_issued_by(new_ca)
 
 
 def test_a_ca_bundle_an_upgrade_left_out_is_put_back(
