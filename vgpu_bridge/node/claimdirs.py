@@ -41,7 +41,9 @@ BOARD_SIZE = 128  # native/vgpu/src/priority.c, layout version 1
 BOARD_SUFFIX = ".board"
 _EMPTYING = threading.Lock()
 MAX_REMOVALS_PER_PASS = 20_000  # unlinks, rmdirs and renames: 40 s at worst on a slow disk
-MAX_REMOVAL_PASS_S = 20.0  # far below MAX_SWEEP_SILENCE_S, and Unprepare's kubelet deadline
+#: far below MAX_SWEEP_SILENCE_S; an Unprepare that waits out the sweeper's pass, then makes its
+#: own, answers within twice this: well inside the kubelet's 45 s
+MAX_REMOVAL_PASS_S = 10.0
 RESUME_S = 1.0  # the next sweep, after a pass that left something to delete
 
 

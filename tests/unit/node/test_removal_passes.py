@@ -128,3 +128,14 @@ def test_the_sweeper_comes_back_soon_after_a_pass_that_left_work() -> None:
 
     every(30.0, Stop(), "sweeping", lambda: None, again_soon=lambda: left.pop(0))  # type: ignore[arg-type]
     assert waits == [claimdirs.RESUME_S, claimdirs.RESUME_S, 30.0]
+
+
+def test_a_pass_also_stops_when_its_time_is_spent(base: Path) -> None:
+    root = base / "trash"
+    deep_tree(root / "claim", depth=50)
+    ticks = iter(range(1_000_000))  # every look at the clock: one second later
+    budget = RemovalBudget(operations=10**9, seconds=20, clock=lambda: float(next(ticks)))
+    remove_tree(root, root / "claim", budget=budget)
+    assert budget.exhausted
+    assert 0 < budget.spent < 30  # about one operation per second, out of some 150
+    assert _entries(root / "claim") > 0
