@@ -144,7 +144,11 @@ def test_an_existing_service_account_without_a_name_is_refused(helm: Helm, part:
 
 def test_the_agents_own_node_policy_follows_a_renamed_account(helm: Helm) -> None:
     objects = helm.template({"agent": {"serviceAccount": {"name": "gpu-agent"}}})
-    policy = one(objects, "ValidatingAdmissionPolicy")
+    [policy] = [
+        obj
+        for obj in of_kind(objects, "ValidatingAdmissionPolicy")
+        if obj["metadata"]["name"].endswith("-own-node-slices")
+    ]
     [condition] = policy["spec"]["matchConditions"]
     assert condition["expression"] == (
         "request.userInfo.username == 'system:serviceaccount:vgpu-bridge:gpu-agent'"
