@@ -45,6 +45,7 @@ MIGRATION = {
 ADMIN = Identity("admin", ("system:masters", "system:authenticated"))
 SCHEDULER = Identity("system:kube-scheduler", ("system:authenticated",))
 STRATEGIC = "application/strategic-merge-patch+json"
+RBAC_GROUP = "rbac.authorization.k8s.io"
 POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 
@@ -422,3 +423,40 @@ def test_an_ephemeral_container_setting_the_variable_is_refused_when_added(
     assert "spec.ephemeralContainers[debug]: env NVIDIA_VISIBLE_DEVICES" in message
     status, answer = add("plain", [])
     assert status == 200, answer["message"]
+
+
+def test_the_webhooks_account_cannot_delete_its_configuration_even_if_granted(
+    kube: KubeClient, installed: Installed
+) -> None:
+    """RBAC grants no delete; the policy refuses it too, for a cluster that adds the grant."""
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    name = f"{installed.configuration}-test-delete"
+    rule = {"apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["mutatingwebhookconfigurations"],
+            "resourceNames": [installed.configuration], "verbs": ["delete"]}  # fmt: skip
+    kube.create(f"{rbac}/clusterroles", {"metadata": {"name": name}, "rules": [rule]})
+    subject = {"kind": "User", "name": installed.webhook.user, "apiGroup": RBAC_GROUP}
+    role = {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": name}
+    binding = {"metadata": {"name": name}, "subjects": [subject], "roleRef": role}
+    kube.create(f"{rbac}/clusterrolebindings", binding)
+    path = f"{CONFIGURATIONS}/{installed.configuration}"
+    try:
+        message = wait_until_refused_by_policy(
+            lambda: request_as(kube, installed.webhook, "DELETE", path, query={"dryRun": "All"})
+        )
+    finally:
+        kube.delete(f"{rbac}/clusterrolebindings/{name}")
+        kube.delete(f"{rbac}/clusterroles/{name}")
+    assert "may not create or delete its MutatingWebhookConfiguration" in message
+
+
+def wait_until_refused_by_policy(probe: Any) -> str:
+    """As wait_until_refused, past refusals that are not the policy's (RBAC's, until the
+    authorizer sees a new binding)."""
+
+    def answer() -> str | None:
+        status, body = probe()
+        message = str(body.get("message", ""))
+        return message if status == 403 and "ValidatingAdmissionPolicy" in message else None
+
+    return wait_for(answer, timeout_s=30, what="the admission policy's refusal")

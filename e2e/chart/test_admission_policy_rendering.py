@@ -138,7 +138,7 @@ def test_ca_bundle_policy_matches_only_the_webhooks_account_and_configuration(
     ]
     [rule] = policy["spec"]["matchConstraints"]["resourceRules"]
     assert rule["resourceNames"] == ["a-gpu-sharing"]
-    assert rule["operations"] == ["UPDATE", "DELETE"]
+    assert rule["operations"] == ["CREATE", "UPDATE", "DELETE"]
     [condition] = policy["spec"]["matchConditions"]
     assert condition["expression"] == (
         "request.userInfo.username == 'system:serviceaccount:gpu-system:gpu-admission'"
