@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from e2e.chart.rendering import Helm, Json, of_kind
+from vgpu_bridge.core.profiles import HAMI
 
 pytestmark = pytest.mark.e2e
 
@@ -114,6 +115,12 @@ def test_claim_policy_names_every_class_of_ours_and_the_extra_ones(helm: Helm) -
     )
     template = policies(helm.template(values))["vgpu-bridge-claim-templates-where-served"]
     assert template["spec"]["variables"][0]["expression"].startswith("object.spec.?spec.?devices")
+
+
+def test_under_the_hami_profile_the_class_its_claims_ask_for_is_guarded(helm: Helm) -> None:
+    values = {"webhook": {"settings": {"profile": "hami"}}, "agent": {"enabled": False}}
+    policy = policies(helm.template(values))["vgpu-bridge-claims-where-served"]
+    assert f"'{HAMI.device_class}'" in policy["spec"]["variables"][0]["expression"]
 
 
 def test_exempt_users_are_quoted_into_cel(helm: Helm) -> None:
