@@ -20,6 +20,8 @@ workers take the other keys' reviews.
 
 from __future__ import annotations
 
+import functools
+import queue
 import re
 import threading
 from collections import OrderedDict, deque
@@ -56,7 +58,13 @@ class Job(Generic[Item]):
 
 class FairQueue(Generic[Item]):
     """Bounded by count and bytes, round-robin between keys; `put` from one thread (the selector),
-    `get` from any number (the workers)."""
+    `get` from any number (the workers).
+
+    Workers wait on a `queue.SimpleQueue` of wake-ups, one per job put, sent after the lock is
+    released: a `threading.Condition` notified under its lock woke a worker only to block it
+    again on that lock, and cost the worker path 0.7x the throughput of a plain queue (issue 35,
+    `bench/webhook.py --ab`). A wake-up whose job was refused meanwhile wakes a worker for
+    nothing; one that finds only heavy jobs held back is kept until a heavy job is done."""
 
     def __init__(
         self, *, max_items: int, max_bytes: int, heavy_bytes: int = HEAVY_BYTES, max_heavy: int = 1
@@ -70,7 +78,9 @@ class FairQueue(Generic[Item]):
         self._bytes_by_key: dict[str, int] = {}
         self._items = self._bytes = 0
         self._closed = False
-        self._ready = threading.Condition()
+        self._lock = threading.Lock()
+        self._wakeups: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._held = 0  # wake-ups that found only heavy jobs held back: sent again by `done`
 
     def __len__(self) -> int:
         return self._items
@@ -83,7 +93,7 @@ class FairQueue(Generic[Item]):
     def put(self, job: Job[Item]) -> list[Job[Item]]:
         """Queue `job`; returns the jobs refused to stay within bounds (`job` itself, or the
         newest ones of the key holding the most bytes), to be answered at once."""
-        with self._ready:
+        with self._lock:
             weight = _weight(job)
             self._keys.setdefault(job.key, deque()).append(job)
             self._bytes_by_key[job.key] = self._bytes_by_key.get(job.key, 0) + weight
@@ -91,35 +101,46 @@ class FairQueue(Generic[Item]):
             refused = []
             while self._over():
                 refused.append(self._pop_newest(self._heaviest(prefer=job.key)))
-            self._ready.notify(1)
-            return refused
+        if all(r is not job for r in refused):  # one job more for the workers
+            self._wakeups.put(None)
+        return refused
 
     def get(self) -> Job[Item] | None:
         """The next job, round-robin between keys (a key whose next job is heavy is passed over
         while `max_heavy` are out), waiting for one; None once closed and empty. Each job got
         is handed back to `done` once answered."""
-        with self._ready:
-            while (key := self._next_key()) is None and not (self._closed and not self._keys):
-                self._ready.wait()
-            if key is None:
-                return None
-            jobs = self._keys[key]
-            job = jobs.popleft()
-            if self._heavy(job):
-                self._heavy_out += 1
-            self._forget(job)
-            if jobs:
-                self._keys.move_to_end(key)  # its next job waits for every other key's turn
-            else:
-                del self._keys[key]
-            return job
+        while True:
+            self._wakeups.get()
+            with self._lock:
+                key = self._next_key()
+                if key is not None:
+                    return self._take(key)
+                if self._keys:  # only heavy ones, held back
+                    self._held += 1
+                elif self._closed:
+                    self._wakeups.put(None)  # the next waiting worker stops too
+                    return None
+
+    def _take(self, key: str) -> Job[Item]:
+        jobs = self._keys[key]
+        job = jobs.popleft()
+        if self._heavy(job):
+            self._heavy_out += 1
+        self._forget(job)
+        if jobs:
+            self._keys.move_to_end(key)  # its next job waits for every other key's turn
+        else:
+            del self._keys[key]
+        return job
 
     def done(self, job: Job[Item]) -> None:
         """`job`, got from `get`, is answered: another heavy one may go out."""
         if self._heavy(job):
-            with self._ready:
+            with self._lock:
                 self._heavy_out -= 1
-                self._ready.notify_all()
+                held, self._held = self._held, 0
+            for _ in range(held):
+                self._wakeups.put(None)
 
     def _heavy(self, job: Job[Item]) -> bool:
         return job.size >= self.heavy_bytes
@@ -134,9 +155,9 @@ class FairQueue(Generic[Item]):
 
     def close(self) -> None:
         """Once what is queued is taken, every `get`, waiting or later, returns None."""
-        with self._ready:
+        with self._lock:
             self._closed = True
-            self._ready.notify_all()
+        self._wakeups.put(None)
 
     def _over(self) -> bool:
         """Past a bound; one job alone is never too big (its body was read within its limit)."""
@@ -175,6 +196,7 @@ def _weight(job: Job[Item]) -> int:
     return max(job.size, FLOOR_BYTES)
 
 
+@functools.lru_cache(maxsize=64)  # the API server sends one target; 4.5 µs a parse
 def caller_timeout_s(target: str, *, default_s: float) -> float:
     """The caller's timeout from the request target's `timeout` query parameter, a Go duration
     as the API server writes it (`/mutate?timeout=10s`, `1m0s`, `500ms`), at most
