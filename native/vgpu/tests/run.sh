@@ -336,7 +336,8 @@ cudart_lookups_are_wrapped() {
 	for want in "cuMemAlloc, [0-9]+, 0" "cuMemFree, [0-9]+, 0" "cuMemGetInfo, [0-9]+, 0" \
 		"cuMemAllocAsync, [0-9]+, 2" "cuMemFreeAsync, [0-9]+, 2" "cuLaunchKernel, [0-9]+, 0" \
 		"cuLaunchKernel, [0-9]+, 2" "cuLaunchKernelEx, [0-9]+, 2" "cuGraphLaunch, [0-9]+, 2" \
-		"cuGetProcAddress, 12000, 0"; do
+		"cuGetProcAddress, 12000, 0" "cuMemPoolCreate, [0-9]+, 0" \
+		"cuMemPoolDestroy, [0-9]+, 0"; do
 		grep -Eq "cuGetProcAddress_v2\($want\) = 0 \(wrapped\)" "$log" ||
 			{ echo "not wrapped: $want"; grep -E "\($want\)" "$log"; return 1; }
 	done
