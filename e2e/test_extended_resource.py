@@ -221,10 +221,16 @@ def extended_webhook(
     our_node: AgentNode,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[WebhookProcess]:
-    """Our webhook, registered for namespaces labelled WEBHOOK_LABEL only."""
+    """Our webhook, registered for namespaces labelled WEBHOOK_LABEL only, told the extended
+    resource our class serves as the chart tells it (`deviceClass.extendedResourceName`)."""
     workdir = tmp_path_factory.mktemp("webhook-extended")
     with running_webhook(
-        kube, e2e_cluster.kubeconfig, workdir, grace_s=None, namespace_label=WEBHOOK_LABEL
+        kube,
+        e2e_cluster.kubeconfig,
+        workdir,
+        grace_s=None,
+        namespace_label=WEBHOOK_LABEL,
+        extra_args=("--extended-resource-name", EXTENDED),
     ) as process:
         yield process
         print(process.log()[-4000:])  # shown by pytest for failed tests
@@ -251,3 +257,63 @@ def test_a_pod_the_webhook_translates_keeps_its_one_claim_and_gets_the_same_limi
     spec = our_node.spec(claim["metadata"]["uid"])
     assert [d["containerEdits"]["env"] for d in spec["devices"]] == _whole_card_env(1)
     assert get_pod(kube, namespace, "translated")["spec"]["nodeName"] == our_node.node
+
+
+def _refusal(kube: KubeClient, namespace: str, pod: Json) -> str:
+    with pytest.raises(ApiError) as refused:
+        kube.create(f"/api/v1/namespaces/{namespace}/pods", pod)
+    assert refused.value.status == 403, refused.value
+    return refused.value.body
+
+
+def _claim_made(kube: KubeClient, namespace: str, name: str) -> None:
+    wait_for(lambda: get_pod(kube, namespace, name)["status"].get("resourceClaimStatuses"),
+             timeout_s=30, what=f"the claim of pod {name}")  # fmt: skip
+
+
+def _largest_card_mib(kube: KubeClient) -> int:
+    """The largest card of our driver the webhook knows: what a whole card books before it is
+    bound (other modules' agents may publish bigger ones than this module's)."""
+    slices = kube.items(f"{RESOURCE}/resourceslices", fieldSelector=f"spec.driver={DEFAULT.driver}")
+    sizes = [quantity(d["capacity"]["memory"]["value"])
+             for s in slices for d in s["spec"].get("devices") or []]  # fmt: skip
+    return int(max(sizes)) // 2**20
+
+
+def test_whole_cards_asked_past_the_webhook_count_once_against_the_gpumem_quota(
+    kube: KubeClient, namespace: str, our_node: AgentNode, extended_webhook: WebhookProcess
+) -> None:
+    """Issue 35, item 4: an opted-out pod's `nvidia.com/gpu` is a whole card of our class, which
+    Kubernetes' own quota cannot count in HAMi's `gpumem`. Refused past the quota beside a share;
+    admitted alone, and once bound its claim (80Gi consumed) counts for the next pod, the pod
+    itself not again."""
+    serve_namespace(kube, namespace, WEBHOOK_LABEL)
+    limit = _largest_card_mib(kube) + 10000
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "team-gpu"},
+             "spec": {"hard": {"limits.nvidia.com/gpumem": str(limit)}}}  # fmt: skip
+    kube.create(f"/api/v1/namespaces/{namespace}/resourcequotas", quota)
+    share = gpu_pod("share", {EXTENDED: 1, "nvidia.com/gpumem": 30000})
+    share["spec"]["nodeSelector"] = {"kubernetes.io/hostname": our_node.node}
+    kube.create(f"/api/v1/namespaces/{namespace}/pods", share)
+    _claim_made(kube, namespace, "share")
+
+    whole = gpu_pod("whole", {EXTENDED: 1}, labels={"vgpu-bridge.io/ignore": "true"})
+    whole["spec"]["nodeSelector"] = {"kubernetes.io/hostname": our_node.node}
+    body = _refusal(kube, namespace, whole)
+    assert "exceeded quota team-gpu: limits.nvidia.com/gpumem: requested " in body
+    assert f"used 30000, limited {limit}" in body
+
+    kube.delete(f"/api/v1/namespaces/{namespace}/pods/share")
+    claims = f"{RESOURCE}/namespaces/{namespace}/resourceclaims"
+    wait_for(lambda: not kube.items(claims), timeout_s=30, what="the share's claim gone")
+    kube.create(f"/api/v1/namespaces/{namespace}/pods", whole)
+    pod = running_pod(kube, namespace, "whole")
+    assert "resourceClaims" not in pod["spec"]  # not translated: kube-scheduler made its claim
+    assert _extended_claim(kube, namespace, pod)["status"]["allocation"]
+
+    past = limit - 81920 + 1  # just past the quota with the bound card counted once
+    body = _refusal(kube, namespace, gpu_pod("next", {EXTENDED: 1, "nvidia.com/gpumem": past}))
+    assert (
+        f"exceeded quota team-gpu: limits.nvidia.com/gpumem: requested {past}, used 81920, "
+        f"limited {limit}"
+    ) in body
