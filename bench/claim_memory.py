@@ -86,7 +86,7 @@ def replica_rss_mb(shape: Json) -> tuple[float, float, float]:
 
 def foreign_event() -> bytes:
     """An allocated claim of NVIDIA's driver as the API server streams its MODIFIED event."""
-    fields = {"f:status": {"f:allocation": {".": {}, "f:devices": {}}}}
+    fields: Json = {"f:status": {"f:allocation": {".": {}, "f:devices": {}}}}
     managed: list[Json] = [
         {"manager": m, "operation": "Update", "apiVersion": "resource.k8s.io/v1",
          "time": "2026-12-07T05:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": fields}
