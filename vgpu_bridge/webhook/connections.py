@@ -67,8 +67,8 @@ class Limits:
     max_queued: int = 128  # requests waiting for a worker
     max_queued_bytes: int = 32 * 2**20  # their bodies together
     max_side_queued: int = 64  # requests other than reviews waiting for the side worker
-    others_per_s: float = 500.0  # requests other than reviews read per second, after a first
-    others_burst: int = 100  # on each connection (a token bucket: rate and depth)
+    others_per_s: float = 200.0  # requests other than reviews read per second, after a first
+    others_burst: int = 50  # on each connection (a token bucket: rate and depth)
 
 
 @dataclass(frozen=True, slots=True)
