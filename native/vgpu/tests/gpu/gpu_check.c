@@ -5,7 +5,8 @@
  *   gpu_check alloc BYTES             exit 0 if allocated, 2 if CUDA_ERROR_OUT_OF_MEMORY
  *   gpu_check async BYTES stream|pool cuMemAllocAsync on a stream of device 0 (or
  *                                     cuMemAllocFromPoolAsync from a pool made on device 0) with
- *                                     no context current: exit 0 if allocated, 2 if OOM
+ *                                     no context current: exit 0 if allocated, 2 if OOM, 3 if
+ *                                     the driver wants a current context for it
  *   gpu_check hold BYTES SECONDS      allocate, print "held", keep the GPU busy, exit 0 if fine
  *   gpu_check throughput SECONDS      busy-kernel throughput, kernels/s after a 5 s warm-up (SM controller settles)
  *   gpu_check launch N                launch cost of an empty kernel, ns/launch
@@ -172,6 +173,8 @@ static int async_alloc(size_t bytes, const char *how)
 		TRY(cuMemFreeAsync(p, s));
 		TRY(cuStreamSynchronize(s));
 	}
+	if (r == CUDA_ERROR_INVALID_CONTEXT)
+		return 3;
 	return r == CUDA_SUCCESS ? 0 : r == CUDA_ERROR_OUT_OF_MEMORY ? 2 : 1;
 }
 

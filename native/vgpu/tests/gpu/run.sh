@@ -155,6 +155,11 @@ for how in stream pool; do
 	with CUDA_DEVICE_MEMORY_LIMIT=4Gi CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
 		"$CHECK" async $((1 * GiB)) $how >/dev/null 2>&1
 	under=$?
+	if [ $under = 3 ]; then # this driver allocates nothing without a context: no escape to close
+		skip "async_${how}_allocation_without_a_current_context_is_charged" \
+			"the driver wants a current context"
+		continue
+	fi
 	verdict "async_${how}_allocation_without_a_current_context_is_charged" \
 		"$([ $over = 2 ] && [ $under = 0 ] && echo 1)" "5 GiB exit $over (2 = OOM), 1 GiB exit $under"
 done
