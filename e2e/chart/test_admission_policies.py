@@ -336,9 +336,12 @@ def nvidia_runtime_class(kube: KubeClient) -> Iterator[str]:
 
 
 def a_pod(*, env: list[Json] | None = None, init_env: list[Json] | None = None,
-          runtime: str | None = None) -> Json:  # fmt: skip
+          runtime: str | None = None, claim_template: str | None = None) -> Json:  # fmt: skip
     container: Json = {"name": "main", "image": "busybox", "env": env or []}
     spec: Json = {"containers": [container]}
+    if claim_template is not None:  # as the webhook leaves a translated GPU pod
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": claim_template}]
+        container["resources"] = {"claims": [{"name": "gpu"}]}
     if init_env is not None:
         spec["initContainers"] = [{"name": "setup", "image": "busybox", "env": init_env}]
     if runtime is not None:
@@ -361,8 +364,9 @@ def test_a_pod_setting_nvidia_visible_devices_is_refused_naming_the_container(
         lambda: create(kube, installed.served, "pods", a_pod(env=ALL_GPUS))
     )
     assert message.endswith(
-        "spec.containers[main]: env NVIDIA_VISIBLE_DEVICES (other than void, none or empty) and "
-        f"NVIDIA_DRIVER_CAPABILITIES are refused outside namespaces {installed.release_namespace}, "
+        "spec.containers[main]: env NVIDIA_VISIBLE_DEVICES (other than void, none or empty), and "
+        "NVIDIA_DRIVER_CAPABILITIES in a pod without resource claims, are refused outside "
+        f"namespaces {installed.release_namespace}, "
         "gpu-operator, nvidia-gpu-operator, nvidia-device-plugin, nvidia-dra-driver-gpu: the "
         "NVIDIA container runtime in its legacy mode gives a container every GPU they name, past "
         "claims, shares and quotas; GPUs come from a claim (docs/runtime.md)"
@@ -385,6 +389,11 @@ REFUSED_PODS = [
         "spec.runtimeClassName: nvidia is the NVIDIA container runtime",
         id="runtime-class",
     ),
+    pytest.param(
+        a_pod(env=ALL_GPUS, runtime="nvidia", claim_template="gpu-share"),
+        "spec.containers[main]: env NVIDIA_VISIBLE_DEVICES",
+        id="all-gpus-beside-a-claim",
+    ),
 ]
 
 
@@ -406,6 +415,9 @@ def test_pods_that_switch_the_nvidia_runtime_off_or_live_where_allowed_are_admit
         (installed.served, a_pod(env=[{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}])),
         (installed.release_namespace, a_pod(env=ALL_GPUS, runtime="nvidia")),
         (installed.legacy, a_pod(env=ALL_GPUS, runtime="nvidia")),  # the legacy pool's own ways
+        # a GPU pod of ours: its GPUs come from its claim, the runtime may still bring libcuda
+        (installed.served, a_pod(env=[{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "all"}],
+                                 runtime="nvidia", claim_template="gpu-share")),
     ]
     for namespace, pod in cases:
         status, answer = create(kube, namespace, "pods", pod)
