@@ -24,6 +24,7 @@ from vgpu_bridge.webhook.claim_bookings import ClaimBookings
 from vgpu_bridge.webhook.inventory import InventoryCache
 from vgpu_bridge.webhook.legacy import legacy_hami_warnings
 from vgpu_bridge.webhook.metrics import WebhookMetrics
+from vgpu_bridge.webhook.pending_pods import PendingWholeCards
 from vgpu_bridge.webhook.prevalidate import Prevalidator
 from vgpu_bridge.webhook.quotas import QuotaCache, QuotaGate
 from vgpu_bridge.webhook.restore import TemplateRestorer
@@ -50,6 +51,17 @@ def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, S
         grace_s=settings.sweep_grace_seconds,
         max_per_namespace=settings.max_templates_per_namespace,
     )
+    gate = QuotaGate(
+        api=api,
+        cache=QuotaCache(api, names=hami_names),
+        profile=profile,
+        names=hami_names,
+        inventory=inventory.current,
+        memory_factor=config.memory_factor,
+        claims=ClaimBookings(api, profile=profile),
+        extended_names=settings.extended_resource_names(),
+    )
+    gate.pending = PendingWholeCards(api, names=gate.whole_card_names)
     admitter = Admitter(
         settings=settings,
         registry=default_registry(
@@ -65,16 +77,7 @@ def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, S
         store=store,
         api=api,
         metrics=metrics,
-        quotas=QuotaGate(
-            api=api,
-            cache=QuotaCache(api, names=hami_names),
-            profile=profile,
-            names=hami_names,
-            inventory=inventory.current,
-            memory_factor=config.memory_factor,
-            claims=ClaimBookings(api, profile=profile),
-            extended_names=settings.extended_resource_names(),
-        ),
+        quotas=gate,
         prevalidator=Prevalidator(),
     )
     sweeper = Sweeper(api, grace_s=settings.sweep_grace_seconds, extra=settings.extra_workloads())
@@ -155,22 +158,22 @@ def api_workers(
     every_s: float,
 ) -> list[threading.Thread]:
     """The threads that follow the API: inventory, template index (and the restorer of deleted
-    templates still in use), quotas, housekeeping, and the one that posts Events; and one that
-    starts the child process that reads big reviews first. Its recorder is
+    templates still in use), quotas, housekeeping, and the one that posts Events. Its recorder is
     made and attached to the admitter here, once the client has loaded: no Event can be posted
-    before, and its module stays off the start path."""
-    quotas: list[QuotaCache | ClaimBookings] = []
+    before, and its module stays off the start path. The child process that reads big reviews
+    first is started by the first such review, not here: most clusters never send one, and it
+    holds 18 MiB."""
+    quotas: list[QuotaCache | ClaimBookings | PendingWholeCards] = []
     if admitter.quotas:
         quotas.append(admitter.quotas.cache)
-        if admitter.quotas.claims is not None:  # not its truth: an empty one has len 0
-            quotas.append(admitter.quotas.claims)
+        # not their truth: an empty one has len 0
+        followed = (admitter.quotas.claims, admitter.quotas.pending)
+        quotas += [cache for cache in followed if cache is not None]
     synced = [inventory.synced, *(q.synced for q in quotas)]
     restorer = TemplateRestorer(admitter.api, ensure=admitter.store.ensure)
     admitter.store.index.on_deleted = restorer.deleted
     events = attach_events(admitter)
-    early = [admitter.prevalidator.start] if admitter.prevalidator else []
     return [
-        *(threading.Thread(target=start, name="prevalidate", daemon=True) for start in early),
         threading.Thread(target=events.run, args=(stop,), name="events", daemon=True),
         threading.Thread(target=inventory.run, args=(stop,), name="inventory", daemon=True),
         *(threading.Thread(target=q.run, args=(stop,), name="quotas", daemon=True) for q in quotas),
