@@ -53,6 +53,8 @@ _EVENT_HEAD = re.compile(
     rb'(?:"generateName":"[^"\\]*",)?"namespace":"([^"\\]+)",(?:"selfLink":"[^"\\]*",)?'
     rb'(?:"uid":"[^"\\]*",)?"resourceVersion":"([^"\\]+)"'
 )
+#: marks a claim kube-scheduler made for a pod's extended resources (KEP-5004)
+EXTENDED_CLAIM = "resource.kubernetes.io/extended-resource-claim"
 #: claims per page of the first list (the API server builds each page whole: 100 claims of
 #: 1.5 MiB, the most one can be, are 150 MB there)
 CLAIM_PAGE_SIZE = 100
@@ -76,6 +78,7 @@ class Held:
     booking: Booking
     sizing: Sizing | None = None
     cards: tuple[OnCard, ...] = ()
+    owner: str | None = None  # the pod uid kube-scheduler made it for (an extended-resource claim)
 
 
 @dataclass(slots=True)
@@ -104,19 +107,24 @@ class _Namespace:
     cores: int = 0
     weight: int = 0  # requests held by the claims sized later
     unheld: set[str] = field(default_factory=set)
+    owners: dict[str, int] = field(default_factory=dict)  # pod uid → its extended-resource claims
 
     def add(self, name: str, held: Held, *, bound: int) -> None:
         self.remove(name)
         if held.sizing is not None and self.weight + held.sizing.weight > bound:
             self.unheld.add(name)
-            held = Held(held.booking, None, held.cards)
+            held = Held(held.booking, None, held.cards, held.owner)
         self.claims[name] = held
         self._count(name, held, 1)
+        if held.owner is not None:
+            self.owners[held.owner] = self.owners.get(held.owner, 0) + 1
 
     def remove(self, name: str) -> None:
         held = self.claims.pop(name, None)
         if held is not None:
             self._count(name, held, -1)
+            if held.owner is not None and (left := self.owners.pop(held.owner) - 1):
+                self.owners[held.owner] = left
         self.unheld.discard(name)
 
     def _count(self, name: str, held: Held, sign: int) -> None:
@@ -140,9 +148,36 @@ def held_by(claim: Mapping[str, Any], profile: DriverProfile) -> Held | None:
         OnCard(sys.intern(p.pool), sys.intern(p.device), p.memory or 0, p.cores or 0)
         for p in placements(claim, profile=profile)
     )
+    owner = extended_claim_owner(claim)
     if booking.unsized == 0:
-        return Held(Booking(booking.devices, booking.memory_bytes, booking.cores), cards=cards)
-    return Held(booking, sizing, cards)
+        sums = Booking(booking.devices, booking.memory_bytes, booking.cores)
+        return Held(sums, cards=cards, owner=owner)
+    return Held(booking, sizing, cards, owner)
+
+
+def extended_claim_owner(claim: Mapping[str, Any]) -> str | None:
+    """The uid of the pod kube-scheduler made `claim` for, when it is the claim of a pod's
+    extended resources (KEP-5004: annotated, its controller the pod); None for any other claim.
+    Such a pod, still unbound, is counted by this claim, not again as a pod waiting
+    (`pending_pods`)."""
+    meta = claim.get("metadata")
+    if not isinstance(meta, Mapping):
+        return None
+    annotations = meta.get("annotations")
+    if not isinstance(annotations, Mapping) or annotations.get(EXTENDED_CLAIM) != "true":
+        return None
+    for owner in meta.get("ownerReferences") or ():
+        if isinstance(owner, Mapping) and owner.get("kind") == "Pod" and owner.get("controller"):
+            uid = owner.get("uid")
+            return sys.intern(uid) if isinstance(uid, str) else None
+    return None
+
+
+def event_version(line: bytes) -> str | None:
+    """The resourceVersion of a watch event's line as the API server writes it, read without
+    decoding it (None: a layout not recognised)."""
+    head = _EVENT_HEAD.match(line)
+    return None if head is None else head.group(3).decode()
 
 
 class ClaimBookings:
@@ -206,6 +241,14 @@ class ClaimBookings:
                 sized_later.remove(gone.sizing)
         booked = (sizing.booking(largest) for sizing in sized_later)
         return sums + sum(booked, Booking())
+
+    def claimed_for(self, namespace: str) -> set[str]:
+        """The pods of the namespace that own an extended-resource claim held here (their uids):
+        counted by their claim. Read beside `used`, which answers None when this cannot be
+        trusted."""
+        with self._lock:
+            held = self._by_namespace.get(namespace)
+            return set() if held is None else set(held.owners)
 
     def cards(self) -> dict[tuple[str, str], CardSum] | None:
         """(pool, device) → what the claims allocated on that card consumed, as of the watch."""

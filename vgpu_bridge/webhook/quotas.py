@@ -12,14 +12,16 @@ claim templates would make must stay within each hard limit. A pod no webhook tr
 whole cards of our class as an extended resource (KEP-5004: our class's `extendedResourceName`,
 or the implicit `deviceclass.resource.kubernetes.io/<class>`) counts them too, at admission; once
 bound, kube-scheduler's claim for it is one of the namespace's claims (issue 35: such pods skipped
-the gate, and a quota filled with shares took as many whole cards again). `requests.` and
-`limits.` of one name are the same limit (an extended resource's request always equals its
-limit). Both the quotas and the claims are read from watches (`QuotaCache`,
-`claim_bookings.ClaimBookings`): no list per admission.
+the gate, and a quota filled with shares took as many whole cards again); until then it counts for
+every later admission as a pod waiting (`pending_pods.PendingWholeCards`: else many such pods
+created at once each saw only the claims). `requests.` and `limits.` of one name are the same
+limit (an extended resource's request always equals its limit). The quotas, the claims and the
+unbound whole-card pods are read from watches (`QuotaCache`, `claim_bookings.ClaimBookings`,
+`PendingWholeCards`): no list per admission.
 
 Two admissions at once can both pass (each sees the other's claim missing), as can a pod admitted
-before the claim controller has made the previous pod's claim, or before kube-scheduler has bound
-an earlier whole-card pod (its claim is made at binding): see docs/webhook.md.
+before the claim controller has made the previous pod's claim, or before a watch has reported an
+earlier pod or claim: see docs/webhook.md.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from typing import Any
 
 from vgpu_bridge.core.booking import (
     IMPLICIT_EXTENDED_RESOURCE_PREFIX,
+    Asked,
     Booking,
+    Sizing,
     claim_booking,
     claim_sizing,
     extended_resource_sizing,
@@ -47,7 +51,13 @@ from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.core.quantity import MiB, QuantityError, parse_quantity
 from vgpu_bridge.kube import Json, KubeApi, KubeError, api_path, dns_subdomain_problem
 from vgpu_bridge.logs import get_logger
-from vgpu_bridge.webhook.claim_bookings import CLAIM_PAGE_SIZE, ClaimBookings, where
+from vgpu_bridge.webhook.claim_bookings import (
+    CLAIM_PAGE_SIZE,
+    ClaimBookings,
+    extended_claim_owner,
+    where,
+)
+from vgpu_bridge.webhook.pending_pods import PendingWholeCards, uncounted
 from vgpu_bridge.webhook.watching import follow
 
 log = get_logger("vgpu_bridge.webhook.quotas")
@@ -159,16 +169,18 @@ class QuotaGate:
     #: extended resources our DeviceClass serves (its `extendedResourceName`); the implicit
     #: `deviceclass.resource.kubernetes.io/<class>` is always counted
     extended_names: tuple[str, ...] = ()
+    #: whole-card pods admitted but not bound yet (None: not counted, only each at its admission)
+    pending: PendingWholeCards | None = None
 
     @cached_property
-    def _whole_card_names(self) -> tuple[str, ...]:
+    def whole_card_names(self) -> tuple[str, ...]:
         implicit = IMPLICIT_EXTENDED_RESOURCE_PREFIX + self.profile.device_class
         return (implicit, *(n for n in self.extended_names if n != implicit))
 
     def asks_whole_cards(self, pod: Mapping[str, Any]) -> bool:
         """Whether kube-scheduler would give `pod` whole cards of our class for its extended
         resources (KEP-5004), which this gate then counts (`extended_resource_sizing`)."""
-        return bool(extended_resource_sizing(pod, self._whole_card_names).requests)
+        return bool(extended_resource_sizing(pod, self.whole_card_names).requests)
 
     def reasons(
         self, namespace: str, pod: Mapping[str, Any], templates: Mapping[str, Json]
@@ -178,7 +190,7 @@ class QuotaGate:
         extended resource count here, before they are bound; once bound, their claim counts
         through `used` (the pod itself never again)."""
         made_from, named = _claim_sources(pod)
-        whole_cards = extended_resource_sizing(pod, self._whole_card_names)
+        whole_cards = extended_resource_sizing(pod, self.whole_card_names)
         if not made_from and not named and not whole_cards.requests:
             return []  # the fast path of pods without GPUs stays free
         quotas = self._quotas(namespace)
@@ -240,20 +252,41 @@ class QuotaGate:
             raise
 
     def _used(self, namespace: str, largest: int | None, *, leaving_out: set[str]) -> Booking:
-        """What the namespace's claims book, from the watch, else from a list of them read in
-        pages, each claim reduced to its sizing as it is read (a namespace of big claims never
-        sits in memory whole)."""
+        """What the namespace's claims book, and the whole cards of its pods admitted but not
+        bound yet (no claim of theirs exists: each is counted by its claim once it does)."""
+        used, claimed_for = self._claims_used(namespace, largest, leaving_out=leaving_out)
+        waiting = self._waiting_cards(namespace, claimed_for)
+        return used + whole_card_sizing(waiting).booking(largest)
+
+    def _claims_used(
+        self, namespace: str, largest: int | None, *, leaving_out: set[str]
+    ) -> tuple[Booking, set[str]]:
+        """What the namespace's claims book, and the pods owning its extended-resource claims,
+        from the watch, else from a list of them read in pages, each claim reduced to its sizing
+        as it is read (a namespace of big claims never sits in memory whole)."""
         if self.claims is not None:
             cached = self.claims.used(namespace, largest, leaving_out=leaving_out)
             if cached is not None:
-                return cached
+                return cached, self.claims.claimed_for(namespace)
         path = api_path(RESOURCE_API, "namespaces", namespace, "resourceclaims")
         listed = self.api.list_all(path, keep=self._sized, limit=CLAIM_PAGE_SIZE)
-        return total(item["sizing"].booking(largest) for item in listed.items
+        used = total(item["sizing"].booking(largest) for item in listed.items
                      if item["name"] not in leaving_out)  # fmt: skip
+        return used, {item["owner"] for item in listed.items if item["owner"] is not None}
+
+    def _waiting_cards(self, namespace: str, claimed_for: set[str]) -> int:
+        """Whole cards the namespace's unbound whole-card pods wait for, from the watch, else
+        from a list of its unbound pods."""
+        if self.pending is None:
+            return 0
+        waiting = self.pending.waiting(namespace)
+        if waiting is None:
+            waiting = self.pending.list_waiting(namespace)
+        return uncounted(waiting, claimed_for)
 
     def _sized(self, claim: Json) -> Json:
-        return {"name": where(claim)[1], "sizing": claim_sizing(claim, profile=self.profile)}
+        return {"name": where(claim)[1], "sizing": claim_sizing(claim, profile=self.profile),
+                "owner": extended_claim_owner(claim)}  # fmt: skip
 
     def _exceeded(self, quota: GpuQuota, booked: Booking, used: Booking) -> str | None:
         if quota.measure == "memory" and booked.unsized + used.unsized:
@@ -269,6 +302,12 @@ class QuotaGate:
             f"exceeded quota {quota.quota}: {quota.key}: requested {math.ceil(asked / unit)}, "
             f"used {math.ceil(held / unit)}, limited {quota.hard}"
         )
+
+
+def whole_card_sizing(count: int) -> Sizing:
+    """`count` whole cards of our class, as kube-scheduler's claim for them books (memory left to
+    the card's default)."""
+    return Sizing(((Asked(count, None, None),),) if count else ())
 
 
 def _countable(booking: Booking, what: str) -> Booking:
