@@ -5,11 +5,10 @@ The webhook follows every ResourceClaim (`webhook/claim_bookings.py`) and sums w
 ones consumed of each card. `kubectl vgpu status -n NS` needs those sums for its cards' BOOKED and
 FREE; reading them from the claims means listing all of them (issue 26: 20,000 claims at 10,000
 GPUs, 25 MB and 1.3 s of a 1 s budget). The webhook's Service is the one our
-MutatingWebhookConfiguration sends reviews to (or `--webhook-service NAMESPACE/NAME`): that object
-is cluster-scoped and only a cluster admin makes one, where anyone who may create a Service in
-some namespace can give it the chart's labels and serve made-up bookings (issue 35). The caller
-needs `list` on mutatingwebhookconfigurations and `get` on the Service and its `services/proxy`,
-which the chart's status-viewer ClusterRole and Role grant. Anything else (no such
+MutatingWebhookConfiguration sends reviews to (or `--webhook-service NAMESPACE/NAME`), never one
+found by the chart's labels (`release`: anyone may label a Service and serve made-up bookings).
+The caller needs `list` on mutatingwebhookconfigurations and `get` on the Service and its
+`services/proxy`, which the chart's status-viewer ClusterRole and Role grant. Anything else (no such
 configuration or Service, not allowed, the webhook not following yet, an answer that is not ours)
 gives None, and the caller lists the claims as before.
 """
@@ -21,12 +20,10 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from vgpu_bridge.kube import KubeApi, KubeError, api_path, dns_label_problem, unreachable_reason
+from vgpu_bridge.status.release import Release
 
-OUR_SELECTOR = "app.kubernetes.io/name=vgpu-bridge"
-WEBHOOK_CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 KIND, API_VERSION = "CardBookings", "vgpu-bridge.io/v1"
 MAX_CARDS = 1_000_000  # far past any cluster; an answer longer than this is not the webhook's
-MAX_SERVICES = 4  # Services named by our configurations that are tried, at most (one per release)
 
 
 class BookingsError(ValueError):
@@ -44,45 +41,19 @@ class CardBooked:
 Bookings = dict[tuple[str, str], CardBooked]
 
 
-def webhook_bookings(api: KubeApi, service: str | None, notes: list[str]) -> Bookings | None:
-    """The webhook's per-card sums, or None (with a note when `service` was named and failed)."""
-    try:
-        found = [service] if service else _configured_services(api)
-    except KubeError:
-        return None  # not allowed to look the Service up: the claims are listed instead
-    for named in found:
+def webhook_bookings(api: KubeApi, release: Release, notes: list[str]) -> Bookings | None:
+    """The webhook's per-card sums, or None (with a note when `--webhook-service` named it and it
+    failed)."""
+    named = release.webhook_service
+    for service in release.webhook_services() or ():
         try:
-            return parse_bookings(api.get(_proxy_path(api, named)))
+            return parse_bookings(api.get(_proxy_path(api, service)))
         except Exception as error:  # one way or another not answered: the claims say it too
             if not isinstance(error, KubeError | ValueError) and not unreachable_reason(error):
                 raise
-            if service:
-                notes.append(f"the webhook's bookings ({service}): not read ({str(error)[:160]})")
+            if named:
+                notes.append(f"the webhook's bookings ({named}): not read ({str(error)[:160]})")
     return None
-
-
-def _configured_services(api: KubeApi) -> list[str]:
-    """The Services ("namespace/name") our MutatingWebhookConfigurations call, sorted; a webhook
-    called by URL names none."""
-    listed = api.list(WEBHOOK_CONFIGURATIONS, labelSelector=OUR_SELECTOR)
-    names = {
-        service
-        for item in listed.get("items") or ()
-        for hook in (item.get("webhooks") if isinstance(item, dict) else None) or ()
-        if (service := _service_of(hook)) is not None
-    }
-    return sorted(names)[:MAX_SERVICES]
-
-
-def _service_of(hook: object) -> str | None:
-    config = hook.get("clientConfig") if isinstance(hook, dict) else None
-    service = config.get("service") if isinstance(config, dict) else None
-    if not isinstance(service, dict):
-        return None
-    namespace, name = service.get("namespace"), service.get("name")
-    if dns_label_problem(namespace) or dns_label_problem(name):
-        return None
-    return f"{namespace}/{name}"
 
 
 def _proxy_path(api: KubeApi, service: str) -> str:

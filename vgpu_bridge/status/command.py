@@ -4,6 +4,9 @@
 Reads: ResourceSlices (cluster-scoped), ResourceClaims and Pods (in one namespace: `-n`, else
 the kubeconfig context's, else `default`, as kubectl chooses; in every one with `-A`), and, when
 listing the agents' pods is allowed, each agent's `/metrics` through the API server's pod proxy.
+The agents are the pods with their labels in the release namespace only (`release`: the namespace
+of the Service our MutatingWebhookConfiguration calls, or as `--agent-namespace` names it), never
+a look-alike in a tenant's namespace.
 With a namespace, the cards shown are those of the nodes its shares are on (their slices read by
 node, their agents only asked), and the cards' bookings (every namespace's claims on them) come
 from the webhook's /bookings through the service proxy (`card_bookings`), else from a list of
@@ -29,6 +32,7 @@ from vgpu_bridge.kube import (
     KubeApi,
     KubeConfigError,
     KubeError,
+    api_path,
     context_namespace,
     dns_label_problem,
     dns_subdomain_problem,
@@ -36,6 +40,7 @@ from vgpu_bridge.kube import (
 )
 from vgpu_bridge.status.card_bookings import webhook_bookings
 from vgpu_bridge.status.model import Report
+from vgpu_bridge.status.release import AGENTS, Release, service_problem
 from vgpu_bridge.status.render import FORMATS, render
 from vgpu_bridge.status.report import build_report
 from vgpu_bridge.status.usage import MetricsError, Usage, merged, parse_agent_metrics
@@ -68,7 +73,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between --watch views")
     parser.add_argument("--driver-name", default=DEFAULT.driver, help="our DRA driver's name")
     parser.add_argument(
-        "--agent-selector", default=AGENT_SELECTOR, help="label selector of the agents' pods"
+        "--agent-selector",
+        default=AGENT_SELECTOR,
+        help="label selector of the agents' pods, in their namespace (see --agent-namespace)",
+    )
+    parser.add_argument(
+        "--agent-namespace",
+        help="the namespace of the node agents' pods, whose /metrics give live usage (default: "
+        "--webhook-service's namespace, else that of the Service our "
+        "MutatingWebhookConfiguration calls, where the chart runs both; pods with the agents' "
+        "labels in other namespaces are never asked: anyone may label a pod)",
     )
     parser.add_argument(
         "--webhook-service",
@@ -103,7 +117,8 @@ def main(
         while True:
             report = read_report(api, namespace=namespace, driver=args.driver_name,
                                  agent_selector=args.agent_selector,
-                                 webhook_service=args.webhook_service)  # fmt: skip
+                                 webhook_service=args.webhook_service,
+                                 agent_namespace=args.agent_namespace)  # fmt: skip
             _show(report, args, out)
             if not args.watch:
                 return 0
@@ -198,6 +213,10 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return f"--namespace: {problem}"
     if problem := dns_subdomain_problem(args.driver_name):
         return f"--driver-name: {problem}"
+    if args.agent_namespace is not None and (problem := dns_label_problem(args.agent_namespace)):
+        return f"--agent-namespace: {problem}"
+    if args.webhook_service is not None and (problem := service_problem(args.webhook_service)):
+        return f"--webhook-service: {problem}"
     if args.interval <= 0:
         return f"--interval: must be more than 0 seconds, got {args.interval}"
     if args.request_timeout <= 0:
@@ -230,11 +249,14 @@ def read_report(
     driver: str,
     agent_selector: str,
     webhook_service: str | None = None,
+    agent_namespace: str | None = None,
 ) -> Report:
     """What the caller may read, as a report; what it may not, as notes. With a namespace, the
     cards are those of the nodes its shares are on, and their bookings come from the webhook's
-    /bookings where it answers, else from every claim."""
+    /bookings where it answers, else from every claim. Live usage comes from the agents of the
+    release namespace only."""
     notes: list[str] = []
+    release = Release(api, webhook_service=webhook_service, agent_namespace=agent_namespace)
     profile = our_profile(driver)
     where = f"/namespaces/{namespace}" if namespace else ""
     claims = _items(api, f"{RESOURCE}{where}/resourceclaims")
@@ -243,11 +265,12 @@ def read_report(
     slices = read_slices(api, driver, nodes, notes)
     bookings = card_bookings = None
     if namespace and slices:
-        card_bookings = webhook_bookings(api, webhook_service, notes)
+        card_bookings = webhook_bookings(api, release, notes)
     if namespace and slices and card_bookings is None:
         what = "other namespaces' claims (BOOKED and FREE count this namespace's only)"
         bookings = _allowed(api, f"{RESOURCE}/resourceclaims", what, notes)
-    usage = agent_usage(api, agent_selector, notes, nodes=nodes)
+    agent_namespaces = release.agent_namespaces(notes)
+    usage = agent_usage(api, agent_selector, notes, nodes=nodes, namespaces=agent_namespaces)
     return build_report(slices or [], claims, pods, profile=profile, bookings=bookings,
                         card_bookings=card_bookings, usage=usage, notes=notes,
                         nodes=nodes)  # fmt: skip
@@ -298,13 +321,18 @@ def _allowed(
 
 
 def agent_usage(
-    api: KubeApi, selector: str, notes: list[str], *, nodes: frozenset[str] | None = None
+    api: KubeApi,
+    selector: str,
+    notes: list[str],
+    *,
+    namespaces: Sequence[str],
+    nodes: frozenset[str] | None = None,
 ) -> Usage | None:
-    """Live usage from each running agent's `/metrics` (pod proxy), of `nodes` only where given;
-    None when the agents cannot be listed. An agent that does not answer is a note; its cards
-    show no usage."""
-    agents = _allowed(api, "/api/v1/pods", "the agents' metrics (live usage)", notes,
-                      labelSelector=selector)  # fmt: skip
+    """Live usage from each running agent's `/metrics` (pod proxy): the pods `selector` picks in
+    `namespaces` (the release's: a pod elsewhere with the agents' labels may be anyone's), of
+    `nodes` only where given; None when no agent can be listed. An agent that does not answer is
+    a note; its cards show no usage."""
+    agents = _agent_pods(api, selector, namespaces, notes)
     if agents is None:
         return None
     usages = []
@@ -321,6 +349,21 @@ def agent_usage(
                 raise
             notes.append(f"the agent on {node}: metrics not read ({str(error)[:160]})")
     return merged(usages)
+
+
+def _agent_pods(
+    api: KubeApi, selector: str, namespaces: Sequence[str], notes: list[str]
+) -> list[Json] | None:
+    """The pods `selector` picks in each of `namespaces`; None (with one note) when there is no
+    namespace or a list is not allowed."""
+    found: list[Json] = []
+    for namespace in namespaces:
+        path = api_path("/api/v1", "namespaces", namespace, "pods")
+        listed = _allowed(api, path, AGENTS, notes, labelSelector=selector)
+        if listed is None:
+            return None
+        found += listed
+    return found if namespaces else None
 
 
 def metrics_path(pod: Json) -> str | None:

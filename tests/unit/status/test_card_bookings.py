@@ -18,16 +18,12 @@ from tests.unit.status.recorded import NAMESPACE, recorded
 from tests.unit.status.served_api import ServedApi
 from tests.unit.status.test_command import RESOURCE, api, document  # noqa: F401 - the fixture
 from vgpu_bridge.core import DEFAULT
-from vgpu_bridge.status.card_bookings import (
-    OUR_SELECTOR,
-    WEBHOOK_CONFIGURATIONS,
-    BookingsError,
-    parse_bookings,
-)
+from vgpu_bridge.status.card_bookings import BookingsError, parse_bookings
+from vgpu_bridge.status.release import OUR_SELECTOR, WEBHOOK_CONFIGURATIONS
 from vgpu_bridge.webhook.claim_bookings import ClaimBookings, bookings_document, held_by, where
 
-SERVICE = "/api/v1/namespaces/vgpu-system/services/vgpu-bridge-webhook"
-BOOKINGS = "/api/v1/namespaces/vgpu-system/services/https:vgpu-bridge-webhook:https/proxy/bookings"
+SERVICE = "/api/v1/namespaces/vgpu-bridge/services/vgpu-bridge-webhook"
+BOOKINGS = "/api/v1/namespaces/vgpu-bridge/services/https:vgpu-bridge-webhook:https/proxy/bookings"
 EVERY_CLAIM = f"{RESOURCE}/resourceclaims"
 
 
@@ -59,7 +55,7 @@ def configuration(*services: tuple[str, str]) -> dict[str, Any]:
 
 def with_webhook(served: ServedApi, recording: RecordingApi) -> None:
     """The chart's webhook: its configuration names its Service, which answers /bookings."""
-    served.list_of(WEBHOOK_CONFIGURATIONS, [configuration(("vgpu-system", "vgpu-bridge-webhook"))],
+    served.list_of(WEBHOOK_CONFIGURATIONS, [configuration(("vgpu-bridge", "vgpu-bridge-webhook"))],
                    labelSelector=OUR_SELECTOR)  # fmt: skip
     served.serve(SERVICE, {"spec": {"ports": [{"name": "https", "port": 443}]}})
     served.serve(BOOKINGS, webhook_sums(recording))
@@ -91,7 +87,7 @@ def test_a_service_with_our_labels_in_a_tenants_namespace_is_never_asked(
     listed = listed_then_webhook(api, tmp_path, recorded_api)
     api.answers = {k: v for k, v in api.answers.items() if k[0] != WEBHOOK_CONFIGURATIONS}
     with_a_tenants_lookalike(api)
-    served = document(api, tmp_path, "-n", NAMESPACE)
+    served = document(api, tmp_path, "-n", NAMESPACE, "--agent-namespace", "vgpu-bridge")
     assert cards(served) == listed  # the claims' sums, not the lookalike's empty cards
     assert all(path not in (TENANT, TENANT_BOOKINGS) for path, _ in api.asked)
     assert any(path == EVERY_CLAIM for path, _ in api.asked)
@@ -121,7 +117,7 @@ def test_a_configuration_that_calls_a_url_or_no_service_leaves_the_claims_listed
         {"name": "b.vgpu-bridge.io", "clientConfig": {"service": {"namespace": "../x"}}},
         "not a webhook"]}  # fmt: skip
     api.list_of(WEBHOOK_CONFIGURATIONS, [by_url, {"webhooks": None}], labelSelector=OUR_SELECTOR)
-    served = document(api, tmp_path, "-n", NAMESPACE)
+    served = document(api, tmp_path, "-n", NAMESPACE, "--agent-namespace", "vgpu-bridge")
     assert cards(served) == listed
     assert any(path == EVERY_CLAIM for path, _ in api.asked)
     assert served["notes"] == []
@@ -182,10 +178,10 @@ def test_a_named_service_that_fails_is_a_note_and_the_claims_are_listed(
     listed = listed_then_webhook(api, tmp_path, recorded_api)
     api.forbid(BOOKINGS)
     served = document(api, tmp_path, "-n", NAMESPACE, "--webhook-service",
-                      "vgpu-system/vgpu-bridge-webhook")  # fmt: skip
+                      "vgpu-bridge/vgpu-bridge-webhook")  # fmt: skip
     assert cards(served) == listed
     (note,) = served["notes"]
-    assert note.startswith("the webhook's bookings (vgpu-system/vgpu-bridge-webhook): not read")
+    assert note.startswith("the webhook's bookings (vgpu-bridge/vgpu-bridge-webhook): not read")
     assert "403" in note
 
 
@@ -196,6 +192,9 @@ def test_all_namespaces_never_asks_the_webhook(
 ) -> None:
     with_webhook(api, recorded_api)
     document(api, tmp_path, "-A")
+    assert all(path != BOOKINGS for path, _ in api.asked)
+    api.asked.clear()  # the configurations are read for the agents' namespace, unless named
+    document(api, tmp_path, "-A", "--agent-namespace", "vgpu-bridge")
     assert all(path not in (BOOKINGS, WEBHOOK_CONFIGURATIONS) for path, _ in api.asked)
 
 

@@ -31,17 +31,31 @@ AGENT = {
     "status": {"phase": "Running"},
 }  # fmt: skip
 PROXY = "/api/v1/namespaces/vgpu-bridge/pods/vgpu-bridge-agent-x1:9400/proxy/metrics"
+CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+OUR_LABELS = "app.kubernetes.io/name=vgpu-bridge"
+AGENTS = "/api/v1/namespaces/vgpu-bridge/pods"  # the release namespace's pods
+
+
+def our_configuration(namespace: str = "vgpu-bridge") -> dict[str, Any]:
+    """The chart's MutatingWebhookConfiguration: its webhook calls the Service of the release
+    namespace, where the agents run too."""
+    service = {"namespace": namespace, "name": "vgpu-bridge-webhook", "port": 443}
+    hook = {"name": "translate.vgpu-bridge.io", "clientConfig": {"service": service}}
+    return {"metadata": {"name": "vgpu-bridge"}, "webhooks": [hook]}
 
 
 @pytest.fixture
 def api() -> Iterator[ServedApi]:
-    """The recorded cluster, an agent on its node answering with memory in use."""
+    """The recorded cluster, an agent on its node answering with memory in use, in the namespace
+    our webhook configuration names."""
     with served_api() as served:
         claims, pods = recorded("claims"), recorded("pods")
         served.list_of(f"{RESOURCE}/resourceslices", recorded("slices"))
         served.list_of(f"{RESOURCE}/resourceclaims", claims)
         served.list_of("/api/v1/pods", pods)
         served.list_of("/api/v1/pods", [AGENT], labelSelector=command.AGENT_SELECTOR)
+        served.list_of(AGENTS, [AGENT], labelSelector=command.AGENT_SELECTOR)
+        served.list_of(CONFIGURATIONS, [our_configuration()], labelSelector=OUR_LABELS)
         served.serve(PROXY, in_use())
         ns_claims = in_namespace(claims, NAMESPACE)
         served.list_of(f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaims", ns_claims)
@@ -89,6 +103,7 @@ def test_a_namespace_user_is_asked_for_namespaced_objects_only_and_told_what_is_
     api.forbid(f"{RESOURCE}/resourceclaims")
     api.forbid("/api/v1/pods")
     api.forbid("/api/v1/pods", labelSelector=command.AGENT_SELECTOR)
+    api.forbid(CONFIGURATIONS, labelSelector=OUR_LABELS)
     found = document(api, tmp_path, "-n", NAMESPACE)
     assert set(shares(found)) == {"infer-a", "infer-b", "train"}
     assert found["cards"] == []
@@ -101,7 +116,7 @@ def test_a_namespace_user_is_asked_for_namespaced_objects_only_and_told_what_is_
         f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaims",
         f"/api/v1/namespaces/{NAMESPACE}/pods",
         f"{RESOURCE}/resourceslices",
-        "/api/v1/pods",  # the agents, by label
+        CONFIGURATIONS,  # where the agents are: never "/api/v1/pods" by label
     ]
 
 
@@ -325,6 +340,9 @@ def test_messages_carry_the_name_the_plugin_was_run_as(
         (["--interval", "0"], "--interval: must be more than 0 seconds, got 0.0"),
         (["--request-timeout", "-1"], "--request-timeout: must be more than 0 seconds"),
         (["--driver-name", "GPU!"], "--driver-name: must be a DNS subdomain"),
+        (["--agent-namespace", "a/b"], "--agent-namespace: must be a DNS label"),
+        (["--webhook-service", "webhook"], "--webhook-service: must be NAMESPACE/NAME"),
+        (["--webhook-service", "a/B"], "--webhook-service: the name must be a DNS label"),
     ],
 )
 def test_bad_flags_are_refused_by_name(
