@@ -317,3 +317,55 @@ def test_whole_cards_asked_past_the_webhook_count_once_against_the_gpumem_quota(
         f"exceeded quota team-gpu: limits.nvidia.com/gpumem: requested {past}, used 81920, "
         f"limited {limit}"
     ) in body
+
+
+def _admitted_then_removed(kube: KubeClient, namespace: str, pod: Json) -> str | None:
+    """The refusal of `pod`, or None when it was admitted (then deleted at once, so a retry
+    asks again: it waits on a node that does not exist and is never bound)."""
+    try:
+        kube.create(f"/api/v1/namespaces/{namespace}/pods", pod)
+    except ApiError as error:
+        if error.status != 403:
+            raise
+        return error.body
+    kube.delete(f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}")
+    return None
+
+
+def test_a_whole_card_pod_not_yet_bound_counts_for_the_next_admission(
+    kube: KubeClient, namespace: str, our_node: AgentNode, extended_webhook: WebhookProcess
+) -> None:
+    """Issue 35, item 4: kube-scheduler makes a whole-card pod's claim only when it binds it.
+    Pod `first` waits for a node that does not exist (no claim, ever): the webhook's watch of
+    unbound pods (`spec.nodeName=` on the real API server) counts its card for `second`, which
+    the quota, room for one card, refuses. Only the claims counted, `second` was admitted. The
+    webhook learns of `first` through its watch, a moment after the create: `second` is asked
+    again (and removed) until refused."""
+    serve_namespace(kube, namespace, WEBHOOK_LABEL)
+    largest = _largest_card_mib(kube)
+    limit = largest + 10000
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "team-gpu"},
+             "spec": {"hard": {"limits.nvidia.com/gpumem": str(limit)}}}  # fmt: skip
+    kube.create(f"/api/v1/namespaces/{namespace}/resourcequotas", quota)
+    nowhere = {"kubernetes.io/hostname": f"e2e-nowhere-{secrets.token_hex(3)}"}
+    opted_out = {"vgpu-bridge.io/ignore": "true"}
+    first = gpu_pod("first", {EXTENDED: 1}, labels=opted_out)
+    first["spec"]["nodeSelector"] = nowhere
+    kube.create(f"/api/v1/namespaces/{namespace}/pods", first)
+
+    second = gpu_pod("second", {EXTENDED: 1}, labels=opted_out)
+    second["spec"]["nodeSelector"] = nowhere
+    body = wait_for(lambda: _admitted_then_removed(kube, namespace, second), timeout_s=30,
+                    what="second refused while first waits unbound")  # fmt: skip
+    assert (
+        f"exceeded quota team-gpu: limits.nvidia.com/gpumem: requested {largest}, "
+        f"used {largest}, limited {limit}"
+    ) in body
+    assert is_unbound(kube, namespace, "first")
+    claims = f"{RESOURCE}/namespaces/{namespace}/resourceclaims"
+    assert not kube.items(claims)  # first is counted as a pod waiting, not through a claim
+    assert "unbound pod watch failed" not in extended_webhook.log()  # the server takes its selector
+
+    kube.delete(f"/api/v1/namespaces/{namespace}/pods/first")  # gone: its card is free again
+    wait_for(lambda: _admitted_then_removed(kube, namespace, second) is None, timeout_s=30,
+             what="second admitted once first is gone")  # fmt: skip

@@ -178,6 +178,7 @@ ACCESS = [
     ("webhook", "patch", "events.k8s.io", "events", "", True),
     ("webhook", "delete", "events.k8s.io", "events", "", False),
     ("webhook", "create", "", "pods", "", False),
+    ("webhook", "watch", "", "pods", "", True),  # unbound whole-card pods (pending_pods.py)
 ]
 
 
