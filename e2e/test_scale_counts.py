@@ -99,6 +99,10 @@ def status_document(kubeconfig: Path, scope: list[str]) -> Json:
     return document
 
 
+def but_the_agents(notes: list[str]) -> list[str]:
+    return [note for note in notes if not note.startswith("the agents' metrics")]
+
+
 def bookings_shown(document: Json) -> list[tuple[str, str, int, int, int]]:
     return [(c["node"], c["device"], c["bookedMemory"], c["bookedCores"], c["freeMemory"])
             for c in document["cards"]]  # fmt: skip
@@ -130,4 +134,5 @@ def test_status_of_one_namespace_reads_the_cards_bookings_from_the_webhook_not_e
     assert run.requests.lists("resourceclaims", scope="namespace") == 1
     assert run.requests.lists("resourceclaims", scope="cluster") == 0
     assert bookings_shown(served) == bookings_shown(listed)
-    assert served["notes"] == listed["notes"]
+    # the agents' namespace is known only while a configuration of ours names a Service
+    assert but_the_agents(served["notes"]) == but_the_agents(listed["notes"])

@@ -203,6 +203,7 @@ STATUS_VIEWER_ACCESS = [
     ("list", "resource.k8s.io", "resourceslices", "", False, True, ""),
     ("list", "resource.k8s.io", "resourceclaims", "", False, True, ""),
     ("list", "", "pods", "", False, True, ""),
+    ("list", "", "pods", "", True, True, ""),  # the agents: in the chart's namespace only
     ("get", "", "pods", "proxy", True, True, ""),
     ("get", "", "pods", "proxy", False, False, ""),
     ("list", "", "services", "", False, False, ""),  # a Service's labels are anyone's to set

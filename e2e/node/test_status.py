@@ -248,7 +248,9 @@ def test_with_a_namespace_an_admin_sees_its_shares_and_every_namespaces_booking(
     agent_on_node: AgentOnNode,
     packed: dict[str, Json],
 ) -> None:
-    document = status_document(e2e_cluster.kubeconfig, "-n", namespace)
+    # the agent is a process here, no pod: named, as no configuration of ours says where it runs
+    document = status_document(e2e_cluster.kubeconfig, "-n", namespace, "--agent-namespace",
+                               namespace)  # fmt: skip
     neighbour = allocated(packed["neighbour"])
     assert neighbour is not None
     card = card_of(document, agent_on_node.node, neighbour["device"])
