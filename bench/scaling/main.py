@@ -74,11 +74,13 @@ class View:
 
 
 def views(layout: Layout) -> list[View]:
-    small = layout.small_namespace
+    """Each view lists the agents' pods once, in the release namespace (where a chart install's
+    webhook configuration points it; named here, since only the /bookings row has one)."""
+    small, agents = layout.small_namespace, ["--agent-namespace", HOOK_NAMESPACE]
     return [
-        View("-A", ["-A"], VIEWER_ALL_GOAL_S, None),
-        View("-n, /bookings", ["-n", small], VIEWER_NAMESPACE_GOAL_S, small, webhook=True),
-        View("-n, every claim", ["-n", small], VIEWER_NAMESPACE_GOAL_S, small),
+        View("-A", ["-A", *agents], VIEWER_ALL_GOAL_S, None),
+        View("-n, /bookings", ["-n", small, *agents], VIEWER_NAMESPACE_GOAL_S, small, webhook=True),
+        View("-n, every claim", ["-n", small, *agents], VIEWER_NAMESPACE_GOAL_S, small),
     ]
 
 

@@ -96,8 +96,8 @@ def expected_lists(*, claims: int, pods: int, slices: int, namespaced: bool,
     """What `status -A` (or `-n`: the namespace's claims and pods, the slices of the
     `namespace_nodes` its shares are on (one list each, up to SLICE_NODES_MAX, else all of
     them), then, without the webhook's /bookings (`every_claim`), every claim again for the
-    cards' bookings) reads, page by page: claims, pods (and the agents' pods, by label: one page
-    here, where no agent runs) and slices."""
+    cards' bookings) reads, page by page: claims, pods (and the agents' pods of the release
+    namespace: one page here, where no agent runs) and slices."""
     if namespaced:
         claim_pages = pages(namespace_claims) + (pages(claims) if every_claim else 0)
         by_node = namespace_nodes <= SLICE_NODES_MAX
