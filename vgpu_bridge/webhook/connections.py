@@ -377,7 +377,7 @@ class ConnectionLoop:
         """Hand `request` to the workers (a review) or to the side worker (anything else); what
         the full queue refuses is answered 503 now."""
         timeout_s = caller_timeout_s(request.head.target, default_s=self._limits.request_timeout_s)
-        side = self._routes.side(request)
+        side = conn.asked_other  # the routes' `side`, asked once the request was whole
         work = self._side if side else self._work
         key = _host(conn.peer) if side else self._routes.queue_key(request)
         reason, refusal = ("side-queue-full", SIDE_FULL) if side else ("queue-full", QUEUE_FULL)

@@ -25,8 +25,7 @@ import queue
 import re
 import threading
 from collections import OrderedDict, deque
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 Item = TypeVar("Item")
@@ -46,9 +45,9 @@ _UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.
            "h": 3600.0}  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
-class Job(Generic[Item]):
-    """One queued piece of work: `item`, the key it is shared out by, its size, its deadline."""
+class Job(NamedTuple, Generic[Item]):
+    """One queued piece of work: `item`, the key it is shared out by, its size, its deadline (a
+    tuple: made for every queued review, where a frozen dataclass cost ten times as much)."""
 
     item: Item
     key: str
@@ -93,16 +92,19 @@ class FairQueue(Generic[Item]):
     def put(self, job: Job[Item]) -> list[Job[Item]]:
         """Queue `job`; returns the jobs refused to stay within bounds (`job` itself, or the
         newest ones of the key holding the most bytes), to be answered at once."""
+        key, weight = job.key, _weight(job)
         with self._lock:
-            weight = _weight(job)
-            self._keys.setdefault(job.key, deque()).append(job)
-            self._bytes_by_key[job.key] = self._bytes_by_key.get(job.key, 0) + weight
+            jobs = self._keys.get(key)
+            if jobs is None:
+                jobs = self._keys[key] = deque()
+            jobs.append(job)
+            self._bytes_by_key[key] = self._bytes_by_key.get(key, 0) + weight
             self._items, self._bytes = self._items + 1, self._bytes + weight
             refused = []
             while self._over():
-                refused.append(self._pop_newest(self._heaviest(prefer=job.key)))
-        if all(r is not job for r in refused):  # one job more for the workers
-            self._wakeups.put(None)
+                refused.append(self._pop_newest(self._heaviest(prefer=key)))
+        if not refused or all(r is not job for r in refused):  # one job more for the workers
+            self._wakeups.put(None)  # after the lock: the worker it wakes takes it at once
         return refused
 
     def get(self) -> Job[Item] | None:
@@ -147,9 +149,10 @@ class FairQueue(Generic[Item]):
 
     def _next_key(self) -> str | None:
         """The first key in turn whose next job may go out now."""
-        heavy_allowed = self._heavy_out < self.max_heavy
+        if self._heavy_out < self.max_heavy:
+            return next(iter(self._keys), None)
         for key, jobs in self._keys.items():
-            if heavy_allowed or not self._heavy(jobs[0]):
+            if jobs[0].size < self.heavy_bytes:
                 return key
         return None
 
