@@ -126,6 +126,7 @@ bench: venv cluster-bin-pinned helm-bin
 	$(PY) bench/translate.py
 	$(PY) bench/webhook.py
 	$(PY) bench/claim_memory.py
+	$(PY) bench/pending_pods.py
 	$(PY) bench/schedule.py
 	$(PY) bench/node.py
 	$(MAKE) -C native/vgpu bench
