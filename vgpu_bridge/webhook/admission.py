@@ -28,6 +28,7 @@ from vgpu_bridge.webhook import review
 from vgpu_bridge.webhook.claim_lookup import CLAIM_RESOURCES, Claimed, ClaimLookup
 from vgpu_bridge.webhook.fastpath import (
     gpu_key_markers,
+    lists_resource,
     may_ask_for_gpus,
     may_name_gpus,
     quick_sized,
@@ -84,6 +85,11 @@ class Admitter:
     @cached_property
     def _gpu_key_markers(self) -> tuple[bytes, ...]:
         return gpu_key_markers(self.config.resource_names())
+
+    @cached_property
+    def _renamed(self) -> frozenset[str]:
+        """HAMi's resource names as configured, made once for `may_ask_for_gpus`."""
+        return frozenset(self.config.resource_names())
 
     def review_body(self, body: bytes) -> tuple[int, bytes]:
         """(HTTP status, body) for one POST /mutate."""
@@ -207,15 +213,19 @@ class Admitter:
         namespace = request.namespace or meta.get("namespace")
         if self._skipped(request, namespace):
             return _Outcome("unchanged", review.allow(request.uid))
-        obj = {**request.object, "metadata": {**meta, "namespace": namespace}}
-        renamed = self.config.resource_names()
-        claims = ClaimLookup(self.api, self.profile.device_class)
         if self._opted_out(request) or not may_ask_for_gpus(
-            request.kind, request.object, resource_names=renamed
+            request.kind, request.object, resource_names=self._renamed
         ):
-            return self._untranslated(request, namespace, obj, claims, quick=quick)
+            counts = self._quota_counts(request, request.object)
+            if not counts and not _names_claims(request.object):
+                return _Outcome("unchanged", review.allow(request.uid))  # as _untranslated's
+            obj = {**request.object, "metadata": {**meta, "namespace": namespace}}
+            claims = ClaimLookup(self.api, self.profile.device_class)
+            return self._untranslated(request, namespace, obj, claims, quick=quick, counts=counts)
         if quick:
             return None
+        obj = {**request.object, "metadata": {**meta, "namespace": namespace}}
+        claims = ClaimLookup(self.api, self.profile.device_class)
         adapter = self.registry.pick(obj, self.settings.scheduler)
         context = TranslationContext(
             config=self.config, profile=self.profile, inventory=self.inventory()
@@ -252,19 +262,21 @@ class Admitter:
         quick: bool = False,
         adapter: str = "-",
         warnings: list[str] | None = None,
+        counts: bool | None = None,
     ) -> _Outcome | None:
         """An object left as it is (opted out, asking for no GPU, or with nothing to translate).
         A pod among them that names claims of our class is held to what a translated GPU pod
         is held to: core's guardrails, then the namespace's GPU quotas. None when `quick` and
-        that may read the API."""
+        that may read the API. `counts`: `_quota_counts` of the pod, when the caller knows it."""
+        counts = self._quota_counts(request, pod) if counts is None else counts
         claimed = request.kind == "Pod" and bool(_claim_refs(pod))
         problems = self._guardrail_problems(pod) if claimed else Problems()
         shared = [(t, n) for t in pod_templates(pod) if (n := several_claims(t))] if claimed else []
-        if quick and ((claimed and (problems or shared)) or self._quota_counts(request, pod)):
+        if quick and ((claimed and (problems or shared)) or counts):
             return None  # reading its claims or quotas may take the API
         reasons = self._claimed_pod_reasons(namespace, pod, problems, claims)
         reasons = reasons or self._shared_claim_reasons(pod, shared, namespace, claims)
-        reasons = reasons or self._quota_reasons(request, namespace, pod)
+        reasons = reasons or self._quota_reasons(request, namespace, pod, counts=counts)
         if reasons:  # e.g. a pod made from a translated template still books its share
             return _denied(request.uid, reasons, adapter)
         body = review.allow(request.uid, warnings=warnings or ())
@@ -375,11 +387,16 @@ class Admitter:
         namespace: object,
         pod: dict[str, Any],
         plan: Plan | None = None,
+        *,
+        counts: bool | None = None,
     ) -> list[str]:
         """Why creating this pod (as `plan` leaves it) would exceed a GPU quota of its
         namespace. Pods only: a workload's pods are counted as each is created, as Kubernetes
-        counts them. A dry run books nothing and is not counted (it needs no API call)."""
-        if self.quotas is None or not self._quota_counts(request, pod, translated=plan is not None):
+        counts them. A dry run books nothing and is not counted (it needs no API call).
+        `counts`: `_quota_counts` of the pod, when the caller knows it."""
+        if counts is None:
+            counts = self._quota_counts(request, pod, translated=plan is not None)
+        if self.quotas is None or not counts:
             return []  # the fast path of a pod without GPUs stays a look at two keys
         if not isinstance(namespace, str) or dns_label_problem(namespace):
             return []  # never put into an API path; the API server refuses the pod
@@ -398,7 +415,8 @@ class Admitter:
             return False
         if translated or (pod.get("spec") or {}).get("resourceClaims"):
             return True
-        return self.quotas.asks_whole_cards(pod)
+        names = self.quotas.whole_card_names
+        return lists_resource(pod, names) and self.quotas.asks_whole_cards(pod)
 
     def _placement_reasons(self, plan: Plan, namespace: object, claims: ClaimLookup) -> list[str]:
         """Why this object's templates and claims cannot be looked up or put in `namespace`."""
@@ -436,6 +454,12 @@ class Admitter:
                     "state GPU requests one way"
                 ]
         return []
+
+
+def _names_claims(obj: Mapping[str, Any]) -> bool:
+    """Whether an object's spec lists pod claims (a Pod's; a workload's spec has none)."""
+    spec = obj.get("spec")
+    return isinstance(spec, Mapping) and bool(spec.get("resourceClaims"))
 
 
 def _claim_refs(pod: Mapping[str, Any]) -> list[tuple[str, str, str]]:

@@ -9,7 +9,12 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from vgpu_bridge.core.workloads import container_count, pod_templates
+from vgpu_bridge.core.workloads import (
+    CONTAINER_LISTS,
+    api_group,
+    container_count,
+    pod_templates,
+)
 
 #: every resource and annotation name the translator reads starts with one of these
 GPU_KEY_PREFIXES = ("nvidia.com/", "volcano.sh/vgpu", "hami.io/", "gpu-fraction", "gpu-memory")
@@ -24,8 +29,8 @@ def may_ask_for_gpus(
 ) -> bool:
     """False only for a Pod that certainly asks for nothing we translate, refuse or warn about.
     `resource_names`: HAMi's resource names as configured, which may lie outside the prefixes
-    (`resourceCountName: example.com/vgpu`)."""
-    names = frozenset(resource_names)
+    (`resourceCountName: example.com/vgpu`), best made a frozenset once by the caller."""
+    names = resource_names if isinstance(resource_names, frozenset) else frozenset(resource_names)
     if kind != "Pod":
         return True
     metadata, spec = obj.get("metadata"), obj.get("spec")
@@ -53,8 +58,10 @@ def may_ask_for_gpus(
 def quick_sized(obj: Mapping[str, Any]) -> bool:
     """Whether an object has few enough containers to be looked at on the selector thread:
     those of all its pod templates (a Volcano Job's tasks given up at once when they alone are
-    more than QUICK_MAX_CONTAINERS)."""
+    more than QUICK_MAX_CONTAINERS). A Pod's are counted where they are, with no template made."""
     spec = obj.get("spec")
+    if obj.get("kind") == "Pod" and api_group(obj) == "":
+        return not isinstance(spec, Mapping) or container_count(spec) <= QUICK_MAX_CONTAINERS
     tasks = spec.get("tasks") if isinstance(spec, Mapping) else None
     if isinstance(tasks, list) and len(tasks) > QUICK_MAX_CONTAINERS:
         return False
@@ -64,6 +71,27 @@ def quick_sized(obj: Mapping[str, Any]) -> bool:
         if count > QUICK_MAX_CONTAINERS:
             return False
     return True
+
+
+def lists_resource(pod: Mapping[str, Any], names: Collection[str]) -> bool:
+    """Whether a container or init container of `pod` lists one of `names` in its limits or
+    requests, or has a section of a type that cannot be looked at (a cheap look before sizing
+    what it asks: a pod naming none of them asks for none)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return False
+    for field in CONTAINER_LISTS:
+        containers = spec.get(field)
+        for container in containers if isinstance(containers, list) else ():
+            resources = container.get("resources") if isinstance(container, Mapping) else None
+            if not isinstance(resources, Mapping):
+                continue
+            for section in (resources.get("limits"), resources.get("requests")):
+                if section is not None and (
+                    not isinstance(section, Mapping) or any(n in section for n in names)
+                ):
+                    return True
+    return False
 
 
 def gpu_key_markers(resource_names: Collection[str] = ()) -> tuple[bytes, ...]:

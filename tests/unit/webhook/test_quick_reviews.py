@@ -200,3 +200,37 @@ def test_without_the_required_client_certificate_nothing_is_answered_quickly(
     assert guarded.quick(mutate(review(pod(PLAIN)))) is None
     assert guarded.handle(mutate(review(pod(PLAIN)))).status == 403
     assert guarded.quick(mutate(review(pod(PLAIN)), verified=True)) is not None
+
+
+def sizing_counted(admitter: Admitter) -> list[object]:
+    """The pods whose whole cards `admitter`'s quota gate sizes, in order (a list it fills)."""
+    assert admitter.quotas is not None
+    sized: list[object] = []
+    asks = admitter.quotas.asks_whole_cards
+
+    def counted(pod: Any) -> bool:
+        sized.append(pod)
+        return asks(pod)
+
+    admitter.quotas.asks_whole_cards = counted  # type: ignore[method-assign]
+    return sized
+
+
+def test_a_pod_without_gpus_is_answered_without_sizing_whole_cards(
+    recorded: RecordingApi,
+) -> None:
+    """Issue 35's A/B: the quick answer to a pod without GPUs sized its extended resources as
+    whole cards twice, while none of its resource names is one of our class. A name of ours, even
+    written with JSON escapes, is still sized (and takes the pod to a worker)."""
+    admitter = with_quotas(recorded)
+    sized = sizing_counted(admitter)
+    assert admitter.quick_review_body(review(pod(PLAIN))) is not None
+    assert sized == []
+    implicit = f"deviceclass.resource.kubernetes.io/{DEFAULT.device_class}"
+    escaped = review(pod(PLAIN)).replace(
+        b'"cpu"', b'"' + implicit.replace("/", "\\/").encode() + b'"'
+    )
+    assert implicit.encode() not in escaped
+    assert admitter.quick_review_body(escaped) is None
+    assert len(sized) == 1
+    assert recorded.calls == []
