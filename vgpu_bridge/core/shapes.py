@@ -77,7 +77,8 @@ def _metadata(meta: object, path: str, problems: Problems) -> None:
         entries = meta.get(key)
         if _kind(entries, Mapping, f"{path}.{key}", problems) and entries is not None:
             for name, value in entries.items():
-                _kind(value, str, f"{path}.{key}[{name}]", problems)
+                if not isinstance(value, str):  # the path made only for a problem: many labels
+                    _kind(value, str, f"{path}.{key}[{name}]", problems)
 
 
 def _pod_specs(obj: Mapping[str, Any], problems: Problems) -> list[tuple[Mapping[str, Any], str]]:
@@ -136,7 +137,9 @@ def _pod_spec(spec: Mapping[str, Any], path: str, problems: Problems) -> None:
         for item, item_path in _maps(spec.get(list_name), f"{path}.{list_name}", problems):
             _container(item, item_path, problems)
     claims = spec.get("resourceClaims")
-    if _too_long(claims, MAX_POD_CLAIMS, "claims per pod", f"{path}.resourceClaims", problems):
+    if claims is None or _too_long(
+        claims, MAX_POD_CLAIMS, "claims per pod", path, "resourceClaims", problems
+    ):
         return
     for claim, claim_path in _maps(claims, f"{path}.resourceClaims", problems):
         for key in ("name", "resourceClaimName", "resourceClaimTemplateName"):
@@ -172,23 +175,34 @@ def _too_many_containers(spec: Mapping[str, Any], path: str, problems: Problems)
     return False
 
 
-def _too_long(value: object, limit: int, what: str, path: str, problems: Problems) -> bool:
-    """Records a list longer than `limit`; True when it is."""
+def _too_long(
+    value: object, limit: int, what: str, path: str, key: str, problems: Problems
+) -> bool:
+    """Records a list at `path`.`key` longer than `limit`; True when it is. The path is made
+    only for a problem: most lists are short, and every container has some."""
     if isinstance(value, list) and len(value) > limit:
-        problems.add(path, f"at most {limit} {what}, got {len(value)}")
+        problems.add(f"{path}.{key}", f"at most {limit} {what}, got {len(value)}")
         return True
     return False
 
 
 def _container(container: Mapping[str, Any], path: str, problems: Problems) -> None:
-    _kind(container.get("name"), str, f"{path}.name", problems)
-    _too_long(container.get("env"), MAX_ENV, "env entries per container", f"{path}.env", problems)
+    """Its fields' paths are made only for a problem: every pod's containers pass here."""
+    if not isinstance(name := container.get("name"), str | None):
+        _kind(name, str, f"{path}.name", problems)
+    _too_long(container.get("env"), MAX_ENV, "env entries per container", path, "env", problems)
     resources = container.get("resources")
-    if not _kind(resources, Mapping, f"{path}.resources", problems) or resources is None:
+    if resources is None:
+        return
+    if not isinstance(resources, Mapping):
+        _kind(resources, Mapping, f"{path}.resources", problems)
         return
     for section in ("limits", "requests"):
-        _kind(resources.get(section), Mapping, f"{path}.resources.{section}", problems)
+        if not isinstance(value := resources.get(section), Mapping | None):
+            _kind(value, Mapping, f"{path}.resources.{section}", problems)
     claims = resources.get("claims")
-    claims_path = f"{path}.resources.claims"
-    if not _too_long(claims, MAX_CONTAINER_CLAIMS, "claims per container", claims_path, problems):
-        _maps(claims, claims_path, problems)
+    if claims is None:
+        return
+    what = "claims per container"
+    if not _too_long(claims, MAX_CONTAINER_CLAIMS, what, path, "resources.claims", problems):
+        _maps(claims, f"{path}.resources.claims", problems)

@@ -91,6 +91,11 @@ class Admitter:
         """HAMi's resource names as configured, made once for `may_ask_for_gpus`."""
         return frozenset(self.config.resource_names())
 
+    @cached_property
+    def _excluded(self) -> frozenset[str]:
+        """The namespaces never looked at, read from the (frozen) settings once."""
+        return self.settings.excluded()
+
     def review_body(self, body: bytes) -> tuple[int, bytes]:
         """(HTTP status, body) for one POST /mutate."""
         if self.prevalidator is not None:
@@ -189,7 +194,7 @@ class Admitter:
         afresh (`core.earlier`); without GPU requests it needs nothing. An object that opted out
         is not skipped: it is only left untranslated (`_untranslated`)."""
         meta = request.object.get("metadata") or {}
-        if namespace in self.settings.excluded():
+        if namespace in self._excluded:
             return True
         if request.operation == "UPDATE":
             return request.kind == "Pod" or meta.get("deletionTimestamp") is not None
