@@ -97,6 +97,47 @@ typedef struct {
 	unsigned char reserved[54];
 } CUmemPoolProps;
 
+/* ---- graphs: memory nodes (the rest of a graph passes through untouched) ---- */
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUgraphEdgeData_st CUgraphEdgeData; /* only passed through by pointer */
+typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st CUDA_GRAPH_INSTANTIATE_PARAMS; /* likewise */
+
+typedef struct {
+	CUmemLocation location;
+	unsigned long long flags; /* CUmemAccess_flags */
+} CUmemAccessDesc;
+
+/* cuGraphAddMemAllocNode's parameters: `bytesize` bytes at poolProps.location, the address out
+ * in dptr (fixed at the node's creation; the memory is mapped at instantiation or launch). */
+typedef struct {
+	CUmemPoolProps poolProps;
+	const CUmemAccessDesc *accessDescs;
+	size_t accessDescCount;
+	size_t bytesize;
+	CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+
+typedef enum {
+	CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
+	CU_GRAPH_NODE_TYPE_MEM_FREE = 11,
+} CUgraphNodeType;
+
+/* cuGraphAddNode's parameters (CUDA 12.2): a type, then a union padded to 29 long longs. Only
+ * the memory node members are declared; the padding keeps the layout exact. */
+typedef struct {
+	CUgraphNodeType type;
+	int reserved0[3];
+	union {
+		long long reserved1[29];
+		CUDA_MEM_ALLOC_NODE_PARAMS alloc;
+		struct {
+			CUdeviceptr dptr;
+		} free;
+	};
+	long long reserved2;
+} CUgraphNodeParams;
+
 typedef enum {
 	CU_AD_FORMAT_UNSIGNED_INT8 = 0x01,
 	CU_AD_FORMAT_UNSIGNED_INT16 = 0x02,

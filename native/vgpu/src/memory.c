@@ -14,15 +14,27 @@
 #define DEFAULT_GRANULARITY (2ULL << 20) /* when the driver cannot tell */
 
 /* KIND_POOL entries are not charges: a memory pool's home, its CUDA ordinal in `didx` (or
- * POOL_HOST), so that allocations from it are charged where the pool keeps its memory. */
-enum alloc_kind { KIND_PTR = 1, KIND_HANDLE = 2, KIND_ARRAY = 3, KIND_POOL = 4 };
+ * POOL_HOST), so that allocations from it are charged where the pool keeps its memory.
+ * KIND_GRAPH_ALLOC: a graph memory node's charge, by its address, `owner` its graph.
+ * KIND_EXEC: no charge, an executable graph (by handle) instantiated from graph `owner`, which
+ * holds that graph's memory nodes charged while it lives. */
+enum alloc_kind {
+	KIND_PTR = 1,
+	KIND_HANDLE = 2,
+	KIND_ARRAY = 3,
+	KIND_POOL = 4,
+	KIND_GRAPH_ALLOC = 5,
+	KIND_EXEC = 6,
+};
 
 /* ---- what we charged, by pointer/handle: open addressing, linear probing ---- */
 struct entry {
 	uint64_t key; /* 0 = empty */
 	uint8_t kind; /* 0 with key != 0: deleted */
 	int8_t didx;
+	uint8_t flags; /* KIND_GRAPH_ALLOC: GRAPH_*; KIND_EXEC: EXEC_* */
 	uint64_t bytes;
+	uint64_t owner; /* KIND_GRAPH_ALLOC, KIND_EXEC: the graph */
 };
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -95,9 +107,11 @@ static size_t table_live(void)
 	return live;
 }
 
-static int table_put(uint64_t key, uint8_t kind, int didx, uint64_t bytes)
+static int table_put_entry(struct entry e)
 {
 	size_t i, tomb = SIZE_MAX, cap;
+	uint64_t key = e.key;
+	uint8_t kind = e.kind;
 	int rc = 0;
 
 	lock_table();
@@ -124,56 +138,129 @@ static int table_put(uint64_t key, uint8_t kind, int didx, uint64_t bytes)
 		else
 			table_used++;
 	}
-	table[i] = (struct entry){key, kind, (int8_t)didx, bytes};
+	table[i] = e;
 out:
 	pthread_mutex_unlock(&table_lock);
 	return rc;
+}
+
+static int table_put(uint64_t key, uint8_t kind, int didx, uint64_t bytes)
+{
+	return table_put_entry((struct entry){.key = key, .kind = kind, .didx = (int8_t)didx,
+					      .bytes = bytes});
+}
+
+/* The live entry for (key, kind), or NULL; the table lock is held. */
+static struct entry *table_find(uint64_t key, uint8_t kind)
+{
+	size_t i;
+
+	if (table_cap == 0)
+		return NULL;
+	i = slot_of(key, kind, table_cap);
+	for (; table[i].key != 0; i = (i + 1) & (table_cap - 1))
+		if (table[i].key == key && table[i].kind == kind)
+			return &table[i];
+	return NULL;
+}
+
+/* Removes the entry; returns 0 and a copy of it, or -1 if there is none. */
+static int table_take_entry(uint64_t key, uint8_t kind, struct entry *out)
+{
+	struct entry *e;
+
+	lock_table();
+	if ((e = table_find(key, kind)) != NULL) {
+		*out = *e;
+		e->kind = 0; /* tombstone: keeps probe chains intact */
+	}
+	pthread_mutex_unlock(&table_lock);
+	return e != NULL ? 0 : -1;
 }
 
 /* Removes the entry; returns 0 and its charge, or -1 if we never charged it. */
 static int table_take(uint64_t key, uint8_t kind, int *didx, uint64_t *bytes)
 {
-	int rc = -1;
-	size_t i;
+	struct entry e;
+
+	if (table_take_entry(key, kind, &e) < 0)
+		return -1;
+	*didx = e.didx;
+	*bytes = e.bytes;
+	return 0;
+}
+
+/* Every entry of `kind` that `owner` holds passes to `heir` with `flags` added; returns how
+ * many there are (heir == owner: flags only). */
+static size_t table_reown(uint64_t owner, uint8_t kind, uint64_t heir, uint8_t flags)
+{
+	size_t n = 0;
 
 	lock_table();
-	if (table_cap == 0)
-		goto out;
-	i = slot_of(key, kind, table_cap);
-	for (; table[i].key != 0; i = (i + 1) & (table_cap - 1)) {
-		if (table[i].key == key && table[i].kind == kind) {
-			*didx = table[i].didx;
-			*bytes = table[i].bytes;
-			table[i].kind = 0; /* tombstone: keeps probe chains intact */
-			rc = 0;
-			break;
+	for (size_t i = 0; i < table_cap; i++)
+		if (table[i].key != 0 && table[i].kind == kind && table[i].owner == owner) {
+			table[i].owner = heir;
+			table[i].flags |= flags;
+			n++;
 		}
-	}
-out:
 	pthread_mutex_unlock(&table_lock);
-	return rc;
+	return n;
+}
+
+/* The key of an entry of `kind` that `owner` holds, or 0. */
+static uint64_t table_key_owned(uint64_t owner, uint8_t kind)
+{
+	uint64_t key = 0;
+
+	lock_table();
+	for (size_t i = 0; i < table_cap && key == 0; i++)
+		if (table[i].key != 0 && table[i].kind == kind && table[i].owner == owner)
+			key = table[i].key;
+	pthread_mutex_unlock(&table_lock);
+	return key;
+}
+
+/* Removes every entry of `kind` that `owner` holds into *out (malloc'd); returns how many. When
+ * there is no memory for the list, nothing is removed (their charges stay: over, never under). */
+static size_t table_take_owned(uint64_t owner, uint8_t kind, struct entry **out)
+{
+	size_t n = 0, k = 0;
+
+	*out = NULL;
+	lock_table();
+	for (size_t i = 0; i < table_cap; i++)
+		n += table[i].key != 0 && table[i].kind == kind && table[i].owner == owner;
+	if (n > 0 && (*out = malloc(n * sizeof(**out))) != NULL)
+		for (size_t i = 0; i < table_cap; i++)
+			if (table[i].key != 0 && table[i].kind == kind && table[i].owner == owner) {
+				(*out)[k++] = table[i];
+				table[i].kind = 0;
+			}
+	pthread_mutex_unlock(&table_lock);
+	return k;
 }
 
 /* The entry's device index, left in place; 0, or -1 if there is none. */
 static int table_get(uint64_t key, uint8_t kind, int *didx)
 {
-	int rc = -1;
-	size_t i;
+	struct entry *e;
 
 	lock_table();
-	if (table_cap == 0)
-		goto out;
-	i = slot_of(key, kind, table_cap);
-	for (; table[i].key != 0; i = (i + 1) & (table_cap - 1)) {
-		if (table[i].key == key && table[i].kind == kind) {
-			*didx = table[i].didx;
-			rc = 0;
-			break;
-		}
-	}
-out:
+	if ((e = table_find(key, kind)) != NULL)
+		*didx = e->didx;
 	pthread_mutex_unlock(&table_lock);
-	return rc;
+	return e != NULL ? 0 : -1;
+}
+
+/* Sets `flags` on the entry (key, kind) when `owner` holds it. */
+static void table_flag(uint64_t key, uint8_t kind, uint64_t owner, uint8_t flags)
+{
+	struct entry *e;
+
+	lock_table();
+	if ((e = table_find(key, kind)) != NULL && e->owner == owner)
+		e->flags |= flags;
+	pthread_mutex_unlock(&table_lock);
 }
 
 /* ---- sizes ---- */
@@ -560,6 +647,247 @@ CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d)
 CUresult cuArrayDestroy(CUarray hArray)
 {
 	FREE_HOOK(KIND_ARRAY, (uint64_t)(uintptr_t)hArray, real_cuArrayDestroy(hArray));
+}
+
+/* ---- graph memory nodes ----
+ * A memory node's memory is mapped at instantiation or launch, where no allocation call runs:
+ * the node is charged when it is added (refused past the share like cuMemAlloc), to the device
+ * its pool properties name. The charge stays while its graph or an executable graph made from it
+ * lives (an executable graph outlives its graph and may launch again). Then it is released,
+ * unless the graph was instantiated and does not free the memory itself: a launch may have left
+ * it allocated, so the charge moves to the address and cuMemFree/cuMemFreeAsync releases it. */
+enum {
+	GRAPH_FREES_IT = 1,     /* a free node of the same graph frees it */
+	GRAPH_INSTANTIATED = 2, /* an executable graph was made with this node */
+	GRAPH_UNTRACKED = 4,    /* that executable graph could not be recorded: charged for good */
+};
+enum { EXEC_GRAPH_GONE = 1 }; /* its graph was destroyed first */
+
+/* Where a memory node's memory lives: its pool's device; host memory (-2) is not charged; no
+ * location we know, the current context's device (over-charging beats not charging). */
+static int node_device(const CUmemPoolProps *props)
+{
+	int home = pool_home(props);
+
+	return home == -1 ? vgpu_current_device() : home;
+}
+
+static CUresult graph_charge_end(struct charge *c, CUresult r, CUgraph graph, CUdeviceptr dptr)
+{
+	struct entry e = {.key = dptr, .kind = KIND_GRAPH_ALLOC, .didx = (int8_t)c->didx,
+			  .bytes = c->bytes, .owner = (uint64_t)(uintptr_t)graph};
+
+	if (c->didx < 0)
+		return r;
+	if (r != CUDA_SUCCESS || dptr == 0 || table_put_entry(e) < 0)
+		vgpu_region_release(c->didx, c->bytes);
+	return r;
+}
+
+#define CHARGED_GRAPH_ALLOC(graph, params, call)                                                   \
+	do {                                                                                       \
+		struct charge c;                                                                   \
+		CUresult r;                                                                        \
+		VGPU_ENTER();                                                                      \
+		if ((params) == NULL)                                                              \
+			return call;                                                               \
+		r = charge_begin(&c, node_device(&(params)->poolProps), (params)->bytesize);       \
+		if (r != CUDA_SUCCESS)                                                             \
+			return r;                                                                  \
+		r = call;                                                                          \
+		return graph_charge_end(&c, r, (graph), r == CUDA_SUCCESS ? (params)->dptr : 0);   \
+	} while (0)
+
+static CUresult graph_free_node_added(CUresult r, CUgraph graph, CUdeviceptr dptr)
+{
+	if (r == CUDA_SUCCESS)
+		table_flag(dptr, KIND_GRAPH_ALLOC, (uint64_t)(uintptr_t)graph, GRAPH_FREES_IT);
+	return r;
+}
+
+CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+				const CUgraphNode *dependencies, size_t numDependencies,
+				CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
+{
+	CHARGED_GRAPH_ALLOC(hGraph, nodeParams,
+			    real_cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies,
+							numDependencies, nodeParams));
+}
+
+CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+			       const CUgraphNode *dependencies, size_t numDependencies,
+			       CUdeviceptr dptr)
+{
+	vgpu_init();
+	return graph_free_node_added(real_cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies,
+								numDependencies, dptr),
+				     hGraph, dptr);
+}
+
+/* cuGraphAddNode[_v2] make memory nodes too; every other node type passes through. */
+#define GRAPH_ADD_NODE(graph, params, call)                                                        \
+	do {                                                                                       \
+		vgpu_init();                                                                       \
+		if ((params) != NULL && (params)->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)            \
+			CHARGED_GRAPH_ALLOC(graph, &(params)->alloc, call);                        \
+		if ((params) != NULL && (params)->type == CU_GRAPH_NODE_TYPE_MEM_FREE)             \
+			return graph_free_node_added(call, graph, (params)->free.dptr);            \
+		return call;                                                                       \
+	} while (0)
+
+CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+			size_t numDependencies, CUgraphNodeParams *nodeParams)
+{
+	GRAPH_ADD_NODE(hGraph, nodeParams,
+		       real_cuGraphAddNode(phGraphNode, hGraph, dependencies, numDependencies,
+					   nodeParams));
+}
+
+CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
+			   const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData,
+			   size_t numDependencies, CUgraphNodeParams *nodeParams)
+{
+	GRAPH_ADD_NODE(hGraph, nodeParams,
+		       real_cuGraphAddNode_v2(phGraphNode, hGraph, dependencies, dependencyData,
+					      numDependencies, nodeParams));
+}
+
+/* After an instantiation: the graph's memory nodes are held by the executable graph too. */
+static CUresult graph_instantiated(CUresult r, CUgraphExec *exec, CUgraph graph)
+{
+	uint64_t owner = (uint64_t)(uintptr_t)graph;
+	struct entry e = {.kind = KIND_EXEC, .owner = owner};
+
+	if (r != CUDA_SUCCESS || exec == NULL || *exec == NULL)
+		return r;
+	e.key = (uint64_t)(uintptr_t)*exec;
+	if (table_reown(owner, KIND_GRAPH_ALLOC, owner, GRAPH_INSTANTIATED) > 0 &&
+	    table_put_entry(e) < 0)
+		table_reown(owner, KIND_GRAPH_ALLOC, owner, GRAPH_UNTRACKED);
+	return r;
+}
+
+CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
+			    char *logBuffer, size_t bufferSize)
+{
+	vgpu_init();
+	return graph_instantiated(real_cuGraphInstantiate(phGraphExec, hGraph, phErrorNode,
+							  logBuffer, bufferSize),
+				  phGraphExec, hGraph);
+}
+
+CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
+			       char *logBuffer, size_t bufferSize)
+{
+	vgpu_init();
+	return graph_instantiated(real_cuGraphInstantiate_v2(phGraphExec, hGraph, phErrorNode,
+							     logBuffer, bufferSize),
+				  phGraphExec, hGraph);
+}
+
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+				     unsigned long long flags)
+{
+	vgpu_init();
+	return graph_instantiated(real_cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags),
+				  phGraphExec, hGraph);
+}
+
+CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
+				      CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
+{
+	vgpu_init();
+	return graph_instantiated(
+		real_cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams),
+		phGraphExec, hGraph);
+}
+
+CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph,
+					   CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
+{
+	vgpu_init();
+	return graph_instantiated(
+		real_cuGraphInstantiateWithParams_ptsz(phGraphExec, hGraph, instantiateParams),
+		phGraphExec, hGraph);
+}
+
+/* Hands back the graph memory the driver keeps cached for graphs on the devices of region
+ * indices `released` (a bit each): released charges must not leave pages behind. */
+static void trim_graph_memory(uint32_t released)
+{
+	int count = 0;
+
+	if (released == 0 || real_cuDeviceGetCount(&count) != CUDA_SUCCESS)
+		return;
+	for (int d = 0; d < count && d < VGPU_MAX_DEVICES; d++) {
+		int didx = vgpu_dev_index(d);
+		if (didx >= 0 && didx < 32 && (released & (1u << didx)))
+			real_cuDeviceGraphMemTrim(d);
+	}
+}
+
+/* Neither the graph nor an executable graph of it is left: its memory nodes' charges go, or
+ * move to their addresses where a launch may have left the memory allocated. */
+static void graph_settle(uint64_t owner)
+{
+	struct entry *nodes;
+	size_t n = table_take_owned(owner, KIND_GRAPH_ALLOC, &nodes);
+	uint32_t released = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct entry e = nodes[i];
+		if (e.flags & GRAPH_UNTRACKED) {
+			e.owner = 0; /* no graph's: charged until the process ends */
+			table_put_entry(e);
+		} else if ((e.flags & GRAPH_INSTANTIATED) && !(e.flags & GRAPH_FREES_IT) &&
+			   table_put(e.key, KIND_PTR, e.didx, e.bytes) == 0) {
+			continue;
+		} else {
+			vgpu_region_release(e.didx, e.bytes);
+			released |= e.didx < 32 ? 1u << e.didx : 0;
+		}
+	}
+	free(nodes);
+	trim_graph_memory(released);
+}
+
+/* The record goes first, as with frees: once destroyed, the handle may name a new one. */
+CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
+{
+	uint64_t key = (uint64_t)(uintptr_t)hGraphExec;
+	struct entry e;
+	CUresult r;
+	int had;
+
+	vgpu_init();
+	had = key != 0 && table_take_entry(key, KIND_EXEC, &e) == 0;
+	r = real_cuGraphExecDestroy(hGraphExec);
+	if (had && r != CUDA_SUCCESS)
+		table_put_entry(e);
+	else if (had && (e.flags & EXEC_GRAPH_GONE))
+		graph_settle(e.owner);
+	return r;
+}
+
+/* With an executable graph of it left (one at most: the driver allows one instantiation at a
+ * time of a graph with memory nodes), the nodes pass to that executable graph, so that a new
+ * graph given the same handle is not settled with it. */
+CUresult cuGraphDestroy(CUgraph hGraph)
+{
+	uint64_t owner = (uint64_t)(uintptr_t)hGraph, exec;
+	CUresult r;
+
+	vgpu_init();
+	r = real_cuGraphDestroy(hGraph);
+	if (r != CUDA_SUCCESS || owner == 0)
+		return r;
+	if ((exec = table_key_owned(owner, KIND_EXEC)) == 0) {
+		graph_settle(owner);
+	} else {
+		table_reown(owner, KIND_GRAPH_ALLOC, exec, 0);
+		table_reown(owner, KIND_EXEC, exec, EXEC_GRAPH_GONE);
+	}
+	return r;
 }
 
 /* ---- virtualised queries ---- */

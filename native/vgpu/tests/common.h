@@ -50,6 +50,14 @@ CUresult cuLaunchCooperativeKernel(CUfunction, unsigned int, unsigned int, unsig
 				   unsigned int, unsigned int, unsigned int, unsigned int, CUstream,
 				   void **);
 CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuGraphCreate(CUgraph *, unsigned int);
+CUresult cuGraphDestroy(CUgraph);
+CUresult cuGraphAddMemAllocNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+				CUDA_MEM_ALLOC_NODE_PARAMS *);
+CUresult cuGraphAddMemFreeNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUdeviceptr);
+CUresult cuGraphAddNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
+CUresult cuGraphExecDestroy(CUgraphExec);
 nvmlReturn_t nvmlInit_v2(void);
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int, nvmlDevice_t *);
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t, nvmlMemory_t *);

@@ -223,6 +223,34 @@ static void the_unnamed_device_gets_no_stream_ordered_memory_either(void)
 	in_a_container(FILE_1GI, the_unnamed_devices_pools_and_streams_get_nothing);
 }
 
+/* A graph memory node on the unnamed device, made from the named one's context: refused when
+ * it is added, so no instantiation or launch can map that card's memory. */
+static void the_unnamed_devices_graph_memory_nodes_get_nothing(void)
+{
+	CUDA_MEM_ALLOC_NODE_PARAMS p;
+	CUgraphNode node;
+	CUgraph g = NULL;
+
+	two_devices("0,1");
+	CHECK(ctx_on(0) == 0);
+	memset(&p, 0, sizeof(p));
+	p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+	p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	p.poolProps.location.id = 1;
+	p.bytesize = MiB;
+	CHECK_EQ(cuGraphCreate(&g, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuGraphAddMemAllocNode(&node, g, NULL, 0, &p), CUDA_ERROR_INVALID_DEVICE);
+	CHECK_EQ(fake_cuda_memory_used(1), 0);
+	p.poolProps.location.id = 0;
+	CHECK_EQ(cuGraphAddMemAllocNode(&node, g, NULL, 0, &p), CUDA_SUCCESS);
+	CHECK_EQ(cuGraphDestroy(g), CUDA_SUCCESS);
+}
+
+static void the_unnamed_device_gets_no_graph_memory_either(void)
+{
+	in_a_container(FILE_1GI, the_unnamed_devices_graph_memory_nodes_get_nothing);
+}
+
 /* The e2e tiers' containers: the fake driver plays the GPUs NVIDIA_VISIBLE_DEVICES names (as the
  * container runtime would expose them), so the UUIDs libvgpu looks up are the node agent's. */
 #define E2E_A "GPU-e2e00000-0000-4000-8000-00000000000a"
@@ -329,6 +357,7 @@ int main(int argc, char **argv)
 		CASE(a_reordered_cuda_visible_devices_keeps_each_cards_own_limit),
 		CASE(a_device_the_limits_file_does_not_name_gets_no_context_memory_or_launches),
 		CASE(the_unnamed_device_gets_no_stream_ordered_memory_either),
+		CASE(the_unnamed_device_gets_no_graph_memory_either),
 		CASE(the_fake_driver_plays_the_gpus_nvidia_visible_devices_names),
 		CASE(a_container_sharing_a_claim_keeps_its_own_lower_share),
 		CASE(a_malformed_file_fails_closed),

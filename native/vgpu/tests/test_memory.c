@@ -371,6 +371,105 @@ static void reordered_devices_keep_their_limits(void)
 	CHECK_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
 }
 
+/* ---- graph memory nodes: charged to the node's device when the node is made ---- */
+static CUDA_MEM_ALLOC_NODE_PARAMS graph_alloc_on(int dev, size_t bytes)
+{
+	CUDA_MEM_ALLOC_NODE_PARAMS p;
+
+	memset(&p, 0, sizeof(p));
+	p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+	p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	p.poolProps.location.id = dev;
+	p.bytesize = bytes;
+	return p;
+}
+
+/* A memory node takes its memory at instantiation or launch, where no allocation call of ours
+ * runs: past the share it is refused when it is added, and on its own device (1: 256 MiB) even
+ * from device 0's context. */
+static void a_graph_memory_node_past_the_limit_is_refused(void)
+{
+	CUDA_MEM_ALLOC_NODE_PARAMS p = graph_alloc_on(0, GiB + 1);
+	CUgraphNodeParams generic;
+	CUgraphNode node;
+	CUdeviceptr a = 0;
+	CUgraph g = NULL;
+
+	CHECK(ctx_on(0) == 0);
+	CHECK_EQ(cuGraphCreate(&g, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuGraphAddMemAllocNode(&node, g, NULL, 0, &p), CUDA_ERROR_OUT_OF_MEMORY);
+	p = graph_alloc_on(1, 512 * MiB);
+	CHECK_EQ(cuGraphAddMemAllocNode(&node, g, NULL, 0, &p), CUDA_ERROR_OUT_OF_MEMORY);
+	memset(&generic, 0, sizeof(generic));
+	generic.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+	generic.alloc = graph_alloc_on(0, GiB + 1);
+	CHECK_EQ(cuGraphAddNode(&node, g, NULL, 0, &generic), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(fake_cuda_memory_used(0) + fake_cuda_memory_used(1), 0);
+	p = graph_alloc_on(0, GiB);
+	CHECK_EQ(cuGraphAddMemAllocNode(&node, g, NULL, 0, &p), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), GiB);
+	CHECK_EQ(cuMemAlloc_v2(&a, 1), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(cuGraphDestroy(g), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 0);
+}
+
+/* Within the share: charged from the node's making until neither the graph nor its executable
+ * graph is left (the executable graph outlives the graph and may still launch), through
+ * cuGraphAddNode too; the graph memory the driver keeps cached is trimmed when it goes. */
+static void graph_memory_is_charged_until_the_graph_and_its_executable_graph_are_gone(void)
+{
+	CUDA_MEM_ALLOC_NODE_PARAMS p = graph_alloc_on(0, 300 * MiB);
+	CUgraphNodeParams generic;
+	unsigned long trims = fake_cuda_graph_trims(0);
+	CUgraphNode node;
+	CUgraphExec exec = NULL;
+	CUgraph g = NULL;
+
+	CHECK(ctx_on(0) == 0);
+	CHECK_EQ(cuGraphCreate(&g, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuGraphAddMemAllocNode(&node, g, NULL, 0, &p), CUDA_SUCCESS);
+	CHECK_EQ(cuGraphAddMemFreeNode(&node, g, &node, 1, p.dptr), CUDA_SUCCESS);
+	memset(&generic, 0, sizeof(generic));
+	generic.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+	generic.alloc = graph_alloc_on(0, 200 * MiB);
+	CHECK_EQ(cuGraphAddNode(&node, g, NULL, 0, &generic), CUDA_SUCCESS);
+	generic.type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+	generic.free.dptr = generic.alloc.dptr;
+	CHECK_EQ(cuGraphAddNode(&node, g, &node, 1, &generic), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 500 * MiB);
+	CHECK_EQ(cuGraphInstantiateWithFlags(&exec, g, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuGraphLaunch(exec, NULL), CUDA_SUCCESS);
+	CHECK_EQ(cuGraphDestroy(g), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 500 * MiB);
+	CHECK_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 0);
+	CHECK(fake_cuda_graph_trims(0) > trims);
+	CHECK_EQ(fake_cuda_memory_used(0), 0);
+}
+
+/* A node whose memory its graph does not free outlives a launch: it stays charged after the
+ * graph and its executable graph are gone, until cuMemFree/cuMemFreeAsync frees it. */
+static void graph_memory_a_launch_left_behind_stays_charged_until_freed(void)
+{
+	CUDA_MEM_ALLOC_NODE_PARAMS p = graph_alloc_on(0, 300 * MiB);
+	CUgraphNode node;
+	CUgraphExec exec = NULL;
+	CUgraph g = NULL;
+
+	CHECK(ctx_on(0) == 0);
+	CHECK_EQ(cuGraphCreate(&g, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuGraphAddMemAllocNode(&node, g, NULL, 0, &p), CUDA_SUCCESS);
+	CHECK_EQ(cuGraphInstantiateWithFlags(&exec, g, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuGraphLaunch(exec, NULL), CUDA_SUCCESS);
+	CHECK_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+	CHECK_EQ(cuGraphDestroy(g), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 300 * MiB);
+	CHECK_EQ(fake_cuda_memory_used(0), 300 * MiB);
+	CHECK_EQ(cuMemFreeAsync(p.dptr, NULL), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 0);
+	CHECK_EQ(fake_cuda_memory_used(0), 0);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct check_case cases[] = {
@@ -386,6 +485,9 @@ int main(int argc, char **argv)
 		CASE(pool_allocations_are_charged_to_the_pools_device),
 		CASE(an_async_allocation_without_a_current_context_is_charged_to_the_stream),
 		CASE(vmm_device_memory_counts_host_memory_does_not),
+		CASE(a_graph_memory_node_past_the_limit_is_refused),
+		CASE(graph_memory_is_charged_until_the_graph_and_its_executable_graph_are_gone),
+		CASE(graph_memory_a_launch_left_behind_stays_charged_until_freed),
 		CASE(arrays_count),
 		CASE(unknown_pointers_are_forwarded_to_the_driver),
 		CASE(each_device_has_its_own_limit),

@@ -148,6 +148,7 @@ static inline uint32_t fake_host_pid(void)
 
 /* Exported by the fake libcuda for the fake NVML and for tests. */
 uint64_t fake_cuda_memory_used(int dev);
+unsigned long fake_cuda_graph_trims(int dev);
 uint64_t fake_cuda_memory_total(void);
 int fake_cuda_device_count(void);
 /* Busy nanoseconds of device `dev` within the last `window_ns`, and the total since start. */

@@ -16,7 +16,8 @@
 
 struct mem {
 	uint64_t addr, size;
-	int dev, kind; /* kind: 1 device, 2 managed, 3 VMM handle, 4 array, 5 host VMM, 6 host pool */
+	int dev, kind; /* kind: 1 device, 2 managed, 3 VMM handle, 4 array, 5 host VMM, 6 host pool,
+			* 7 a graph's memory node */
 	struct mem *next;
 };
 
@@ -550,7 +551,7 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 	CHECK_INIT();
 	if (dptr == 0)
 		return CUDA_SUCCESS;
-	return mem_del(dptr, KIND(1) | KIND(2) | KIND(6));
+	return mem_del(dptr, KIND(1) | KIND(2) | KIND(6) | KIND(7));
 }
 
 #ifndef FAKE_OLD_DRIVER
@@ -732,6 +733,233 @@ EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
 {
 	return cuMemFree_v2(dptr);
+}
+
+/* ---- graphs with memory nodes ----
+ * An alloc node's address is fixed when the node is made; the fake maps its memory right then
+ * (the real driver at instantiation or launch: earlier, never later). A graph with memory nodes
+ * has at most one executable graph at a time. Destroying the graph unmaps the memory of its
+ * nodes unless it was instantiated without freeing that memory itself: then it stays until
+ * cuMemFree/cuMemFreeAsync, as an allocation a launch left behind does. */
+#define GRAPH_NODES 64
+struct fake_graph {
+	struct {
+		uint64_t addr;
+		int freed_here;
+	} alloc[GRAPH_NODES];
+	int nalloc, execs, instantiated, destroyed;
+};
+struct fake_exec {
+	struct fake_graph *graph;
+};
+static pthread_mutex_t graphs_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long graph_trims[FAKE_MAX_DEVICES];
+
+EXPORT CUresult cuGraphCreate(CUgraph *g, unsigned int flags)
+{
+	CHECK_INIT();
+	if (g == NULL || flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*g = (CUgraph)calloc(1, sizeof(struct fake_graph));
+	return *g ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult graph_alloc_node(struct fake_graph *g, CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+	uint64_t a;
+	CUresult r;
+
+	CHECK_INIT();
+	if (g == NULL || p == NULL || p->bytesize == 0 || p->poolProps.handleTypes != 0 ||
+	    p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+	    p->poolProps.location.id < 0 || p->poolProps.location.id >= cfg.ndev)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&graphs_mu);
+	if (g->nalloc == GRAPH_NODES) {
+		pthread_mutex_unlock(&graphs_mu);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	r = mem_add(PHYS(p->poolProps.location.id), p->bytesize, 7, &a);
+	if (r == CUDA_SUCCESS) {
+		g->alloc[g->nalloc].addr = a;
+		g->alloc[g->nalloc++].freed_here = 0;
+		p->dptr = a;
+	}
+	pthread_mutex_unlock(&graphs_mu);
+	return r;
+}
+
+/* A free node: of an allocation of this graph (freed here), or of another graph's. */
+static CUresult graph_free_node(struct fake_graph *g, CUdeviceptr dptr)
+{
+	CUresult r = CUDA_ERROR_INVALID_VALUE;
+
+	CHECK_INIT();
+	if (g == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&graphs_mu);
+	for (int i = 0; i < g->nalloc; i++)
+		if (g->alloc[i].addr == dptr && !g->alloc[i].freed_here) {
+			g->alloc[i].freed_here = 1;
+			r = CUDA_SUCCESS;
+		}
+	pthread_mutex_unlock(&graphs_mu);
+	if (r != CUDA_SUCCESS) {
+		pthread_mutex_lock(&mu);
+		for (struct mem *m = mems; m; m = m->next)
+			if (m->addr == dptr && m->kind == 7)
+				r = CUDA_SUCCESS;
+		pthread_mutex_unlock(&mu);
+	}
+	return r;
+}
+
+EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+				       size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+	CUresult r = node ? graph_alloc_node((struct fake_graph *)g, p) : CUDA_ERROR_INVALID_VALUE;
+
+	if (r == CUDA_SUCCESS)
+		*node = (CUgraphNode)(uintptr_t)p->dptr;
+	return r;
+}
+
+EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+				      size_t ndeps, CUdeviceptr dptr)
+{
+	CUresult r = node ? graph_free_node((struct fake_graph *)g, dptr) : CUDA_ERROR_INVALID_VALUE;
+
+	if (r == CUDA_SUCCESS)
+		*node = (CUgraphNode)(uintptr_t)(dptr + 1);
+	return r;
+}
+
+/* cuGraphAddNode knows memory nodes only (what libvgpu looks at); other types are refused. */
+EXPORT CUresult cuGraphAddNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+			       CUgraphNodeParams *p)
+{
+	if (p == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (p->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+		return cuGraphAddMemAllocNode(node, g, deps, ndeps, &p->alloc);
+	if (p->type == CU_GRAPH_NODE_TYPE_MEM_FREE)
+		return cuGraphAddMemFreeNode(node, g, deps, ndeps, p->free.dptr);
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+				  const CUgraphEdgeData *edges, size_t ndeps, CUgraphNodeParams *p)
+{
+	return cuGraphAddNode(node, g, deps, ndeps, p);
+}
+
+static CUresult instantiate(CUgraphExec *e, CUgraph graph)
+{
+	struct fake_graph *g = (struct fake_graph *)graph;
+	struct fake_exec *x;
+
+	CHECK_INIT();
+	if (e == NULL || g == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&graphs_mu);
+	if (g->nalloc > 0 && g->execs > 0) { /* one instantiation at a time */
+		pthread_mutex_unlock(&graphs_mu);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if ((x = calloc(1, sizeof(*x))) != NULL) {
+		x->graph = g;
+		g->execs++;
+		g->instantiated = 1;
+	}
+	pthread_mutex_unlock(&graphs_mu);
+	*e = (CUgraphExec)x;
+	return x ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+EXPORT CUresult cuGraphInstantiate(CUgraphExec *e, CUgraph g, CUgraphNode *err, char *log,
+				   size_t size)
+{
+	return instantiate(e, g);
+}
+EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *e, CUgraph g, CUgraphNode *err, char *log,
+				      size_t size)
+{
+	return instantiate(e, g);
+}
+EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags)
+{
+	return instantiate(e, g);
+}
+EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *e, CUgraph g,
+					     CUDA_GRAPH_INSTANTIATE_PARAMS *params)
+{
+	return params ? instantiate(e, g) : CUDA_ERROR_INVALID_VALUE;
+}
+EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *e, CUgraph g,
+						  CUDA_GRAPH_INSTANTIATE_PARAMS *params)
+{
+	return cuGraphInstantiateWithParams(e, g, params);
+}
+
+/* The graph lives on (a graph with memory nodes may be instantiated again); an exec's graph
+ * struct is freed by cuGraphDestroy only once no exec points to it. */
+static void graph_free_if_unused(struct fake_graph *g, int destroyed);
+
+EXPORT CUresult cuGraphExecDestroy(CUgraphExec e)
+{
+	struct fake_exec *x = (struct fake_exec *)e;
+
+	CHECK_INIT();
+	if (x == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&graphs_mu);
+	x->graph->execs--;
+	pthread_mutex_unlock(&graphs_mu);
+	graph_free_if_unused(x->graph, 0);
+	free(x);
+	return CUDA_SUCCESS;
+}
+
+static void graph_free_if_unused(struct fake_graph *g, int destroying)
+{
+	pthread_mutex_lock(&graphs_mu);
+	g->destroyed |= destroying;
+	if (!g->destroyed || g->execs > 0) {
+		pthread_mutex_unlock(&graphs_mu);
+		return;
+	}
+	for (int i = 0; i < g->nalloc; i++)
+		if (g->alloc[i].freed_here || !g->instantiated)
+			mem_del(g->alloc[i].addr, KIND(7)); /* already freed outside: no error */
+	pthread_mutex_unlock(&graphs_mu);
+	free(g);
+}
+
+EXPORT CUresult cuGraphDestroy(CUgraph graph)
+{
+	struct fake_graph *g = (struct fake_graph *)graph;
+
+	CHECK_INIT();
+	if (g == NULL || g->destroyed)
+		return CUDA_ERROR_INVALID_VALUE;
+	graph_free_if_unused(g, 1);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGraphMemTrim(CUdevice dev)
+{
+	CHECK_INIT();
+	if (dev < 0 || dev >= cfg.ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	__atomic_add_fetch(&graph_trims[dev], 1, __ATOMIC_RELAXED);
+	return CUDA_SUCCESS;
+}
+
+/* For tests: how often cuDeviceGraphMemTrim ran on CUDA ordinal `dev`. */
+EXPORT unsigned long fake_cuda_graph_trims(int dev)
+{
+	return dev >= 0 && dev < FAKE_MAX_DEVICES ? __atomic_load_n(&graph_trims[dev], __ATOMIC_RELAXED)
+						  : 0;
 }
 #endif
 
@@ -1112,6 +1340,20 @@ static const struct proc procs[] = {
 	{"cuDeviceGetMemPool", 11020, 0, (void *)cuDeviceGetMemPool, NULL},
 	{"cuDeviceSetMemPool", 11020, 0, (void *)cuDeviceSetMemPool, NULL},
 	{"cuStreamGetCtx", 12050, 0, (void *)cuStreamGetCtx_v2, NULL},
+	{"cuGraphCreate", 10000, 0, (void *)cuGraphCreate, NULL},
+	{"cuGraphAddMemAllocNode", 11040, 0, (void *)cuGraphAddMemAllocNode, NULL},
+	{"cuGraphAddMemFreeNode", 11040, 0, (void *)cuGraphAddMemFreeNode, NULL},
+	{"cuGraphAddNode", 12020, 0, (void *)cuGraphAddNode, NULL},
+	{"cuGraphAddNode", 12030, 0, (void *)cuGraphAddNode_v2, NULL},
+	{"cuGraphInstantiate", 10000, 0, (void *)cuGraphInstantiate, NULL},
+	{"cuGraphInstantiate", 11000, 0, (void *)cuGraphInstantiate_v2, NULL},
+	{"cuGraphInstantiate", 12000, 0, (void *)cuGraphInstantiateWithFlags, NULL},
+	{"cuGraphInstantiateWithFlags", 11040, 0, (void *)cuGraphInstantiateWithFlags, NULL},
+	{"cuGraphInstantiateWithParams", 12000, 0, (void *)cuGraphInstantiateWithParams, NULL},
+	{"cuGraphInstantiateWithParams", 12000, 1, (void *)cuGraphInstantiateWithParams_ptsz, NULL},
+	{"cuGraphExecDestroy", 10000, 0, (void *)cuGraphExecDestroy, NULL},
+	{"cuGraphDestroy", 10000, 0, (void *)cuGraphDestroy, NULL},
+	{"cuDeviceGraphMemTrim", 11040, 0, (void *)cuDeviceGraphMemTrim, NULL},
 	{"cuLaunchKernelEx", 11060, 0, (void *)cuLaunchKernelEx, NULL},
 	{"cuLaunchKernelEx", 11060, 1, (void *)cuLaunchKernelEx_ptsz, NULL},
 #endif
