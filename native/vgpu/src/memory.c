@@ -473,32 +473,69 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool)
 	return r;
 }
 
+/* ---- stream capture: stream-ordered calls on a capturing stream make graph memory nodes ---- */
+static CUresult graph_charge_end(struct charge *c, CUresult r, CUgraph graph, CUdeviceptr dptr);
+static CUresult graph_free_node_added(CUresult r, CUgraph graph, CUdeviceptr dptr);
+
+/* The graph stream `s` is capturing into, or NULL. `ptsz`: a NULL stream is the thread's own
+ * (the _ptsz entry points'), not the legacy one. */
+static CUgraph capture_graph(CUstream s, bool ptsz)
+{
+	CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+	CUgraph graph = NULL;
+
+	if (real_cuStreamGetCaptureInfo_v2(ptsz && s == NULL ? CU_STREAM_PER_THREAD : s, &status,
+					   NULL, &graph, NULL, NULL) != CUDA_SUCCESS ||
+	    status != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+		return NULL;
+	return graph;
+}
+
+/* A stream-ordered allocation: charged to `dev` by its address, or, while `stream` captures,
+ * as a memory node of the capture's graph (the memory comes with each launch). */
+#define CHARGED_STREAM_ALLOC(dev, bytes, stream, ptsz, call)                                       \
+	do {                                                                                       \
+		struct charge c;                                                                   \
+		CUgraph graph;                                                                     \
+		CUresult r;                                                                        \
+		VGPU_ENTER();                                                                      \
+		if (dptr == NULL)                                                                  \
+			return call;                                                               \
+		graph = capture_graph((stream), (ptsz));                                           \
+		if ((r = charge_begin(&c, (dev), (bytes))) != CUDA_SUCCESS)                        \
+			return r;                                                                  \
+		r = call;                                                                          \
+		if (graph != NULL)                                                                 \
+			return graph_charge_end(&c, r, graph, r == CUDA_SUCCESS ? *dptr : 0);      \
+		return charge_end(&c, r, KIND_PTR, r == CUDA_SUCCESS ? *dptr : 0);                 \
+	} while (0)
+
 /* cuMemAllocAsync takes from the current pool of the stream's device, which is always that
  * device's own memory. */
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-	CHARGED_PTR_ALLOC(vgpu_stream_device(hStream), bytesize,
-			  real_cuMemAllocAsync(dptr, bytesize, hStream));
+	CHARGED_STREAM_ALLOC(vgpu_stream_device(hStream), bytesize, hStream, false,
+			     real_cuMemAllocAsync(dptr, bytesize, hStream));
 }
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-	CHARGED_PTR_ALLOC(vgpu_stream_device(hStream), bytesize,
-			  real_cuMemAllocAsync_ptsz(dptr, bytesize, hStream));
+	CHARGED_STREAM_ALLOC(vgpu_stream_device(hStream), bytesize, hStream, true,
+			     real_cuMemAllocAsync_ptsz(dptr, bytesize, hStream));
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
 				 CUstream hStream)
 {
-	CHARGED_PTR_ALLOC(pool_device(pool, hStream), bytesize,
-			  real_cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream));
+	CHARGED_STREAM_ALLOC(pool_device(pool, hStream), bytesize, hStream, false,
+			     real_cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream));
 }
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
 				      CUstream hStream)
 {
-	CHARGED_PTR_ALLOC(pool_device(pool, hStream), bytesize,
-			  real_cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream));
+	CHARGED_STREAM_ALLOC(pool_device(pool, hStream), bytesize, hStream, true,
+			     real_cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream));
 }
 
 CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
@@ -545,14 +582,26 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
 	FREE_HOOK(KIND_PTR, dptr, real_cuMemFree_v2(dptr));
 }
 
+/* A free on a capturing stream is a free node of the capture's graph: nothing is freed now
+ * (the memory goes when the graph launches), so no charge is released here; one of that
+ * graph's own memory nodes is noted as freed by it. */
+#define STREAM_FREE(stream, ptsz, call)                                                            \
+	do {                                                                                       \
+		CUgraph graph;                                                                     \
+		vgpu_init();                                                                       \
+		if ((graph = capture_graph((stream), (ptsz))) != NULL)                             \
+			return graph_free_node_added(call, graph, dptr);                           \
+		FREE_HOOK(KIND_PTR, dptr, call);                                                   \
+	} while (0)
+
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
-	FREE_HOOK(KIND_PTR, dptr, real_cuMemFreeAsync(dptr, hStream));
+	STREAM_FREE(hStream, false, real_cuMemFreeAsync(dptr, hStream));
 }
 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
-	FREE_HOOK(KIND_PTR, dptr, real_cuMemFreeAsync_ptsz(dptr, hStream));
+	STREAM_FREE(hStream, true, real_cuMemFreeAsync_ptsz(dptr, hStream));
 }
 
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,

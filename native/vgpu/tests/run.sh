@@ -337,7 +337,10 @@ cudart_lookups_are_wrapped() {
 		"cuMemAllocAsync, [0-9]+, 2" "cuMemFreeAsync, [0-9]+, 2" "cuLaunchKernel, [0-9]+, 0" \
 		"cuLaunchKernel, [0-9]+, 2" "cuLaunchKernelEx, [0-9]+, 2" "cuGraphLaunch, [0-9]+, 2" \
 		"cuGetProcAddress, 12000, 0" "cuMemPoolCreate, [0-9]+, 0" \
-		"cuMemPoolDestroy, [0-9]+, 0"; do
+		"cuMemPoolDestroy, [0-9]+, 0" "cuGraphAddMemAllocNode, [0-9]+, 0" \
+		"cuGraphAddMemFreeNode, [0-9]+, 0" "cuGraphAddNode, 12030, 0" \
+		"cuGraphInstantiateWithParams, [0-9]+, 2" "cuGraphExecDestroy, [0-9]+, 0" \
+		"cuGraphDestroy, [0-9]+, 0"; do
 		grep -Eq "cuGetProcAddress_v2\($want\) = 0 \(wrapped\)" "$log" ||
 			{ echo "not wrapped: $want"; grep -E "\($want\)" "$log"; return 1; }
 	done

@@ -470,6 +470,34 @@ static void graph_memory_a_launch_left_behind_stays_charged_until_freed(void)
 	CHECK_EQ(fake_cuda_memory_used(0), 0);
 }
 
+/* Under stream capture, cuMemAllocAsync makes a memory node of the capture's graph (no memory
+ * yet) and cuMemFreeAsync a free node: the charge is the graph's, not released by the captured
+ * free (that left every launch's memory uncharged), until the graph and its executable are gone. */
+static void a_captured_allocation_is_charged_as_its_graphs_memory_node(void)
+{
+	CUdeviceptr a = 0, b = 0;
+	CUgraphExec exec = NULL;
+	CUstream s = NULL;
+	CUgraph g = NULL;
+
+	CHECK(ctx_on(0) == 0);
+	CHECK_EQ(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuStreamBeginCapture_v2(s, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAllocAsync(&a, 300 * MiB, s), CUDA_SUCCESS);
+	CHECK_EQ(cuMemAllocAsync(&b, GiB, s), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(cuMemFreeAsync(a, s), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 300 * MiB);
+	CHECK_EQ(cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+	CHECK_EQ(cuGraphInstantiateWithFlags(&exec, g, 0), CUDA_SUCCESS);
+	CHECK_EQ(cuGraphLaunch(exec, s), CUDA_SUCCESS);
+	CHECK_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 300 * MiB);
+	CHECK_EQ(cuGraphDestroy(g), CUDA_SUCCESS);
+	CHECK_EQ(used_now(), 0);
+	CHECK_EQ(fake_cuda_memory_used(0), 0);
+	CHECK_EQ(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct check_case cases[] = {
@@ -488,6 +516,7 @@ int main(int argc, char **argv)
 		CASE(a_graph_memory_node_past_the_limit_is_refused),
 		CASE(graph_memory_is_charged_until_the_graph_and_its_executable_graph_are_gone),
 		CASE(graph_memory_a_launch_left_behind_stays_charged_until_freed),
+		CASE(a_captured_allocation_is_charged_as_its_graphs_memory_node),
 		CASE(arrays_count),
 		CASE(unknown_pointers_are_forwarded_to_the_driver),
 		CASE(each_device_has_its_own_limit),

@@ -672,9 +672,46 @@ EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 	return CUDA_SUCCESS;
 }
 
+/* Stream capture: a stream cuStreamCreate made may capture into a graph; stream-ordered
+ * allocations and frees on it then become the graph's memory nodes (no memory until then). */
+struct fake_graph;
+static struct fake_graph *stream_capture[MAX_STREAMS];
+static CUresult graph_alloc_node(struct fake_graph *g, CUDA_MEM_ALLOC_NODE_PARAMS *p);
+static CUresult graph_free_node(struct fake_graph *g, CUdeviceptr dptr);
+
+static struct fake_graph *capturing(CUstream s)
+{
+	struct fake_graph *g;
+	int i = stream_slot(s);
+
+	if (i < 0)
+		return NULL;
+	pthread_mutex_lock(&streams_mu);
+	g = stream_capture[i];
+	pthread_mutex_unlock(&streams_mu);
+	return g;
+}
+
+static CUresult captured_alloc(struct fake_graph *g, CUdeviceptr *dptr, size_t bytesize, int dev)
+{
+	CUDA_MEM_ALLOC_NODE_PARAMS p;
+	CUresult r;
+
+	memset(&p, 0, sizeof(p));
+	p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+	p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	p.poolProps.location.id = dev;
+	p.bytesize = bytesize;
+	if ((r = graph_alloc_node(g, &p)) == CUDA_SUCCESS)
+		*dptr = p.dptr;
+	return r;
+}
+
 /* `bytesize` from `pool` (its location decides where the memory is), ordered on `s`. */
 static CUresult pool_alloc(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s)
 {
+	struct fake_graph *g = capturing(s);
+
 	int i, dev, host;
 	uint64_t a;
 	CUresult r;
@@ -690,6 +727,8 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool
 	pthread_mutex_unlock(&streams_mu);
 	if (i < 0)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (g != NULL && !host)
+		return captured_alloc(g, dptr, bytesize, dev);
 	if ((r = mem_add(host ? 0 : PHYS(dev), bytesize, host ? 6 : 1, &a)) == CUDA_SUCCESS)
 		*dptr = a;
 	return r;
@@ -728,11 +767,13 @@ EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
 }
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 {
-	return cuMemFree_v2(dptr);
+	struct fake_graph *g = capturing(s);
+
+	return g != NULL ? graph_free_node(g, dptr) : cuMemFree_v2(dptr);
 }
 EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
 {
-	return cuMemFree_v2(dptr);
+	return cuMemFreeAsync(dptr, s);
 }
 
 /* ---- graphs with memory nodes ----
@@ -943,6 +984,61 @@ EXPORT CUresult cuGraphDestroy(CUgraph graph)
 	if (g == NULL || g->destroyed)
 		return CUDA_ERROR_INVALID_VALUE;
 	graph_free_if_unused(g, 1);
+	return CUDA_SUCCESS;
+}
+
+/* Capture (CUDA 10.1's form, with a mode; the fake has one mode): into a new graph. */
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode)
+{
+	int i = stream_slot(s), ok;
+	CUgraph g;
+	CUresult r;
+
+	if (i < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if ((r = cuGraphCreate(&g, 0)) != CUDA_SUCCESS)
+		return r;
+	pthread_mutex_lock(&streams_mu);
+	ok = stream_dev[i] != 0 && stream_capture[i] == NULL;
+	if (ok)
+		stream_capture[i] = (struct fake_graph *)g;
+	pthread_mutex_unlock(&streams_mu);
+	if (!ok)
+		free(g);
+	return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *graph)
+{
+	int i = stream_slot(s);
+
+	if (i < 0 || graph == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&streams_mu);
+	*graph = (CUgraph)stream_capture[i];
+	stream_capture[i] = NULL;
+	pthread_mutex_unlock(&streams_mu);
+	return *graph != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream s, CUstreamCaptureStatus *status,
+					  cuuint64_t *id, CUgraph *graph,
+					  const CUgraphNode **deps, size_t *ndeps)
+{
+	struct fake_graph *g = capturing(s);
+
+	CHECK_INIT();
+	if (status == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*status = g != NULL ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+	if (id != NULL)
+		*id = (cuuint64_t)(uintptr_t)g;
+	if (graph != NULL)
+		*graph = (CUgraph)g;
+	if (deps != NULL)
+		*deps = NULL;
+	if (ndeps != NULL)
+		*ndeps = 0;
 	return CUDA_SUCCESS;
 }
 
@@ -1354,6 +1450,9 @@ static const struct proc procs[] = {
 	{"cuGraphExecDestroy", 10000, 0, (void *)cuGraphExecDestroy, NULL},
 	{"cuGraphDestroy", 10000, 0, (void *)cuGraphDestroy, NULL},
 	{"cuDeviceGraphMemTrim", 11040, 0, (void *)cuDeviceGraphMemTrim, NULL},
+	{"cuStreamBeginCapture", 10010, 0, (void *)cuStreamBeginCapture_v2, NULL},
+	{"cuStreamEndCapture", 10000, 0, (void *)cuStreamEndCapture, NULL},
+	{"cuStreamGetCaptureInfo", 11030, 0, (void *)cuStreamGetCaptureInfo_v2, NULL},
 	{"cuLaunchKernelEx", 11060, 0, (void *)cuLaunchKernelEx, NULL},
 	{"cuLaunchKernelEx", 11060, 1, (void *)cuLaunchKernelEx_ptsz, NULL},
 #endif
