@@ -7,6 +7,10 @@
  *                                     cuMemAllocFromPoolAsync from a pool made on device 0) with
  *                                     no context current: exit 0 if allocated, 2 if OOM, 3 if
  *                                     the driver wants a current context for it
+ *   gpu_check graph BYTES node|capture  a graph memory node of BYTES on device 0, added by
+ *                                     cuGraphAddMemAllocNode or by capturing cuMemAllocAsync;
+ *                                     instantiated, launched and destroyed: exit 0 if it ran, 2
+ *                                     if refused with CUDA_ERROR_OUT_OF_MEMORY
  *   gpu_check hold BYTES SECONDS      allocate, print "held", keep the GPU busy, exit 0 if fine
  *   gpu_check throughput SECONDS      busy-kernel throughput, kernels/s after a 5 s warm-up (SM controller settles)
  *   gpu_check launch N                launch cost of an empty kernel, ns/launch
@@ -37,6 +41,16 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
 CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
 CUresult cuMemPoolCreate(CUmemoryPool *, const CUmemPoolProps *);
 CUresult cuDeviceTotalMem_v2(size_t *, CUdevice);
+CUresult cuGraphCreate(CUgraph *, unsigned int);
+CUresult cuGraphAddMemAllocNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+				CUDA_MEM_ALLOC_NODE_PARAMS *);
+CUresult cuGraphAddMemFreeNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUdeviceptr);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
+CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuGraphExecDestroy(CUgraphExec);
+CUresult cuGraphDestroy(CUgraph);
+CUresult cuStreamBeginCapture_v2(CUstream, int);
+CUresult cuStreamEndCapture(CUstream, CUgraph *);
 CUresult cuModuleLoadData(CUmodule *, const void *);
 CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
 CUresult cuLaunchKernel(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
@@ -178,6 +192,48 @@ static int async_alloc(size_t bytes, const char *how)
 	return r == CUDA_SUCCESS ? 0 : r == CUDA_ERROR_OUT_OF_MEMORY ? 2 : 1;
 }
 
+/* A graph whose one memory node (freed in the graph) is `bytes` on device 0: `how` is "node"
+ * (cuGraphAddMemAllocNode) or "capture" (cuMemAllocAsync/cuMemFreeAsync under stream capture,
+ * relaxed mode). Refused when added, or instantiated, launched twice and destroyed. */
+static int graph_alloc(size_t bytes, const char *how)
+{
+	CUDA_MEM_ALLOC_NODE_PARAMS p;
+	CUgraphNode alloc, freed;
+	CUgraphExec exec;
+	CUgraph g = NULL;
+	CUstream s;
+	CUresult r;
+
+	setup(0);
+	TRY(cuStreamCreate(&s, 0));
+	memset(&p, 0, sizeof(p));
+	p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+	p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	p.bytesize = bytes;
+	if (strcmp(how, "capture") == 0) {
+		TRY(cuStreamBeginCapture_v2(s, 2 /* CU_STREAM_CAPTURE_MODE_RELAXED */));
+		r = cuMemAllocAsync(&p.dptr, bytes, s);
+		if (r == CUDA_SUCCESS)
+			TRY(cuMemFreeAsync(p.dptr, s));
+		TRY(cuStreamEndCapture(s, &g));
+	} else {
+		TRY(cuGraphCreate(&g, 0));
+		r = cuGraphAddMemAllocNode(&alloc, g, NULL, 0, &p);
+		if (r == CUDA_SUCCESS)
+			TRY(cuGraphAddMemFreeNode(&freed, g, &alloc, 1, p.dptr));
+	}
+	printf("graph %s %zu: %d\n", how, bytes, r);
+	if (r == CUDA_SUCCESS) {
+		TRY(cuGraphInstantiateWithFlags(&exec, g, 0));
+		TRY(cuGraphLaunch(exec, s));
+		TRY(cuGraphLaunch(exec, s));
+		TRY(cuStreamSynchronize(s));
+		TRY(cuGraphExecDestroy(exec));
+	}
+	TRY(cuGraphDestroy(g));
+	return r == CUDA_SUCCESS ? 0 : r == CUDA_ERROR_OUT_OF_MEMORY ? 2 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	const char *cmd = argc > 1 ? argv[1] : "";
@@ -204,6 +260,8 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(cmd, "async") == 0 && argc > 3)
 		return async_alloc(strtoull(argv[2], NULL, 10), argv[3]);
+	if (strcmp(cmd, "graph") == 0 && argc > 3)
+		return graph_alloc(strtoull(argv[2], NULL, 10), argv[3]);
 	if (strcmp(cmd, "hold") == 0 && argc > 3) {
 		CUdeviceptr p;
 		setup(1);
@@ -275,7 +333,7 @@ int main(int argc, char **argv)
 		printf("%.3f %ld\n", t, n);
 		return 0;
 	}
-	fprintf(stderr, "usage: gpu_check info|alloc B|async B stream|pool|hold B S|throughput S|"
+	fprintf(stderr, "usage: gpu_check info|alloc B|async B stream|pool|graph B node|capture|hold B S|throughput S|"
 			"launch N|progress S\n");
 	return 64;
 }

@@ -164,6 +164,18 @@ for how in stream pool; do
 		"$([ $over = 2 ] && [ $under = 0 ] && echo 1)" "5 GiB exit $over (2 = OOM), 1 GiB exit $under"
 done
 
+# 5. graph memory nodes (added, or captured from cuMemAllocAsync) are charged when made
+for how in node capture; do
+	with CUDA_DEVICE_MEMORY_LIMIT=4Gi CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
+		"$CHECK" graph $((5 * GiB)) $how >/dev/null 2>&1
+	over=$?
+	with CUDA_DEVICE_MEMORY_LIMIT=4Gi CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
+		"$CHECK" graph $((1 * GiB)) $how >/dev/null 2>&1
+	under=$?
+	verdict "graph_memory_${how}_past_the_limit_is_refused" \
+		"$([ $over = 2 ] && [ $under = 0 ] && echo 1)" "5 GiB exit $over (2 = OOM), 1 GiB exit $under"
+done
+
 fi
 
 if group sm; then
