@@ -712,6 +712,10 @@ enum {
 };
 enum { EXEC_GRAPH_GONE = 1 }; /* its graph was destroyed first */
 
+/* Set once a memory node is charged: until then instantiating and destroying graphs (most
+ * processes never make a memory node) skip the table scans. */
+static bool graph_nodes_seen;
+
 /* Where a memory node's memory lives: its pool's device; host memory (-2) is not charged; no
  * location we know, the current context's device (over-charging beats not charging). */
 static int node_device(const CUmemPoolProps *props)
@@ -730,6 +734,8 @@ static CUresult graph_charge_end(struct charge *c, CUresult r, CUgraph graph, CU
 		return r;
 	if (r != CUDA_SUCCESS || dptr == 0 || table_put_entry(e) < 0)
 		vgpu_region_release(c->didx, c->bytes);
+	else
+		__atomic_store_n(&graph_nodes_seen, true, __ATOMIC_RELEASE);
 	return r;
 }
 
@@ -807,7 +813,8 @@ static CUresult graph_instantiated(CUresult r, CUgraphExec *exec, CUgraph graph)
 	uint64_t owner = (uint64_t)(uintptr_t)graph;
 	struct entry e = {.kind = KIND_EXEC, .owner = owner};
 
-	if (r != CUDA_SUCCESS || exec == NULL || *exec == NULL)
+	if (r != CUDA_SUCCESS || exec == NULL || *exec == NULL ||
+	    !__atomic_load_n(&graph_nodes_seen, __ATOMIC_ACQUIRE))
 		return r;
 	e.key = (uint64_t)(uintptr_t)*exec;
 	if (table_reown(owner, KIND_GRAPH_ALLOC, owner, GRAPH_INSTANTIATED) > 0 &&
@@ -928,7 +935,7 @@ CUresult cuGraphDestroy(CUgraph hGraph)
 
 	vgpu_init();
 	r = real_cuGraphDestroy(hGraph);
-	if (r != CUDA_SUCCESS || owner == 0)
+	if (r != CUDA_SUCCESS || owner == 0 || !__atomic_load_n(&graph_nodes_seen, __ATOMIC_ACQUIRE))
 		return r;
 	if ((exec = table_key_owned(owner, KIND_EXEC)) == 0) {
 		graph_settle(owner);
