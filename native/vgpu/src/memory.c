@@ -935,7 +935,8 @@ CUresult cuGraphDestroy(CUgraph hGraph)
 
 	vgpu_init();
 	r = real_cuGraphDestroy(hGraph);
-	if (r != CUDA_SUCCESS || owner == 0 || !__atomic_load_n(&graph_nodes_seen, __ATOMIC_ACQUIRE))
+	if (r != CUDA_SUCCESS || owner == 0 ||
+	    !__atomic_load_n(&graph_nodes_seen, __ATOMIC_ACQUIRE))
 		return r;
 	if ((exec = table_key_owned(owner, KIND_EXEC)) == 0) {
 		graph_settle(owner);
