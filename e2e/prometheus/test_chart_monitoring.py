@@ -126,7 +126,7 @@ def _agent_env_and_pod_rules(objects: list[Json]) -> tuple[dict[str, str], list[
     return {e["name"]: e.get("value", "") for e in agent["env"]}, pods
 
 
-def test_hami_compatible_metrics_turn_on_the_agents_setting_and_let_it_read_pods(
+def test_hami_compatible_metrics_turn_on_the_agents_setting_and_read_no_pod(
     helm: Helm,
 ) -> None:
     environ, pod_rules = _agent_env_and_pod_rules(helm.template())
@@ -139,7 +139,9 @@ def test_hami_compatible_metrics_turn_on_the_agents_setting_and_let_it_read_pods
         | {"VGPU_BRIDGE_NODE_NAME": "node-a"}
     )
     assert settings.hami_metrics is True
-    assert pod_rules == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+    # names come from the claims' reservedFor and the kubelet's node-local pod-resources socket
+    assert settings.pod_resources_socket is not None
+    assert pod_rules == []
 
 
 def test_the_prometheus_rule_holds_exactly_the_rule_file_promtool_tests(helm: Helm) -> None:
