@@ -5,8 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 API_VERSION = "admission.k8s.io/v1"
 MAX_WARNING_CHARS = 256  # the API server drops longer warnings
@@ -17,9 +16,9 @@ class BadReview(ValueError):
     """The body is not an AdmissionReview: answered with HTTP 400."""
 
 
-@dataclass(frozen=True, slots=True)
-class AdmissionRequest:
-    """The fields of an AdmissionReview's request that an admission reads."""
+class AdmissionRequest(NamedTuple):
+    """The fields of an AdmissionReview's request that an admission reads (a NamedTuple: one is
+    made per review, at half the cost of a frozen dataclass)."""
 
     uid: str
     operation: str
