@@ -96,8 +96,10 @@ def lists_resource(pod: Mapping[str, Any], names: Collection[str]) -> bool:
 
 def gpu_key_markers(resource_names: Collection[str] = ()) -> tuple[bytes, ...]:
     """The bytes a GPU key starts with, and the renamed resource names: made once, looked for in
-    every review's raw bytes (`may_name_gpus`)."""
-    return (*GPU_KEY_MARKERS, *(name.encode() for name in resource_names))
+    every review's raw bytes (`may_name_gpus`). A name that starts with a prefix is found by the
+    prefix's marker: no scan of its own (HAMi's default names all start with `nvidia.com/`)."""
+    renamed = (n for n in dict.fromkeys(resource_names) if not n.startswith(GPU_KEY_PREFIXES))
+    return (*GPU_KEY_MARKERS, *(name.encode() for name in renamed))
 
 
 def may_name_gpus(body: bytes, *, markers: tuple[bytes, ...] = GPU_KEY_MARKERS) -> bool:

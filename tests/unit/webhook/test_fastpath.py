@@ -9,6 +9,7 @@ import pytest
 
 from vgpu_bridge.core import dialects
 from vgpu_bridge.webhook.fastpath import (
+    GPU_KEY_MARKERS,
     GPU_KEY_PREFIXES,
     gpu_key_markers,
     may_ask_for_gpus,
@@ -71,3 +72,11 @@ def test_the_byte_look_sees_every_prefix_and_renamed_names_only() -> None:
     assert not may_name_gpus(renamed)
     assert may_name_gpus(renamed, markers=gpu_key_markers(["example.com/vgpu"]))
     assert not may_name_gpus(b'{"limits": {"cpu": "1", "memory": "1Gi"}}')
+
+
+def test_the_byte_look_scans_for_a_renamed_resource_only_outside_the_prefixes() -> None:
+    """Every review's raw bytes are scanned once per marker: HAMi's default names start with
+    `nvidia.com/`, already a marker, so they add no scan; a name outside the prefixes does."""
+    default = gpu_key_markers(["nvidia.com/gpu", "nvidia.com/gpumem", "hami.io/x"])
+    assert default == GPU_KEY_MARKERS
+    assert gpu_key_markers(["example.com/vgpu"]) == (*GPU_KEY_MARKERS, b"example.com/vgpu")
