@@ -60,3 +60,13 @@ def test_the_stubs_name_the_kubelet_services_and_methods() -> None:
         "pluginregistration.Registration",
     }
     assert "share_id" in dra_v1_pb2.Device.DESCRIPTOR.fields_by_name
+
+
+def test_the_pod_resources_stub_is_the_kubelets_v1_lister() -> None:
+    from vgpu_bridge.node.kubeletapi import podresources_v1_pb2
+
+    lister = podresources_v1_pb2.DESCRIPTOR.services_by_name["PodResourcesLister"]
+    assert lister.full_name == "v1.PodResourcesLister"
+    assert lister.methods_by_name["List"].output_type.full_name == "v1.ListPodResourcesResponse"
+    fields = podresources_v1_pb2.ContainerResources.DESCRIPTOR.fields_by_name
+    assert fields["dynamic_resources"].number == 5

@@ -38,6 +38,14 @@ def test_only_the_grpc_module_speaks_protobuf(path: Path) -> None:
     assert not speaks or path.name in GRPC_MODULES, f"{path.name} imports {sorted(speaks)}"
 
 
+@pytest.mark.parametrize("path", MODULES, ids=[str(p.relative_to(NODE)) for p in MODULES])
+def test_no_module_builds_protobuf_messages_by_hand(path: Path) -> None:
+    """The kubelet's messages come from the stubs generated from the vendored protos (one place
+    to move to another release, checked fresh), never from descriptors declared in code."""
+    by_hand = {n for n in _imports(path) if n.split(".")[0] == "google"}
+    assert not by_hand, f"{path.name} imports {sorted(by_hand)}: use vgpu_bridge.node.kubeletapi"
+
+
 @pytest.mark.parametrize("name", PURE)
 def test_the_builders_do_no_io(name: str) -> None:
     for imported in _imports(NODE / name):

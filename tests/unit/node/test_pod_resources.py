@@ -5,6 +5,7 @@ series naming namespace, pod and container as they did when pods were read."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from tests.unit.node.test_hami_metrics import (
     prepared,
 )
 from vgpu_bridge.kube import KubeError
+from vgpu_bridge.node import pod_resources
 from vgpu_bridge.node.cdi import CdiLayout
 from vgpu_bridge.node.checkpoint import PreparedClaim
 from vgpu_bridge.node.hami_metrics import PodNames
@@ -79,6 +81,31 @@ def test_a_socket_that_is_not_there_is_unavailable(tmp_path: Path) -> None:
     assert not client.available()
     with pytest.raises(PodResourcesUnavailable, match=r"none\.sock"):
         client.list_claim_users()
+
+
+def test_an_answer_past_the_bound_is_unavailable_not_read(
+    kubelet: tuple[FakeKubelet, PodResources], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake, client = kubelet
+    fake.pods = {(NAMESPACE, f"pod-{i}"): {"main": [(NAMESPACE, f"claim-{i}", [GPU_0])]}
+                 for i in range(40)}  # fmt: skip
+    monkeypatch.setattr(pod_resources, "MAX_ANSWER_BYTES", 1024)
+    with pytest.raises(PodResourcesUnavailable, match="RESOURCE_EXHAUSTED"):
+        client.list_claim_users()
+
+
+def test_a_kubelet_that_does_not_answer_in_time_is_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answered = threading.Event()
+    fake = FakeKubelet({}, hold=answered)
+    monkeypatch.setattr(pod_resources, "CALL_TIMEOUT_S", 0.05)
+    with serving(fake, tmp_path / "kubelet.sock") as socket:
+        try:
+            with pytest.raises(PodResourcesUnavailable, match="DEADLINE_EXCEEDED"):
+                PodResources(socket).list_claim_users()
+        finally:
+            answered.set()
 
 
 def test_the_claims_containers_come_from_the_kubelet_and_no_pod_is_read(
