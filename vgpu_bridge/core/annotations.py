@@ -102,7 +102,13 @@ def _without_ruled_out(
     problems: Problems,
     warnings: list[str],
 ) -> DeviceFilter:
-    """`device_filter` less the chosen entries no GPU can match (`_drop_ruled_out`)."""
+    """`device_filter` less the chosen entries no GPU can match (`_drop_ruled_out`); as it is
+    when no kind is both chosen and avoided (most pods set no filter: a GPU review then skips
+    the narrowing and its copy of the filter, ~5 µs of every translation)."""
+    if not (device_filter.use_types and device_filter.avoid_types) and not (
+        device_filter.use_uuids and device_filter.avoid_uuids
+    ):
+        return device_filter
 
     def narrowed(kind: str, chosen: tuple[str, ...], avoided: tuple[str, ...]) -> tuple[str, ...]:
         use, avoid = (_keys_path(annotations, f"{f}_{kind}s", meta_path) for f in ("use", "avoid"))
