@@ -351,6 +351,7 @@ def a_pod(*, env: list[Json] | None = None, init_env: list[Json] | None = None,
 
 
 ALL_GPUS = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+ALL_CAPABILITIES = [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "all"}]
 FROM_A_FIELD = {
     "name": "NVIDIA_VISIBLE_DEVICES",
     "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
@@ -416,8 +417,7 @@ def test_pods_that_switch_the_nvidia_runtime_off_or_live_where_allowed_are_admit
         (installed.release_namespace, a_pod(env=ALL_GPUS, runtime="nvidia")),
         (installed.legacy, a_pod(env=ALL_GPUS, runtime="nvidia")),  # the legacy pool's own ways
         # a GPU pod of ours: its GPUs come from its claim, the runtime may still bring libcuda
-        (installed.served, a_pod(env=[{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "all"}],
-                                 runtime="nvidia", claim_template="gpu-share")),
+        (installed.served, a_pod(env=ALL_CAPABILITIES, runtime="nvidia", claim_template="share")),
     ]
     for namespace, pod in cases:
         status, answer = create(kube, namespace, "pods", pod)
