@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from vgpu_bridge.core.config import TranslatorConfig
 from vgpu_bridge.core.dialects import hami, kai, volcano
 from vgpu_bridge.core.dialects.dialect import AnnotationNames, Dialect, PodRequest
@@ -12,8 +14,10 @@ from vgpu_bridge.core.dialects.dialect import AnnotationNames, Dialect, PodReque
 DIALECTS: tuple[Dialect, ...] = (hami.DIALECT, volcano.DIALECT, kai.DIALECT)
 
 
+@functools.lru_cache(maxsize=16)  # a process has one config; made anew, 2 copies a translation
 def dialects_for(config: TranslatorConfig) -> tuple[Dialect, ...]:
-    """The dialects as this cluster names them (HAMi's resource names are configurable)."""
+    """The dialects as this cluster names them (HAMi's resource names are configurable); the
+    same (frozen) dialects for an equal config."""
     return (hami.for_config(config), volcano.for_config(config), kai.DIALECT)
 
 
