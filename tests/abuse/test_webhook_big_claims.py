@@ -94,18 +94,8 @@ def followed(
 
 def admitted(webhook: Webhook, gpus: int) -> dict[str, Any]:
     """The answer to a (not dry-run) GPU pod of `gpus` whole cards in the neighbour's namespace."""
-    conn = webhook.connection()
-    try:
-        body = review(gpu_pod({"nvidia.com/gpu": gpus}), namespace=NEIGHBOUR, dryRun=False)
-        conn.request("POST", "/mutate", json.dumps(body).encode(),
-                     {"Content-Type": "application/json"})  # fmt: skip
-        answer = conn.getresponse()
-        data = answer.read()
-    finally:
-        conn.close()
-    assert answer.status == 200, (answer.status, data[:300])
-    response: dict[str, Any] = json.loads(data)["response"]
-    return response
+    body = review(gpu_pod({"nvidia.com/gpu": gpus}), namespace=NEIGHBOUR, dryRun=False)
+    return webhook.admit(body)
 
 
 def test_big_unsized_claims_at_the_first_list_keep_the_replica_small(followed: Webhook) -> None:

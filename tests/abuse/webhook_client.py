@@ -48,9 +48,13 @@ class Webhook:
 
     def admit_normal_pod(self) -> dict[str, Any]:
         """A plain GPU pod's review, on a fresh connection: the answer's `response`."""
+        return self.admit(review(gpu_pod()))
+
+    def admit(self, review_body: dict[str, Any]) -> dict[str, Any]:
+        """`review_body` sent on a fresh connection, answered 200: the answer's `response`."""
         conn = self.connection()
         try:
-            body = json.dumps(review(gpu_pod())).encode()
+            body = json.dumps(review_body).encode()
             conn.request("POST", "/mutate", body, {"Content-Type": "application/json"})
             answer = conn.getresponse()
             data = answer.read()
