@@ -68,13 +68,14 @@ def served() -> Iterator[Served]:
     loop.close()
 
 
-class Post:
-    """One POST on its own connection, answered in the background."""
+class Background:
+    """One request (a POST unless `method` says) on its own connection, answered in the
+    background."""
 
-    def __init__(self, port: int, target: str) -> None:
+    def __init__(self, port: int, target: str, *, method: str = "POST") -> None:
         self.answer: tuple[int, bytes] | None = None
         self._conn = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT_S)
-        self._conn.request("POST", target, body=b"{}")
+        self._conn.request(method, target, body=b"{}" if method == "POST" else None)
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
 
@@ -101,9 +102,9 @@ def wait_for(condition: Callable[[], bool]) -> None:
 def test_a_review_whose_callers_timeout_passed_in_the_queue_is_dropped_unhandled(
     served: Served,
 ) -> None:
-    first = Post(served.port, "/a0")
+    first = Background(served.port, "/a0")
     wait_for(lambda: served.routes.handled == ["/a0"])
-    late = Post(served.port, "/b0?timeout=5s")
+    late = Background(served.port, "/b0?timeout=5s")
     wait_for(lambda: served.loop.queued == 1)
     served.now[0] += 5.0  # the API server has given up on it
     served.routes.gate.set()
@@ -116,9 +117,9 @@ def test_a_review_whose_callers_timeout_passed_in_the_queue_is_dropped_unhandled
 
 
 def test_a_review_within_its_callers_timeout_is_handled(served: Served) -> None:
-    first = Post(served.port, "/a0")
+    first = Background(served.port, "/a0")
     wait_for(lambda: served.routes.handled == ["/a0"])
-    waiting = Post(served.port, "/b0?timeout=5s")
+    waiting = Background(served.port, "/b0?timeout=5s")
     wait_for(lambda: served.loop.queued == 1)
     served.now[0] += 4.9
     served.routes.gate.set()
@@ -129,12 +130,12 @@ def test_a_review_within_its_callers_timeout_is_handled(served: Served) -> None:
 def test_a_full_queue_refuses_the_floods_newest_at_once_and_serves_the_neighbour_first(
     served: Served,
 ) -> None:
-    posts = [Post(served.port, "/f0")]
+    posts = [Background(served.port, "/f0")]
     wait_for(lambda: served.routes.handled == ["/f0"])
     for index in range(1, 4):
-        posts.append(Post(served.port, f"/f{index}"))
+        posts.append(Background(served.port, f"/f{index}"))
         wait_for(lambda index=index: served.loop.queued == index)  # type: ignore[misc]
-    neighbour = Post(served.port, "/n0")
+    neighbour = Background(served.port, "/n0")
     status, body = posts[3].result()  # while the only worker is still held
     assert status == 503
     assert b"refused without waiting" in body
@@ -145,37 +146,16 @@ def test_a_full_queue_refuses_the_floods_newest_at_once_and_serves_the_neighbour
     assert served.routes.handled == ["/f0", "/f1", "/n0", "/f2"]
 
 
-class Get:
-    """One GET on its own connection, answered in the background."""
-
-    def __init__(self, port: int, target: str) -> None:
-        self.answer: tuple[int, bytes] | None = None
-        self._conn = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT_S)
-        self._conn.request("GET", target)
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        response = self._conn.getresponse()
-        self.answer = (response.status, response.read())
-        self._conn.close()
-
-    def result(self) -> tuple[int, bytes]:
-        self._thread.join(WAIT_S)
-        assert self.answer is not None, "no answer"
-        return self.answer
-
-
 def test_side_work_is_answered_while_every_review_worker_is_held_and_takes_no_review_room(
     served: Served,
 ) -> None:
     """Issue 35: scrapes waited in the reviews' queue, and a full queue refused reviews beside
     them; the side worker takes them, from a queue of their own."""
-    first = Post(served.port, "/a0")
+    first = Background(served.port, "/a0")
     wait_for(lambda: served.routes.handled == ["/a0"])
-    waiting = [Post(served.port, f"/{name}0") for name in "bc"]
+    waiting = [Background(served.port, f"/{name}0") for name in "bc"]
     wait_for(lambda: served.loop.queued == 2)
-    scrapes = [Get(served.port, "/side") for _ in range(5)]
+    scrapes = [Background(served.port, "/side", method="GET") for _ in range(5)]
     assert [s.result() for s in scrapes] == [(200, b"handled")] * 5  # the only worker is held
     assert served.loop.queued == 2
     assert served.shed == []
@@ -194,15 +174,18 @@ def test_a_full_side_queue_refuses_side_work_only() -> None:
     threading.Thread(target=loop.serve_forever, daemon=True).start()
     port = loop._listener.getsockname()[1]
     try:
-        held = Get(port, "/side-0")
+        held = Background(port, "/side-0", method="GET")
         wait_for(lambda: routes.handled == ["/side-0"])
-        waiting = [Get(port, "/side-1"), Get(port, "/side-2")]
+        waiting = [
+            Background(port, "/side-1", method="GET"),
+            Background(port, "/side-2", method="GET"),
+        ]
         wait_for(lambda: len(loop._side) == 2)
-        status, body = Get(port, "/side-3").result()
+        status, body = Background(port, "/side-3", method="GET").result()
         assert status == 503
         assert b"other than reviews" in body
         assert shed == ["side-queue-full"]
-        assert Post(port, "/a0").result() == (200, b"handled")
+        assert Background(port, "/a0").result() == (200, b"handled")
         routes.gate.set()
         assert [g.result()[0] for g in (held, *waiting)] == [200, 200, 200]
     finally:
@@ -230,7 +213,7 @@ def test_past_the_budget_a_connection_asking_other_than_reviews_waits_reviews_do
         third = threading.Thread(target=lambda: routes.handled.append(
             f"answered {scraper.getresponse().read().decode()}"), daemon=True)  # fmt: skip
         third.start()
-        assert [Post(port, f"/r{i}").result() for i in range(3)] == [(200, b"handled")] * 3
+        assert [Background(port, f"/r{i}").result() for i in range(3)] == [(200, b"handled")] * 3
         assert "/side-3" not in routes.handled
         now[0] += 1.0
         third.join(WAIT_S)
