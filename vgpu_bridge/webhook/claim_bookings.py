@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from vgpu_bridge.core.booking import Booking, Sizing, claim_sizing
+from vgpu_bridge.core.booking import Booking, Sizing, claim_sizing, total
 from vgpu_bridge.core.placements import placements
 from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.kube import Json, KubeApi
@@ -239,8 +239,7 @@ class ClaimBookings:
                                sums.cores - gone.booking.cores)  # fmt: skip
             else:
                 sized_later.remove(gone.sizing)
-        booked = (sizing.booking(largest) for sizing in sized_later)
-        return sums + sum(booked, Booking())
+        return sums + total(sizing.booking(largest) for sizing in sized_later)
 
     def claimed_for(self, namespace: str) -> set[str]:
         """The pods of the namespace that own an extended-resource claim held here (their uids):
