@@ -84,13 +84,13 @@ is set; validation.yaml refuses create=false without a name. Every binding and p
 {{ join "," $all }}
 {{- end -}}
 
-{{/* A list of strings as CEL string literals (single-quoted, backslashes and quotes escaped), as
-a JSON array: `include "vgpu-bridge.celStrings" $list | fromJsonArray`. Values never reach CEL
+{{/* A list of strings as one CEL list literal of string literals (single-quoted, backslashes and
+quotes escaped): `include "vgpu-bridge.celList" $list` renders ['a', 'b']. Values never reach CEL
 unquoted. */}}
-{{- define "vgpu-bridge.celStrings" -}}
+{{- define "vgpu-bridge.celList" -}}
 {{- $literals := list -}}
 {{- range . -}}
 {{- $literals = append $literals (printf "'%s'" (toString . | replace "\\" "\\\\" | replace "'" "\\'")) -}}
 {{- end -}}
-{{- toJson $literals -}}
+{{- printf "[%s]" (join ", " $literals) -}}
 {{- end -}}
