@@ -131,7 +131,8 @@ def build(settings: Settings, api: KubeApi, *, gpus: tuple[Gpu, ...]) -> Agent:
     layout = CdiLayout(cdi_dir=settings.cdi_dir, vgpu_dir=settings.vgpu_dir, driver=profile.driver)
     state = DeviceState(api, node=settings.node_name, profile=profile, gpus=gpus, layout=layout,
                         checkpoint_file=settings.checkpoint_file,
-                        observer=CallMetrics(registry).observe)  # fmt: skip
+                        observer=CallMetrics(registry).observe,
+                        removals_per_pass=settings.removals_per_pass)  # fmt: skip
     server = PluginServer(state, driver=profile.driver, dra_socket=settings.dra_socket,
                           registration_socket=settings.registration_socket)  # fmt: skip
     publisher = SlicePublisher(api, node=settings.node_name, profile=profile, gpus=gpus)

@@ -101,9 +101,13 @@ class DeviceState:
         layout: CdiLayout,
         checkpoint_file: Path,
         observer: Observer | None = None,
+        removals_per_pass: int | None = None,
     ) -> None:
+        """`removals_per_pass`: what one Unprepare call may delete (`--removals-per-pass`;
+        None: `claimdirs.MAX_REMOVALS_PER_PASS`)."""
         self._api = api
         self._observer = observer
+        self._removals_per_pass = removals_per_pass
         self._node = node
         self._profile = profile
         self._gpus = {gpu.device_name: gpu for gpu in gpus}
@@ -352,7 +356,8 @@ class DeviceState:
         """Delete the call's claim dirs from the trash, after the lock. No claim's answer
         depends on it: what cannot go now is logged and left to the sweep (`claimdirs`)."""
         try:
-            claimdirs.empty_trash(self._layout, trashed)
+            budget = claimdirs.removal_budget(self._removals_per_pass)
+            claimdirs.empty_trash(self._layout, trashed, budget=budget)
         except Exception:  # whatever a tenant's tree does, the call's claims are answered
             log.exception("cannot empty the trash; the sweep tries again",
                           paths=[str(path) for path in trashed])  # fmt: skip

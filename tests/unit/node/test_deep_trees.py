@@ -110,7 +110,9 @@ def test_an_entry_that_cannot_be_removed_is_counted_and_the_rest_goes(
     assert counts["ENOTEMPTY"] == before.get("ENOTEMPTY", 0) + 1  # the top, still holding it
 
 
-def _two_prepared_claims(base: Path) -> tuple[DeviceState, CdiLayout]:
+def _two_prepared_claims(
+    base: Path, *, removals_per_pass: int | None = None
+) -> tuple[DeviceState, CdiLayout]:
     layout = _layout(base)
     checkpoint_file = base / "plugin" / "checkpoint.json"
     checkpoint_file.parent.mkdir()
@@ -118,7 +120,8 @@ def _two_prepared_claims(base: Path) -> tuple[DeviceState, CdiLayout]:
               for uid in (UID, NEIGHBOUR)}  # fmt: skip
     checkpoint.save(checkpoint_file, claims)
     state = DeviceState(FakeApi(), node=NODE, profile=DEFAULT, gpus=GPUS, layout=layout,
-                        checkpoint_file=checkpoint_file)  # fmt: skip
+                        checkpoint_file=checkpoint_file,
+                        removals_per_pass=removals_per_pass)  # fmt: skip
     state.start()  # writes both claims' specs and dirs
     return state, layout
 

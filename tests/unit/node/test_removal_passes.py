@@ -117,6 +117,17 @@ def test_unprepare_deletes_within_one_budget_and_the_sweep_deletes_the_rest(
     assert (victim / "passwd").read_text() == "root"
 
 
+def test_unprepare_spends_the_budget_removals_per_pass_names(base: Path) -> None:
+    state, layout = _two_prepared_claims(base, removals_per_pass=PER_PASS)
+    deep_tree(layout.shared_dir(UID), depth=DEPTH, victim=_victim(base))
+    refs = [ClaimRef("team-a", f"c-{uid[-1]}", uid) for uid in (UID, NEIGHBOUR)]
+    try:
+        assert state.unprepare(refs) == {UID: None, NEIGHBOUR: None}
+    finally:
+        state.close()
+    assert _entries(trash_dir(layout)) > 0  # stopped at --removals-per-pass, not the default
+
+
 def test_the_sweeper_comes_back_soon_after_a_pass_that_left_work() -> None:
     waits: list[float] = []
     left = [True, True, False]
