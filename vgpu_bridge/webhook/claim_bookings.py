@@ -39,7 +39,7 @@ from vgpu_bridge.core.booking import Booking, Sizing, claim_sizing, total
 from vgpu_bridge.core.placements import placements
 from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.kube import Json, KubeApi
-from vgpu_bridge.webhook.watching import follow
+from vgpu_bridge.webhook.watching import follow, skipped
 
 ALL_CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"
 #: requests of claims sized later held per namespace (~130 bytes each, measured: ~2 MB)
@@ -217,7 +217,7 @@ class ClaimBookings:
             place = self._by_namespace.get(namespace)
             if place is not None and name in place.claims:
                 return None
-        return {"type": "SKIPPED", "object": {"metadata": {"resourceVersion": version}}}
+        return skipped(version)
 
     def used(self, namespace: str, largest: int | None, *, leaving_out: set[str]) -> Booking | None:
         """What the namespace's claims book, those named in `leaving_out` left out."""

@@ -31,7 +31,7 @@ from typing import Any
 from vgpu_bridge.core.booking import extended_resource_sizing
 from vgpu_bridge.kube import Json, KubeApi, api_path
 from vgpu_bridge.webhook.claim_bookings import event_version
-from vgpu_bridge.webhook.watching import follow
+from vgpu_bridge.webhook.watching import follow, skipped
 
 ALL_PODS = "/api/v1/pods"
 #: pods kube-scheduler has not bound yet (a field selector pods support for list and watch)
@@ -98,7 +98,7 @@ class PendingWholeCards:
         version = event_version(line)
         if version is None:
             return None
-        return {"type": "SKIPPED", "object": {"metadata": {"resourceVersion": version}}}
+        return skipped(version)
 
     def waiting(self, namespace: str) -> dict[str, int] | None:
         """{pod uid: whole cards} of the namespace's unbound whole-card pods."""

@@ -20,6 +20,12 @@ class WatchError(RuntimeError):
     """The API server ended a watch with an ERROR event."""
 
 
+def skipped(version: str) -> Json:
+    """The event a watch's `screen` yields for a line it passes over unread: a SKIPPED event that
+    only moves the version the watch resumes from."""
+    return {"type": "SKIPPED", "object": {"metadata": {"resourceVersion": version}}}
+
+
 def follow(
     api: KubeApi,
     path: str,
