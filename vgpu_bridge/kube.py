@@ -22,6 +22,7 @@ from urllib.parse import quote, unquote
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
+    from urllib3 import BaseHTTPResponse
 
 Json = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
@@ -374,18 +375,29 @@ class KubeApi:
         """One page: its items (as `keep` makes them) and its metadata, read as it streams."""
         from vgpu_bridge.streamed_list import read_list
 
-        check_path(path)
-        method, url, headers, _ = self._serialize("GET", path, query, None, "application/json")
-        response = self._client.rest_client.pool_manager.request(
-            method, url, headers=headers, preload_content=False, timeout=self._timeout_s
-        )
+        response = self._stream("GET", path, query, timeout_s=self._timeout_s)
         try:
-            if response.status >= 400:
-                body = response.read().decode(errors="replace")
-                raise KubeError("GET", path, response.status, body)
             return read_list(response.stream(LIST_CHUNK_BYTES), keep=keep)
         finally:
             response.release_conn()
+
+    def _stream(
+        self, what: str, path: str, query: Mapping[str, Any], *, timeout_s: float
+    ) -> BaseHTTPResponse:
+        """The response to a GET of `path`, its body not read yet (the caller streams it and
+        releases the connection); KubeError (`what` the request) when it failed."""
+        check_path(path)
+        method, url, headers, _ = self._serialize("GET", path, query, None, "application/json")
+        response = self._client.rest_client.pool_manager.request(
+            method, url, headers=headers, preload_content=False, timeout=timeout_s
+        )
+        if response.status >= 400:
+            try:
+                body = response.read().decode(errors="replace")
+            finally:
+                response.release_conn()
+            raise KubeError(what, path, response.status, body)
+        return response
 
     def create(self, path: str, body: Json, **query: Any) -> Json:
         return self.request("POST", path, query=query, body=body)
@@ -413,16 +425,10 @@ class KubeApi:
         (`labelSelector=…`, `fieldSelector=…`). `screen` sees each event's line first: what it
         returns is yielded instead of decoding the line (None: decode it), for events a caller
         can tell it does not need from their bytes."""
-        check_path(path)
         query = {**selectors, "watch": "true", "resourceVersion": resource_version,
                  "timeoutSeconds": timeout_s}  # fmt: skip
-        method, url, headers, _ = self._serialize("GET", path, query, None, "application/json")
-        response = self._client.rest_client.pool_manager.request(
-            method, url, headers=headers, preload_content=False, timeout=timeout_s + 10
-        )
+        response = self._stream("WATCH", path, query, timeout_s=timeout_s + 10)
         try:
-            if response.status >= 400:
-                raise KubeError("WATCH", path, response.status, response.read().decode())
             buffer = b""
             for chunk in response.stream(64 * 1024):
                 buffer += chunk
