@@ -24,6 +24,12 @@
  *   FAKE_NVML_UTIL           force nvmlDeviceGetUtilizationRates/ProcessUtilization to this %
  *   FAKE_NVML_NO_PROCESS_UTIL 1: nvmlDeviceGetProcessUtilization is not supported
  *   FAKE_NVML_WINDOW_MS      utilisation sampling window (default 100)
+ *   FAKE_NVML_MIG_MODES      comma list of 0/1, one per device in NVML index order: 1 = MIG mode
+ *                            enabled (nvmlDeviceGetMigMode; missing entries = 0)
+ *   FAKE_NVML_DRIVER_VERSION what nvmlSystemGetDriverVersion answers (default 570.124.06)
+ *   FAKE_NVML_NAME           every device's product name (default "NVIDIA Fake GPU")
+ * The fake NVML also answers what the node agent asks through pynvml (nvmlInitWithFlags, minor
+ * number = index, compute capability 9.0, Hopper, an event set where no event ever arrives).
  * Device memory is reserved address space (mmap, MAP_NORESERVE): usable, cheap until touched.
  * Without FAKE_GPU_STATE the device is private to the process.
  */

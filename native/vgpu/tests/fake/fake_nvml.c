@@ -228,3 +228,131 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
 	*count = (unsigned int)n;
 	return NVML_SUCCESS;
 }
+
+/* ---- What the node agent asks at start (pynvml) and in its health watcher ---- */
+
+#define FAKE_NVML_TIMEOUT 10 /* NVML_ERROR_TIMEOUT: no event arrived */
+#define FAKE_NVML_ARCH_HOPPER 9
+
+EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+	(void)flags;
+	return nvmlInit_v2();
+}
+
+static nvmlReturn_t copy_text(const char *text, char *out, unsigned int length)
+{
+	if (out == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (strlen(text) + 1 > length)
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	memcpy(out, text, strlen(text) + 1);
+	return NVML_SUCCESS;
+}
+
+static const char *env_or(const char *name, const char *dflt)
+{
+	const char *v = getenv(name);
+	return v && *v ? v : dflt;
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+	if (!initialised)
+		return NVML_ERROR_UNINITIALIZED;
+	return copy_text(env_or("FAKE_NVML_DRIVER_VERSION", "570.124.06"), version, length);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+{
+	if (!valid(device))
+		return NVML_ERROR_INVALID_ARGUMENT;
+	return copy_text(env_or("FAKE_NVML_NAME", "NVIDIA Fake GPU"), name, length);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minor)
+{
+	if (!valid(device) || minor == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*minor = device->index;
+	return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
+{
+	if (!valid(device) || major == NULL || minor == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*major = 9;
+	*minor = 0;
+	return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, unsigned int *arch)
+{
+	if (!valid(device) || arch == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*arch = FAKE_NVML_ARCH_HOPPER;
+	return NVML_SUCCESS;
+}
+
+/* FAKE_NVML_MIG_MODES: device i's entry of the comma list, 1 = MIG enabled (missing = 0). */
+static unsigned int mig_mode_of(unsigned int index)
+{
+	const char *p = getenv("FAKE_NVML_MIG_MODES");
+
+	for (unsigned int i = 0; p && *p; i++) {
+		if (i == index)
+			return *p == '1';
+		p = strchr(p, ',');
+		p = p ? p + 1 : NULL;
+	}
+	return 0;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current,
+					 unsigned int *pending)
+{
+	if (!valid(device) || current == NULL || pending == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*current = *pending = mig_mode_of(device->index);
+	return NVML_SUCCESS;
+}
+
+/* Events: one set, registration accepted, and nothing ever arrives (no XID on a fake card). */
+struct nvmlEventSet_st {
+	int unused;
+};
+static struct nvmlEventSet_st event_set;
+
+EXPORT nvmlReturn_t nvmlEventSetCreate(struct nvmlEventSet_st **set)
+{
+	if (!initialised)
+		return NVML_ERROR_UNINITIALIZED;
+	if (set == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*set = &event_set;
+	return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types,
+					     struct nvmlEventSet_st *set)
+{
+	(void)types;
+	if (!valid(device) || set != &event_set)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlEventSetWait_v2(struct nvmlEventSet_st *set, void *data,
+					unsigned int timeout_ms)
+{
+	(void)timeout_ms;
+	if (set != &event_set || data == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	return FAKE_NVML_TIMEOUT;
+}
+
+EXPORT nvmlReturn_t nvmlEventSetFree(struct nvmlEventSet_st *set)
+{
+	return set == &event_set ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
+}
