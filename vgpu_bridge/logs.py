@@ -6,6 +6,11 @@ the first line is logged, not at import; and the webhook defers even that
 (`configure_json_logging(defer=True)`): the lines logged before `load()` are kept, stamped with
 the time they were logged, and `load()` (on a background thread once the server is up) writes
 them in order. The same pattern as the webhook's metrics (`webhook/metrics.py`).
+
+The level (`--log-level`, `LOG_LEVELS`) is checked by `Logger` before a line is kept or handed
+to structlog, so a dropped debug line costs a comparison, not a kept dict or a JSON rendering;
+structlog's own filter is set to the same level for anything that calls it directly. Nothing of
+ours logs through the standard library's `logging`, so it is left as it is.
 """
 
 from __future__ import annotations
@@ -21,6 +26,11 @@ if TYPE_CHECKING:
     from structlog.typing import EventDict, FilteringBoundLogger, WrappedLogger
 
 MAX_PENDING = 10_000  # lines kept before structlog loads; past it, it loads at once
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+"""The values of both binaries' `--log-level`, least severe first."""
+
+_SEVERITY = {"debug": 10, "info": 20, "warning": 30, "error": 40}  # the standard library's numbers
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,17 +50,22 @@ class _Setup:
         self.lock = threading.Lock()
         self.json_lines = False
         self.deferred = False
+        self.least_severity = 0  # every line, until a binary configures a level
         self.pending: list[_Line] = []
 
 
 _setup = _Setup()
 
 
-def configure_json_logging(*, defer: bool = False) -> None:
-    """Every line from now on is JSON (applied when structlog loads; at once if it has). With
-    `defer`, structlog is not loaded before `load()`: lines logged until then are kept."""
+def configure_json_logging(*, defer: bool = False, level: str = "info") -> None:
+    """Every line from now on is JSON (applied when structlog loads; at once if it has), and
+    lines less severe than `level` (one of LOG_LEVELS) are dropped. With `defer`, structlog is
+    not loaded before `load()`: lines logged until then are kept."""
+    if level not in _SEVERITY:
+        raise ValueError(f"log level: {level!r} is not one of {', '.join(LOG_LEVELS)}")
     with _setup.lock:
         _setup.json_lines = True
+        _setup.least_severity = _SEVERITY[level]
         _setup.deferred = defer and "structlog" not in sys.modules
         if "structlog" in sys.modules:
             _configure()
@@ -88,6 +103,7 @@ def _configure() -> None:
             structlog.processors.format_exc_info,
             structlog.processors.JSONRenderer(),
         ],
+        wrapper_class=structlog.make_filtering_bound_logger(_setup.least_severity),
         cache_logger_on_first_use=True,  # each module's logger is bound once, not per line
     )
 
@@ -129,6 +145,8 @@ class Logger:
         self._write("error", event, {**fields, "exc_info": sys.exc_info()})
 
     def _write(self, method: str, event: str, fields: dict[str, Any]) -> None:
+        if _SEVERITY[method] < _setup.least_severity:
+            return
         if self._logger is None:
             if self._keep(method, event, fields):
                 return

@@ -94,3 +94,67 @@ print("structlog loaded:", "structlog" in sys.modules, flush=True)
 """)
     assert "structlog loaded: True" in printed
     assert [(line["event"], line["level"]) for line in lines] == [("now", "info")]
+
+
+def test_at_the_default_level_info_a_debug_line_is_dropped() -> None:
+    lines, _ = run("""
+logs.configure_json_logging()
+log.debug("detail", n=1)
+log.info("kept", n=2)
+""")
+    assert [line["event"] for line in lines] == ["kept"]
+
+
+def test_at_level_debug_a_debug_line_is_written() -> None:
+    lines, _ = run("""
+logs.configure_json_logging(level="debug")
+log.debug("detail", n=1)
+""")
+    assert [(line["event"], line["level"]) for line in lines] == [("detail", "debug")]
+
+
+def test_at_level_warning_info_is_dropped_and_errors_with_tracebacks_are_kept() -> None:
+    lines, _ = run("""
+logs.configure_json_logging(level="warning")
+log.info("routine")
+log.warning("odd")
+try:
+    {}["missing"]
+except KeyError:
+    log.exception("failed")
+""")
+    assert [(line["event"], line["level"]) for line in lines] == [
+        ("odd", "warning"), ("failed", "error")
+    ]  # fmt: skip
+
+
+def test_a_deferred_debug_line_below_the_level_is_not_kept() -> None:
+    lines, printed = run("""
+logs.configure_json_logging(defer=True, level="info")
+log.debug("detail")
+print("kept:", len(logs._setup.pending), flush=True)
+logs.load()
+""")
+    assert "kept: 0" in printed
+    assert lines == []
+
+
+def test_structlog_called_directly_is_filtered_at_the_same_level() -> None:
+    lines, _ = run("""
+logs.configure_json_logging(level="error")
+log.error("ours")  # structlog loads and is configured with our first line
+import structlog
+structlog.get_logger("direct").warning("dropped")
+structlog.get_logger("direct").error("kept")
+""")
+    assert [line["event"] for line in lines] == ["ours", "kept"]
+
+
+def test_an_unknown_level_is_refused_naming_the_choices() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", PRELUDE + 'logs.configure_json_logging(level="verbose")'],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0
+    assert "log level: 'verbose' is not one of debug, info, warning, error" in done.stderr
