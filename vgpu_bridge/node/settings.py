@@ -8,10 +8,32 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from vgpu_bridge.core.profiles import DEFAULT, DRIVER_NAME_MAX_LENGTH, DRIVER_NAME_PATTERN
-from vgpu_bridge.flag_settings import FlagSettings, host_port, setting, split_host_port
+from vgpu_bridge.flag_settings import (
+    FlagSettings,
+    SettingsError,
+    host_port,
+    setting,
+    split_host_port,
+)
 from vgpu_bridge.node.claimdirs import MAX_REMOVALS_PER_PASS
 
 KUBELET_PLUGINS = Path("/var/lib/kubelet/plugins")
+DRIVER_ROOT_MAX_LENGTH = 1024
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+def driver_root_problem(value: str) -> str | None:
+    """Why `value` cannot be a driver root: it is written into every claim's CDI spec as the
+    host path of the driver's files, so only a plain absolute path will do (empty: none)."""
+    if not value:
+        return None
+    if len(value) > DRIVER_ROOT_MAX_LENGTH:
+        return f"must be at most {DRIVER_ROOT_MAX_LENGTH} characters, got {len(value)}"
+    if not value.startswith("/"):
+        return f"must be an absolute path, got {value!r}"
+    if ".." in value.split("/") or not value.isprintable():
+        return f"must be a plain path (no '..', no control characters), got {value!r}"
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,11 +102,42 @@ class Settings(FlagSettings):
     device_health_seconds: float = setting(
         5, gt=0, description="how often the cards' health is checked"
     )
+    driver_root: str = setting(
+        "",
+        check=driver_root_problem,
+        description="the NVIDIA driver install as the node's runtime sees it ('/' on a host "
+        "install, /run/nvidia/driver under GPU Operator): its libraries and binaries go into "
+        "every claim's CDI spec; empty: none (mock GPUs, tests)",
+    )
+    driver_root_mount: str = setting(
+        "",
+        check=driver_root_problem,
+        description="where this process sees --driver-root (the chart mounts it at "
+        "/driver-root); empty: at --driver-root itself",
+    )
+    log_level: LogLevel = setting("info", description="the least level logged")
     device_taint_effect: Literal["NoSchedule", "NoExecute", "None"] = setting(
         "NoSchedule",
         description="an unhealthy card's taint: NoSchedule keeps new shares off it, NoExecute "
         "also evicts the pods using it, None only marks it",
     )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.driver_root_mount and not self.driver_root:
+            raise SettingsError([("driver_root_mount", "needs --driver-root")])
+
+    @property
+    def driver_root_path(self) -> Path | None:
+        """The driver root on the host (the spec's host paths start there); None: none."""
+        return Path(self.driver_root) if self.driver_root else None
+
+    @property
+    def driver_root_mount_path(self) -> Path | None:
+        """Where this process reads the driver root; None without one."""
+        if not self.driver_root:
+            return None
+        return Path(self.driver_root_mount or self.driver_root)
 
     @property
     def plugin_path(self) -> Path:

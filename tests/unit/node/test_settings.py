@@ -51,3 +51,55 @@ def test_a_driver_name_must_be_a_dns_subdomain(name: str) -> None:
     """It names the plugin dir and the registration socket: no path may hide in it."""
     with pytest.raises(SettingsError, match="driver_name"):
         Settings.from_args(["--node-name", "n1", "--driver-name", name], {})
+
+
+def test_without_a_driver_root_the_agent_adds_no_driver_files() -> None:
+    """The CLI default (and the chart's empty value): today's specs, mock GPUs need nothing."""
+    settings = Settings.from_env({"VGPU_BRIDGE_NODE_NAME": "n1", "VGPU_BRIDGE_DRIVER_ROOT": ""})
+    assert settings.driver_root_path is None
+    assert settings.driver_root_mount_path is None
+
+
+def test_the_driver_root_is_seen_at_its_own_path_unless_a_mount_is_named() -> None:
+    host = Settings.from_args(["--node-name", "n1", "--driver-root", "/"], {})
+    assert (host.driver_root_path, host.driver_root_mount_path) == (Path("/"), Path("/"))
+    operator = Settings.from_env(
+        {
+            "VGPU_BRIDGE_NODE_NAME": "n1",
+            "VGPU_BRIDGE_DRIVER_ROOT": "/run/nvidia/driver",
+            "VGPU_BRIDGE_DRIVER_ROOT_MOUNT": "/driver-root",
+        }
+    )
+    assert operator.driver_root_path == Path("/run/nvidia/driver")
+    assert operator.driver_root_mount_path == Path("/driver-root")
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--driver-root", "run/nvidia/driver"),
+        ("--driver-root", "/run/../etc"),
+        ("--driver-root", "/run/nvidia/driver\n"),
+        ("--driver-root", "/" + "d" * 1024),
+        ("--driver-root-mount", "driver-root"),
+    ],
+    ids=["relative", "dot-dot", "newline", "too-long", "relative-mount"],
+)
+def test_a_driver_root_must_be_a_plain_absolute_path(flag: str, value: str) -> None:
+    """It is written into every claim's CDI spec as the host path of the driver's files."""
+    args = ["--node-name", "n1", "--driver-root", "/run/nvidia/driver", flag, value]
+    with pytest.raises(SettingsError, match=flag.removeprefix("--").replace("-", "_")):
+        Settings.from_args(args, {})
+
+
+def test_a_driver_root_mount_needs_a_driver_root() -> None:
+    with pytest.raises(SettingsError, match="driver_root_mount: needs --driver-root"):
+        Settings.from_args(["--node-name", "n1", "--driver-root-mount", "/driver-root"], {})
+
+
+@pytest.mark.parametrize("level", ["debug", "info", "warning", "error"])
+def test_the_log_level_is_one_of_four(level: str) -> None:
+    assert Settings.from_env({"VGPU_BRIDGE_NODE_NAME": "n", "VGPU_BRIDGE_LOG_LEVEL": level})
+    assert Settings.from_args(["--node-name", "n"], {}).log_level == "info"
+    with pytest.raises(SettingsError, match="log_level"):
+        Settings.from_args(["--node-name", "n", "--log-level", "verbose"], {})
