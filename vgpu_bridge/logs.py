@@ -20,14 +20,17 @@ import datetime
 import sys
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from structlog.typing import EventDict, FilteringBoundLogger, WrappedLogger
 
 MAX_PENDING = 10_000  # lines kept before structlog loads; past it, it loads at once
 
-LOG_LEVELS = ("debug", "info", "warning", "error")
+LogLevel = Literal["debug", "info", "warning", "error"]
+"""The type of both binaries' `--log-level` setting (FlagSettings checks a Literal's choices)."""
+
+LOG_LEVELS: tuple[LogLevel, ...] = ("debug", "info", "warning", "error")
 """The values of both binaries' `--log-level`, least severe first."""
 
 _SEVERITY = {"debug": 10, "info": 20, "warning": 30, "error": 40}  # the standard library's numbers

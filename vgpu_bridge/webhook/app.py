@@ -269,7 +269,8 @@ def start_all(threads: list[threading.Thread]) -> None:
 
 
 def serve(settings: Settings) -> int:
-    logs.configure_json_logging(defer=True)  # structlog loads in the background, below
+    # structlog loads in the background, below
+    logs.configure_json_logging(defer=True, level=settings.log_level)
     api = KubeApi.connect_on_first_use(settings.kubeconfig)
     admitter, inventory, sweeper = build(settings, api)
     keeper = own_certificate(settings, api)

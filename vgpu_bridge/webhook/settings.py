@@ -16,6 +16,7 @@ from vgpu_bridge.flag_settings import (
     split_host_port,
 )
 from vgpu_bridge.kube import dns_label_problem, dns_subdomain_problem
+from vgpu_bridge.logs import LogLevel
 from vgpu_bridge.webhook.connections import Limits
 from vgpu_bridge.webhook.extra_workloads import (
     DEFAULT_EXTRA_WORKLOAD_RESOURCES,
@@ -81,6 +82,9 @@ class Settings(FlagSettings):
         "it signed (configure the API server to present one); unset: any client",
     )
     kubeconfig: str | None = setting(None, description="kubeconfig; in-cluster if unset")
+    log_level: LogLevel = setting(
+        "info", description="least severe line written: debug, info, warning or error"
+    )
     profile: Literal["default", "hami"] = setting(
         "default", description="driver profile: default or hami"
     )
