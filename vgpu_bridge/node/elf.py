@@ -92,11 +92,15 @@ Segment = tuple[int, int, int, int]  # p_type, p_offset, p_vaddr, p_filesz
 
 
 def _program_headers(read: Read, *, machine: str) -> list[Segment]:
+    try:
+        magic = read(0, len(ELF_MAGIC))
+    except ElfError:
+        magic = b""
+    if magic != ELF_MAGIC:
+        raise ElfError("not an ELF file")
     header = HEADER.unpack(read(0, HEADER.size))
     ident, e_type, e_machine = header[0], header[1], header[2]
     phoff, phentsize, phnum = header[5], header[9], header[10]
-    if ident[:4] != ELF_MAGIC:
-        raise ElfError("not an ELF file")
     if ident[4] != ELFCLASS64 or ident[5] != ELFDATA2LSB:
         raise ElfError("not a 64-bit little-endian ELF file")
     if e_type != ET_DYN:
