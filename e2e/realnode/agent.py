@@ -18,12 +18,16 @@ from e2e.cluster.client import KubeClient
 from e2e.cluster.controlplane import LocalCluster
 from e2e.cluster.processes import free_port
 from e2e.realnode.build import NativeParts
+from e2e.realnode.driver_root import DriverRootFlags
 from e2e.realnode.host import Layout
-from e2e.realnode.node import Component, RealNode, record_pids, wait_started
+from e2e.realnode.node import Component, RealNode, record_pids, stop_component, wait_started
 from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.node.library import install
 
 RESOURCE = "/apis/resource.k8s.io/v1"
+AGENT = "node-agent"
+#: the agent's log line once the kubelet has taken its registration (grpc.py)
+REGISTERED = "registered with the kubelet"
 #: where the scenario expects libvgpu in a claimed container (the path the CDI spec mounts)
 CONTAINER_LIBVGPU = "/usr/local/vgpu/libvgpu.so"
 
@@ -41,11 +45,17 @@ def install_libvgpu(layout: Layout, native: NativeParts) -> Path:
 
 
 def start_agent(
-    node: RealNode, cluster: LocalCluster, native: NativeParts, gpus: list[dict[str, str]]
+    node: RealNode,
+    cluster: LocalCluster,
+    native: NativeParts,
+    gpus: list[dict[str, str]],
+    *,
+    driver_root: DriverRootFlags | None = None,
 ) -> tuple[Component, str]:
-    """Start the agent (recorded with the node's components, so ``down`` stops it) and wait
-    until it has published ``len(gpus)`` devices in the node's ResourceSlice; the component and
-    the URL of its /metrics."""
+    """Start the agent (recorded with the node's components, so ``down`` stops it), given
+    ``driver_root`` with ``--driver-root`` (and ``--driver-root-mount``), and wait until the
+    kubelet has registered it and it has published ``len(gpus)`` devices in the node's
+    ResourceSlice; the component and the URL of its /metrics."""
     layout = node.layout
     install_libvgpu(layout, native)
     environ = {key: value for key, value in os.environ.items() if not key.startswith("VGPU_")}
@@ -61,8 +71,10 @@ def start_agent(
         "--kubeconfig", str(cluster.kubeconfig),
         "--metrics-listen", f"127.0.0.1:{metrics_port}",
         "--resync-seconds", "2",
+        *(driver_root.args() if driver_root is not None else []),
     ]  # fmt: skip
     log = layout.logs / "node-agent.log"
+    registrations_before = _registrations(log)
     with log.open("ab") as out:
         process = subprocess.Popen(
             [sys.executable, *command],
@@ -73,16 +85,40 @@ def start_agent(
             env=environ,
             cwd=Path(__file__).resolve().parents[2],
         )
-    component = Component("node-agent", process.pid, Path(sys.executable), log, process)
+    component = Component(AGENT, process.pid, Path(sys.executable), log, process)
     node.components.append(component)
     record_pids(node)
     client = cluster.client()
     wait_started(
-        lambda: published_devices(client, node.name) == len(gpus),
-        what="the agent's ResourceSlice",
+        lambda: (
+            _registrations(log) > registrations_before
+            and published_devices(client, node.name) == len(gpus)
+        ),
+        what="the agent registered by the kubelet and its ResourceSlice",
         component=component,
     )
     return component, f"http://127.0.0.1:{metrics_port}/metrics"
+
+
+def restart_agent(
+    node: RealNode,
+    cluster: LocalCluster,
+    native: NativeParts,
+    gpus: list[dict[str, str]],
+    *,
+    driver_root: DriverRootFlags | None,
+) -> str:
+    """Stop the running agent and start it again with ``driver_root`` (the node, kubelet and
+    cluster stay); the URL of its /metrics."""
+    stop_component(node, AGENT)
+    return start_agent(node, cluster, native, gpus, driver_root=driver_root)[1]
+
+
+def _registrations(log: Path) -> int:
+    try:
+        return log.read_text(errors="replace").count(REGISTERED)
+    except FileNotFoundError:
+        return 0
 
 
 def published_devices(client: KubeClient, node_name: str) -> int:

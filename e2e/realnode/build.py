@@ -33,7 +33,8 @@ C_PROGRAMS = ("pause", "probe")
 NATIVE_DIR = Path(__file__).resolve().parents[2] / "native" / "vgpu"
 #: what the scenario's image and host need from native/vgpu (built by its own Makefile)
 NATIVE_TARGETS = ("build/libvgpu.so", "build/fake/libcuda.so.1", "build/fake/libnvidia-ml.so.1")
-#: where the fake driver sits in the scenario image (cudaprobe's RUNPATH, LD_LIBRARY_PATH)
+#: where the kind tier's CUDA image keeps the fake driver (e2e/kind/cudaimage.py, found through
+#: LD_LIBRARY_PATH); the real node's CUDA image has none (its pods get it from the claim)
 IMAGE_DRIVER_DIR = "/usr/lib/vgpu-test"
 
 
@@ -116,6 +117,8 @@ class NativeParts:
     fake_nvml: Path
     cudaprobe: Path
     cudalaunch: Path
+    #: the stand-in driver's nvidia-smi (csrc/nvidia_smi.c: dlopens libnvidia-ml.so.1)
+    nvidia_smi: Path
 
 
 #: the CUDA image's programs (csrc/<name>.c), linked against the fake libcuda.so.1
@@ -124,8 +127,9 @@ CUDA_PROGRAMS = ("cudaprobe", "cudalaunch")
 
 def ensure_native(runtime: RuntimeBinaries) -> NativeParts:
     """libvgpu.so and the fake driver (``make -C native/vgpu``, which knows when they are stale),
-    and the ``CUDA_PROGRAMS`` linked against the fake libcuda.so.1 (RUNPATH
-    ``IMAGE_DRIVER_DIR``)."""
+    the ``CUDA_PROGRAMS`` linked against the fake libcuda.so.1 (its SONAME in DT_NEEDED, no
+    RUNPATH: in a pod the loader finds it where the claim's CDI spec mounts it, on its default
+    path) and the stand-in nvidia-smi."""
     _run(["make", "-C", str(NATIVE_DIR), "--no-print-directory", *NATIVE_TARGETS])
     libvgpu, fake_cuda, fake_nvml = (NATIVE_DIR / target for target in NATIVE_TARGETS)
     for name in CUDA_PROGRAMS:
@@ -139,11 +143,12 @@ def ensure_native(runtime: RuntimeBinaries) -> NativeParts:
                 str(CSRC / f"{name}.c"),
                 f"-L{fake_cuda.parent}",
                 "-l:libcuda.so.1",
-                f"-Wl,-rpath,{IMAGE_DRIVER_DIR}",
             ]
         )
-    programs = (runtime.path(name) for name in CUDA_PROGRAMS)
-    return NativeParts(libvgpu, fake_cuda, fake_nvml, *programs)
+    nvidia_smi = runtime.path("nvidia-smi")
+    _run(["gcc", "-O2", "-o", str(nvidia_smi), str(CSRC / "nvidia_smi.c"), "-ldl"])
+    cudaprobe, cudalaunch = (runtime.path(name) for name in CUDA_PROGRAMS)
+    return NativeParts(libvgpu, fake_cuda, fake_nvml, cudaprobe, cudalaunch, nvidia_smi)
 
 
 def _wanted_stamp() -> dict[str, str]:

@@ -57,6 +57,8 @@ class Layout:
     root: Path = Path("/var/lib/vgpu-bridge-realnode")
     run: Path = Path("/run/vgpu-bridge-realnode")
     cgroup_name: str = "vgpu-realnode"
+    #: GPU Operator's driver root (driver_root.OPERATOR_DRIVER_ROOT): made only where nothing is
+    operator_driver_root: Path = Path("/run/nvidia/driver")
 
     @property
     def cgroup_root(self) -> str:
@@ -101,6 +103,22 @@ class Layout:
     @property
     def pids(self) -> Path:
         return self.root / "pids.json"
+
+    @property
+    def driver_root(self) -> Path:
+        """The stand-in driver install of a host-install layout (a directory playing `/`)."""
+        return self.root / "driver-root"
+
+    @property
+    def driver_root_mount(self) -> Path:
+        """Where the agent sees a driver root through a read-only bind mount (the chart's
+        /driver-root)."""
+        return self.root / "driver-root-mount"
+
+    @property
+    def created_dirs(self) -> Path:
+        """The directories outside ``root`` and ``run`` the tier made (driver_root.py)."""
+        return self.root / "created-dirs.json"
 
     @property
     def cluster_state(self) -> Path:

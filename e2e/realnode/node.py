@@ -21,13 +21,16 @@ from pathlib import Path
 from e2e.cluster.client import ApiError, KubeClient
 from e2e.cluster.controlplane import LocalCluster
 from e2e.cluster.processes import free_port
-from e2e.realnode import containerd, host, kubelet
-from e2e.realnode.build import IMAGE_DRIVER_DIR, NativeParts
+from e2e.realnode import containerd, driver_root, host, kubelet
+from e2e.realnode.build import NativeParts
 from e2e.realnode.host import Layout
 from e2e.realnode.images import ImageSpec, WrittenImage, shared_libraries, write_oci_archive
 
 TEST_IMAGE = "localhost/vgpu-realnode-probe:1"
 CUDA_IMAGE = "localhost/vgpu-realnode-cuda:1"
+#: file name prefixes of the driver's user-space libraries: never in the CUDA image (a pod gets
+#: them from its claim), even where the host that builds the image has a driver installed
+DRIVER_LIBRARY_PREFIXES = ("libcuda.", "libnvidia-")
 #: argv[0] basenames of the processes the node starts (checked together with our paths)
 OUR_PROGRAMS = frozenset({"containerd", "containerd-shim-runc-v2", "vgpu-k8s", "runc"})
 START_TIMEOUT_S = 120.0
@@ -69,6 +72,8 @@ class RealNode:
     images: dict[str, WrittenImage]
     timings: dict[str, float]
     native: NativeParts | None = None
+    #: the stand-in driver install of a host-install layout (with ``native`` only)
+    driver_root: Path | None = None
 
     def component(self, name: str) -> Component:
         return next(c for c in self.components if c.name == name)
@@ -102,6 +107,8 @@ def _start(node: RealNode, cluster: LocalCluster, native: NativeParts | None) ->
         directory.mkdir(parents=True, exist_ok=True)
     host.save_sysctls(layout)
     host.create_cgroup_root(layout)
+    if native is not None:
+        node.driver_root = install_driver(layout.driver_root, native)
 
     started = time.monotonic()
     config = containerd.write_files(layout, bin_dir)
@@ -161,38 +168,49 @@ def save_logs(layout: Layout) -> Path:
     return SAVED_LOGS
 
 
+def install_driver(top: Path, native: NativeParts) -> Path:
+    """The fake driver of native/vgpu's tests installed under ``top`` as a driver of
+    ``driver_root.DRIVER_VERSION`` (driver_root.py); returns ``top``."""
+    driver_root.install(
+        top,
+        libraries={"libcuda.so.1": native.fake_cuda, "libnvidia-ml.so.1": native.fake_nvml},
+        binaries={"nvidia-smi": native.nvidia_smi},
+    )
+    return top
+
+
+def cuda_image_spec(native: NativeParts) -> ImageSpec:
+    """The CUDA image: cudaprobe (its entrypoint) and cudalaunch, plus the libraries that they
+    and libvgpu.so need, but no driver library and no LD_LIBRARY_PATH: as in a plain CUDA image
+    run without an NVIDIA runtime, libcuda.so.1 comes from the claim's CDI mounts or not at all
+    (libvgpu is not in it either: CDI mounts it)."""
+    files = {
+        "/cudaprobe": native.cudaprobe,
+        "/cudalaunch": native.cudalaunch,
+        **shared_libraries(native.cudaprobe),
+        **shared_libraries(native.cudalaunch),
+        **shared_libraries(native.libvgpu),
+    }
+    kept = {
+        path: host_file
+        for path, host_file in files.items()
+        if not Path(path).name.startswith(DRIVER_LIBRARY_PREFIXES)
+    }
+    return ImageSpec(
+        CUDA_IMAGE, entrypoint=("/cudaprobe",), files=kept, env=("PATH=/usr/bin:/bin",)
+    )
+
+
 def build_images(
     layout: Layout, bin_dir: Path, native: NativeParts | None = None
 ) -> list[WrittenImage]:
     """The sandbox image (static pause), the test image (dynamic probe + its loader/libc) and,
-    given ``native``, the CUDA image: cudaprobe (its entrypoint) and cudalaunch over the fake
-    driver, plus every library that they and libvgpu.so need (libvgpu itself is not in it: CDI
-    mounts it)."""
+    given ``native``, the CUDA image (``cuda_image_spec``)."""
     out = layout.root / "images"
     probe = bin_dir / "probe"
     images = []
     if native is not None:
-        driver = IMAGE_DRIVER_DIR
-        files = {
-            "/cudaprobe": native.cudaprobe,
-            "/cudalaunch": native.cudalaunch,
-            f"{driver}/libcuda.so.1": native.fake_cuda,
-            f"{driver}/libnvidia-ml.so.1": native.fake_nvml,
-            **shared_libraries(native.cudaprobe),
-            **shared_libraries(native.cudalaunch),
-            **shared_libraries(native.libvgpu),
-        }
-        images.append(
-            write_oci_archive(
-                ImageSpec(
-                    CUDA_IMAGE,
-                    entrypoint=("/cudaprobe",),
-                    files=files,
-                    env=("PATH=/usr/bin:/bin", f"LD_LIBRARY_PATH={driver}"),
-                ),
-                out / "cuda.tar",
-            )
-        )
+        images.append(write_oci_archive(cuda_image_spec(native), out / "cuda.tar"))
     return [
         *images,
         write_oci_archive(
@@ -357,6 +375,7 @@ def down(
         result.stopped.append(f"{len(leftovers)} leftover process(es)")
         result.left_processes = sorted(host.kill_and_wait(leftovers))
     result.left_mounts = host.unmount_all(layout.run, layout.root)
+    result.notes += driver_root.release_directories(layout.created_dirs)
     result.left_cgroups = host.remove_cgroups(layout)
     result.sysctls_restored = host.restore_sysctls(layout)
     if client is not None:
@@ -396,6 +415,15 @@ def _stop(component: Component, grace_s: float = 15.0) -> None:
     if component.process is not None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             component.process.wait(timeout=5.0)
+
+
+def stop_component(node: RealNode, name: str) -> None:
+    """Stop one component the node started (e.g. the agent, to start it again with other flags)
+    and forget it."""
+    component = node.component(name)
+    _stop(component)
+    node.components.remove(component)
+    record_pids(node)
 
 
 def _read_pids(layout: Layout) -> list[Component]:

@@ -1,9 +1,11 @@
 """Our product on the real node, as the tests that use it through pods see it (issue 10).
 
-``running_product`` brings up a private control plane and the real node with libvgpu and the
-CUDA image, our DeviceClass, our node agent publishing one mock GPU, and our webhook translating
-the pods of one labelled namespace; everything is torn down however the block ends. The
-``product`` fixture (conftest.py) gives each test module its own.
+``running_product`` brings up a private control plane and the real node with libvgpu, the CUDA
+image (which holds no driver library) and the stand-in driver install (driver_root.py), our
+DeviceClass, our node agent publishing one mock GPU of the stand-in's driver version with
+``--driver-root`` at that install (so each claim's CDI spec mounts the driver's libraries and
+nvidia-smi), and our webhook translating the pods of one labelled namespace; everything is torn
+down however the block ends. The ``product`` fixture (conftest.py) gives each test module its own.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from e2e.cluster import LocalCluster, Settings
 from e2e.cluster.client import ApiError, KubeClient
 from e2e.dra_objects import device_class
 from e2e.realnode.agent import start_agent
+from e2e.realnode.driver_root import DRIVER_VERSION, DriverRootFlags
 from e2e.realnode.node import RealNode
 from e2e.realnode.spike import node_and_cluster
 from e2e.waiting import wait_for
@@ -32,6 +35,7 @@ GPU = {
     "uuid": "GPU-e2e00000-4ea1-4000-8000-000000000000",
     "productName": "NVIDIA H100 80GB HBM3",
     "memory": "80Gi",
+    "driverVersion": DRIVER_VERSION,
 }
 
 
@@ -53,11 +57,14 @@ def running_product(settings: Settings, workdir: Path, *, log: list[str]) -> Ite
     """The cluster, the node, the agent with ``GPU`` and the webhook for ``NAMESPACE``."""
     with node_and_cluster(settings, log=log, with_native=True) as (cluster, node):
         assert node.native is not None
+        assert node.driver_root is not None
         client = cluster.client()
         client.create(
             f"{RESOURCE}/deviceclasses", device_class(DEFAULT.device_class, driver=DEFAULT.driver)
         )
-        _, metrics_url = start_agent(node, cluster, node.native, [GPU])
+        _, metrics_url = start_agent(
+            node, cluster, node.native, [GPU], driver_root=DriverRootFlags(node.driver_root)
+        )
         with running_webhook(client, cluster.kubeconfig, workdir, grace_s=3, namespace_label=LABEL):
             client.create(
                 "/api/v1/namespaces",

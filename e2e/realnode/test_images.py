@@ -1,14 +1,18 @@
-"""The OCI archives ``ctr images import`` takes, written without a registry or a tool."""
+"""The OCI archives ``ctr images import`` takes, written without a registry or a tool, and
+what the CUDA image holds."""
 
 from __future__ import annotations
 
 import hashlib
 import io
 import json
+import subprocess
 import tarfile
 from pathlib import Path
 
+from e2e.realnode.build import NativeParts
 from e2e.realnode.images import ImageSpec, layer_bytes, shared_libraries, write_oci_archive
+from e2e.realnode.node import cuda_image_spec
 
 
 def _members(archive: Path) -> dict[str, bytes]:
@@ -70,3 +74,41 @@ def test_shared_libraries_of_a_dynamic_program_include_loader_and_libc() -> None
     libraries = shared_libraries(Path("/bin/ls"))
     assert any("ld-linux" in path for path in libraries)
     assert any(Path(path).name.startswith("libc.so") for path in libraries)
+
+
+def test_cuda_image_carries_no_driver_library_even_where_the_builder_has_one(
+    tmp_path: Path,
+) -> None:
+    """The builder's loader finds a libcuda.so.1 for the CUDA programs (here through a RUNPATH,
+    on a GPU host through its driver install): the image still holds none, nor LD_LIBRARY_PATH."""
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    stub = tmp_path / "stub.c"
+    stub.write_text("int cuInit(unsigned int flags) { return (int)flags; }\n")
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o",
+         str(driver / "libcuda.so.1"), str(stub)],
+        check=True,
+    )  # fmt: skip
+    main = tmp_path / "main.c"
+    main.write_text("int cuInit(unsigned int flags);\nint main(void) { return cuInit(0); }\n")
+    program = tmp_path / "cudaprobe"
+    subprocess.run(
+        ["gcc", "-o", str(program), str(main), f"-L{driver}", "-l:libcuda.so.1",
+         f"-Wl,-rpath,{driver}"],
+        check=True,
+    )  # fmt: skip
+    assert str(driver / "libcuda.so.1") in shared_libraries(program)
+    native = NativeParts(
+        libvgpu=Path("/bin/ls"),
+        fake_cuda=driver / "libcuda.so.1",
+        fake_nvml=driver / "libcuda.so.1",
+        cudaprobe=program,
+        cudalaunch=program,
+        nvidia_smi=program,
+    )
+    spec = cuda_image_spec(native)
+    assert not [path for path in spec.files if "libcuda" in path or "libnvidia" in path]
+    assert spec.files["/cudaprobe"] == program
+    assert any(Path(path).name.startswith("libc.so") for path in spec.files)
+    assert not [entry for entry in spec.env if entry.startswith("LD_LIBRARY_PATH=")]

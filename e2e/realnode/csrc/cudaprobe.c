@@ -1,13 +1,19 @@
-/* The real-node scenario's CUDA program, dynamically linked against libcuda.so.1 (in the test
- * image, the fake driver of native/vgpu/tests/fake), so /etc/ld.so.preload brings libvgpu.so in.
- * It prints, one "key=value" a line: the CUDA_* environment, each mapped object with "vgpu" in
- * its path, /etc/ld.so.preload, cuMemGetInfo's total, then allocates argv[1] MiB chunks (default
- * 64) until the driver refuses: allocated_mib and the refusing call's error code (2 is
- * CUDA_ERROR_OUT_OF_MEMORY); then it holds what it got for argv[2] seconds (default 0), so two
- * pods can be seen holding their shares at once. Exit status 0 when it ran to a refusal or 64 GiB. */
+/* The real-node scenario's CUDA program, dynamically linked against libcuda.so.1 (DT_NEEDED, no
+ * RUNPATH: the image holds no driver library, so the loader finds the one the claim's CDI spec
+ * mounts from the node's driver root, the fake driver of native/vgpu/tests/fake), and
+ * /etc/ld.so.preload brings libvgpu.so in. Usage: cudaprobe [CHUNK_MIB [HOLD_S [PROGRAM]]].
+ * It prints, one "key=value" a line: the CUDA_* environment, each mapped object with "vgpu",
+ * "libcuda" or "libnvidia" in its path, /etc/ld.so.preload, cuMemGetInfo's total, then allocates
+ * CHUNK_MIB chunks (default 64) until the driver refuses: allocated_mib and the refusing call's
+ * error code (2 is CUDA_ERROR_OUT_OF_MEMORY); then it runs PROGRAM (no arguments; its output
+ * follows, then program_status=its exit status) and holds what it got for HOLD_S seconds
+ * (default 0), so two pods can be seen holding their shares at once. Exit status 0 when it ran to
+ * a refusal or 64 GiB. */
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 typedef int CUresult;
@@ -42,7 +48,10 @@ static void print_maps(void) {
     char last[4096] = "";
     while (maps != NULL && fgets(line, sizeof line, maps) != NULL) {
         char *path = strchr(line, '/');
-        if (path == NULL || strstr(path, "vgpu") == NULL || strcmp(path, last) == 0) {
+        int wanted = path != NULL && (strstr(path, "vgpu") != NULL ||
+                                      strstr(path, "libcuda") != NULL ||
+                                      strstr(path, "libnvidia") != NULL);
+        if (!wanted || strcmp(path, last) == 0) {
             continue;
         }
         snprintf(last, sizeof last, "%s", path);
@@ -51,6 +60,20 @@ static void print_maps(void) {
     if (maps != NULL) {
         fclose(maps);
     }
+}
+
+/* PROGRAM's output goes to our stdout after ours; its exit status (or -1: not run) follows. */
+static void run_program(const char *program) {
+    char *const args[] = {(char *)program, NULL};
+    pid_t pid;
+    int status = 0;
+    if (posix_spawn(&pid, program, NULL, NULL, args, environ) != 0 ||
+        waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) {
+        printf("program_status=-1\n");
+    } else {
+        printf("program_status=%d\n", WEXITSTATUS(status));
+    }
+    fflush(stdout);
 }
 
 int main(int argc, char **argv) {
@@ -83,6 +106,9 @@ int main(int argc, char **argv) {
     }
     printf("allocated_mib=%zu\nalloc_error=%d\n", allocated, rc);
     fflush(stdout);
+    if (argc > 3) {
+        run_program(argv[3]);
+    }
     if (argc > 2) {
         sleep((unsigned int)atoi(argv[2]));
     }
