@@ -4,6 +4,10 @@ The mock file is YAML, a list of `{uuid, productName, memory}` (memory a Kuberne
 optionally with `architecture`, `computeCapability` and `driverVersion`; the same list may be
 given inline instead of a file's path. GPUs are indexed in the
 order listed (NVML's order on a real node), and the device published for GPU `i` is `gpu-<i>`.
+
+On a real node a card NVML reports in MIG mode is not shareable (it runs no CUDA as a whole card):
+`nvml_inventory` lists it as skipped, with its reason, and keeps the others' indexes, so a skipped
+card never renames its neighbours' devices (see docs/mig.md).
 """
 
 from __future__ import annotations
@@ -44,6 +48,31 @@ class Gpu:
     @property
     def device_node(self) -> str | None:
         return None if self.minor is None else f"/dev/nvidia{self.minor}"
+
+
+MIG_ENABLED = "mig-enabled"  # the card's current MIG mode is on: only its MIG instances run CUDA
+MIG_MODE_UNKNOWN = "mig-mode-unknown"  # NVML failed to say: not published, to be safe
+
+# NVML's "this card or driver has no MIG": the card runs CUDA as a whole card
+_NVML_NOT_SUPPORTED = 3
+_NVML_FUNCTION_NOT_FOUND = 13
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedGpu:
+    """A card the agent does not publish, and why (`MIG_ENABLED`, `MIG_MODE_UNKNOWN`)."""
+
+    index: int
+    uuid: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    """The node's cards as NVML lists them: the shareable ones, and those skipped."""
+
+    gpus: tuple[Gpu, ...]
+    skipped: tuple[SkippedGpu, ...] = ()
 
 
 class _MockGpu(BaseModel):
@@ -120,7 +149,13 @@ def mock_gpus(value: str) -> tuple[Gpu, ...]:
 
 
 def nvml_gpus(nvml: Any = None) -> tuple[Gpu, ...]:
-    """GPUs from NVML (`pynvml`, from nvidia-ml-py); GpuDiscoveryError when NVML is unavailable.
+    """The shareable GPUs NVML lists (`nvml_inventory` without the skipped cards)."""
+    return nvml_inventory(nvml).gpus
+
+
+def nvml_inventory(nvml: Any = None) -> Inventory:
+    """The cards NVML lists (`pynvml`, from nvidia-ml-py), each shareable or skipped with its
+    reason; GpuDiscoveryError when NVML is unavailable or fails while listing.
 
     `nvml` is the module to use; tests of the conversion may pass an object with its API.
     """
@@ -134,16 +169,44 @@ def nvml_gpus(nvml: Any = None) -> tuple[Gpu, ...]:
         raise GpuDiscoveryError(f"NVML is unavailable: {exc}") from None
     try:
         driver_version = _text(nvml.nvmlSystemGetDriverVersion())
-        count = nvml.nvmlDeviceGetCount()
-        return tuple(_nvml_gpu(nvml, index, driver_version) for index in range(count))
+        cards = [
+            _nvml_card(nvml, index, driver_version) for index in range(nvml.nvmlDeviceGetCount())
+        ]
     except Exception as exc:  # any NVML failure while reading makes the list unusable
         raise GpuDiscoveryError(f"NVML failed while listing GPUs: {exc}") from None
     finally:
         nvml.nvmlShutdown()
+    return Inventory(
+        gpus=tuple(card for card in cards if isinstance(card, Gpu)),
+        skipped=tuple(card for card in cards if isinstance(card, SkippedGpu)),
+    )
 
 
-def _nvml_gpu(nvml: Any, index: int, driver_version: str) -> Gpu:
+def _nvml_card(nvml: Any, index: int, driver_version: str) -> Gpu | SkippedGpu:
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    reason = _skip_reason(nvml, handle)
+    if reason is not None:
+        return SkippedGpu(index=index, uuid=_text(nvml.nvmlDeviceGetUUID(handle)), reason=reason)
+    return _nvml_gpu(nvml, index, handle, driver_version)
+
+
+def _skip_reason(nvml: Any, handle: object) -> str | None:
+    """Why the card must not be shared, or None. A card in MIG mode runs CUDA only in its MIG
+    instances; a card or driver without MIG (NOT_SUPPORTED, or no such call) is a whole card;
+    any other failure to say is not published, since sharing a MIG card fails every workload."""
+    get_mig_mode = getattr(nvml, "nvmlDeviceGetMigMode", None)
+    if get_mig_mode is None:
+        return None
+    try:
+        current, _pending = get_mig_mode(handle)  # pending takes effect only after a reset
+    except Exception as exc:  # NVMLError subclasses carry NVML's return code as `value`
+        if getattr(exc, "value", None) in (_NVML_NOT_SUPPORTED, _NVML_FUNCTION_NOT_FOUND):
+            return None
+        return MIG_MODE_UNKNOWN
+    return MIG_ENABLED if current else None
+
+
+def _nvml_gpu(nvml: Any, index: int, handle: object, driver_version: str) -> Gpu:
     major, minor_cc = nvml.nvmlDeviceGetCudaComputeCapability(handle)
     return Gpu(
         index=index,

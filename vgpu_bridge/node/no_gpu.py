@@ -3,12 +3,15 @@
 The DaemonSet runs only on nodes labelled as GPU nodes by default, but labels can be wrong, a
 pool can be mixed, and the GPU operator often installs the driver after DaemonSets start. Exiting
 would crash-loop the pod and fire `VgpuBridgeAgentDown`; publishing would offer the scheduler
-nothing. So, until NVML lists at least one GPU, the agent:
+nothing. So, until NVML lists at least one GPU it may publish (not a card in MIG mode, nor any
+card while NVIDIA's device plugin is registered on the node: `skipped_gpus.py`), the agent:
 
-- logs once why it waits (NVML unavailable, or no GPU listed), and once when it stops waiting;
+- logs once why it waits (NVML unavailable, no GPU listed, or none to publish), and once when it
+  stops waiting;
 - registers no kubelet plugin and publishes no ResourceSlice (nothing can be allocated here);
 - answers `/healthz` 200 with `{"status": "ok", "waiting": <why>}` and serves `/metrics` with
-  `vgpu_bridge_agent_waiting_for_gpus 1` and `vgpu_bridge_agent_healthy 1`, so no alert fires;
+  `vgpu_bridge_agent_waiting_for_gpus 1` and `vgpu_bridge_agent_healthy 1`, so no alert fires,
+  and whatever collectors the caller adds (the skipped cards' gauge);
 - looks again every `--gpu-wait-seconds` (60 s by default) and starts as usual once GPUs appear.
 
 Mock GPUs never wait: a bad mock list is a configuration error and the agent exits 1.
@@ -17,7 +20,7 @@ Mock GPUs never wait: a bad mock list is a configuration error and the agent exi
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -47,7 +50,7 @@ class _WaitingCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         waiting = GaugeMetricFamily(
             "vgpu_bridge_agent_waiting_for_gpus",
-            "1 while the agent waits for NVML to list a GPU (nothing published or registered)",
+            "1 while the agent waits for a GPU it may publish (nothing published or registered)",
         )
         waiting.add_metric([], 1)
         healthy = GaugeMetricFamily(
@@ -63,10 +66,11 @@ def wait_for_gpus(
     stop: threading.Event,
     recheck_s: float,
     host_port: tuple[str, int] | None,
+    collectors: Sequence[Collector] = (),
 ) -> tuple[Gpu, ...] | None:
     """The GPUs `find` lists, at once or after waiting for them; None when `stop` is set first.
     While waiting, `/healthz` and `/metrics` are served on `host_port` (freed before returning,
-    so the agent can serve there next)."""
+    so the agent can serve there next), with `collectors` beside the waiting gauges."""
     gpus, reason = why_no_gpus(find)
     if reason is None:
         return gpus
@@ -77,6 +81,8 @@ def wait_for_gpus(
         registry = CollectorRegistry()
         register_standard(registry)
         registry.register(_WaitingCollector())
+        for collector in collectors:
+            registry.register(collector)
         server = MetricsServer(host_port)
         app = with_healthz(make_wsgi_app(registry), None, details=lambda: {"waiting": reason or ""})
         server.set_app(app)

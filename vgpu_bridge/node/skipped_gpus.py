@@ -1,0 +1,218 @@
+"""What the agent does not publish, and why, said where an operator looks.
+
+Two cases keep cards out of the node's ResourceSlices:
+- a card NVML reports in MIG mode (`gpus.MIG_ENABLED`; or `MIG_MODE_UNKNOWN` when NVML cannot
+  say): it runs CUDA only in its MIG instances, so a share of the whole card would fail every
+  workload. The others are published under their own NVML index.
+- NVIDIA's device plugin registered on this node (the Node's `status.capacity["nvidia.com/gpu"]`
+  above 0; only a kubelet device plugin puts it there: a DeviceClass's `extendedResourceName` is
+  served by the scheduler only where the Node does not have the resource, docs/mig.md): it hands
+  out the same cards as whole GPUs, and two bookkeepers of one card would both give it away. The
+  agent publishes nothing and looks again every `--gpu-wait-seconds`.
+
+Each is said three ways: a log line, a Warning Event `GpuSkipped` on the Node (one per card and
+reason per agent start, however often the agent looks again), and the gauge
+`vgpu_bridge_agent_gpus_skipped{gpu,reason}` (1 per card skipped now; `gpu="*"` for the device
+plugin). `ShareableGpus` is the `find` the agent waits on (`no_gpu.wait_for_gpus`): it answers the
+cards to publish, or raises `NoShareableGpu` saying why there are none yet.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from vgpu_bridge.core.quantity import QuantityError, parse_quantity
+from vgpu_bridge.kube import KubeApi, api_path
+from vgpu_bridge.logs import get_logger
+from vgpu_bridge.node.gpus import Gpu, GpuDiscoveryError, Inventory
+
+log = get_logger("vgpu_bridge.node.skipped_gpus")
+
+DEVICE_PLUGIN_PRESENT = "device-plugin-present"
+DEVICE_PLUGIN_RESOURCE = "nvidia.com/gpu"
+EVERY_CARD = "*"
+EVENT_REASON = "GpuSkipped"
+EVENTS_NAMESPACE = "default"  # where Events about cluster-scoped objects (Nodes) are kept
+MAX_NOTE = 1024  # events.k8s.io/v1 refuses a longer note
+
+_NOTES = {
+    "mig-enabled": "the card is in MIG mode: only its MIG instances run CUDA, so it is not shared",
+    "mig-mode-unknown": "NVML could not tell whether the card is in MIG mode, so it is not shared",
+    DEVICE_PLUGIN_PRESENT: (
+        "NVIDIA's device plugin registered nvidia.com/gpu on this node: nothing is published "
+        "here while it runs (two bookkeepers of one card would both give it away); turn it off "
+        "on this node (docs/gpu-operator.md) or keep the agent off it"
+    ),
+}
+
+
+class NoShareableGpu(GpuDiscoveryError):
+    """NVML lists cards, but none may be published now (every one skipped, or the device plugin
+    owns them); the agent waits and looks again, as on a node without GPUs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """A card (its uuid, or `EVERY_CARD`) kept out of the slices, and why."""
+
+    gpu: str
+    reason: str
+
+    @property
+    def note(self) -> str:
+        what = "every card" if self.gpu == EVERY_CARD else self.gpu
+        why = _NOTES.get(self.reason, self.reason)
+        return f"{what} not published ({self.reason}): {why}"[:MAX_NOTE]
+
+
+def skips_of(inventory: Inventory) -> list[Skip]:
+    return [Skip(card.uuid, card.reason) for card in inventory.skipped]
+
+
+def device_plugin_gpus(node: Any) -> str | None:
+    """The Node's `status.capacity["nvidia.com/gpu"]` when above 0 (NVIDIA's device plugin is
+    registered there), else None. A value that is no quantity counts as present: a Node's status
+    is written by its kubelet, and a doubt must not put two bookkeepers on one card."""
+    status = node.get("status") if isinstance(node, dict) else None
+    capacity = status.get("capacity") if isinstance(status, dict) else None
+    value = capacity.get(DEVICE_PLUGIN_RESOURCE) if isinstance(capacity, dict) else None
+    if value is None:
+        return None
+    try:
+        return None if parse_quantity(value) <= Decimal(0) else str(value)
+    except QuantityError:
+        return str(value)[:64]
+
+
+class SkippedGauge(Collector):
+    """`vgpu_bridge_agent_gpus_skipped{gpu,reason}`: 1 for each card skipped at the last look."""
+
+    def __init__(self) -> None:
+        self._skips: tuple[Skip, ...] = ()
+        self._lock = threading.Lock()
+
+    def set(self, skips: Iterable[Skip]) -> None:
+        with self._lock:
+            self._skips = tuple(dict.fromkeys(skips))
+
+    def collect(self) -> Iterator[Metric]:
+        gauge = GaugeMetricFamily(
+            "vgpu_bridge_agent_gpus_skipped",
+            '1 for each card the agent does not publish, by reason (gpu="*": every card)',
+            labels=["gpu", "reason"],
+        )
+        with self._lock:
+            for skip in self._skips:
+                gauge.add_metric([skip.gpu, skip.reason], 1)
+        yield gauge
+
+
+@dataclass
+class NodeEvents:
+    """Warning Events on this agent's Node, each skip at most once per agent start; an Event
+    that cannot be posted is logged and tried again at the next look."""
+
+    api: KubeApi
+    node: str
+    controller: str  # reportingController: the driver's name
+    wall: Callable[[], float] = field(default=lambda: datetime.now(UTC).timestamp())
+    _posted: set[Skip] = field(default_factory=set)
+
+    def warn(self, skip: Skip) -> None:
+        if skip in self._posted:
+            return
+        path = api_path("/apis/events.k8s.io/v1", "namespaces", EVENTS_NAMESPACE, "events")
+        try:
+            self.api.create(path, self.body(skip))
+        except Exception as error:  # KubeError, or the API unreachable after the retries
+            log.warning("cannot post the skipped card's Event", gpu=skip.gpu, reason=skip.reason,
+                        error=str(error))  # fmt: skip
+            return
+        self._posted.add(skip)
+
+    def body(self, skip: Skip) -> dict[str, Any]:
+        """The Event; it regards the Node with its name as uid, as the kubelet's own Node Events
+        do and as `kubectl describe node` looks them up."""
+        stamp = datetime.fromtimestamp(self.wall(), UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{self.node[:236]}.{secrets.token_hex(8)}",
+                "namespace": EVENTS_NAMESPACE,
+            },
+            "eventTime": stamp,
+            "reportingController": self.controller,
+            "reportingInstance": self.node[:128],
+            "action": "Publish",
+            "reason": EVENT_REASON,
+            "type": "Warning",
+            "regarding": {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": self.node},
+            "note": skip.note,
+        }
+
+
+@dataclass
+class ShareableGpus:
+    """The cards to publish: NVML's shareable cards, once the Node shows no device plugin.
+    Every look reports what is skipped (log and Event once per start, the gauge each time)."""
+
+    inventory: Callable[[], Inventory]
+    api: KubeApi
+    node: str
+    events: NodeEvents
+    gauge: SkippedGauge = field(default_factory=SkippedGauge)
+    _logged: set[Skip] = field(default_factory=set)
+
+    def __call__(self) -> tuple[Gpu, ...]:
+        inventory = self.inventory()
+        skips = skips_of(inventory)
+        try:
+            plugin = self._device_plugin_gpus() if inventory.gpus else None
+        except NoShareableGpu:
+            self._report(skips)
+            raise
+        if plugin is not None:
+            skips.append(Skip(EVERY_CARD, DEVICE_PLUGIN_PRESENT))
+        self._report(skips)
+        if plugin is not None:
+            raise NoShareableGpu(
+                f"NVIDIA's device plugin registered {DEVICE_PLUGIN_RESOURCE}={plugin} on Node "
+                f"{self.node}: nothing is published here"
+            )
+        if not inventory.gpus and skips:
+            raise NoShareableGpu("every card on this node is skipped: " + _listed(skips))
+        return inventory.gpus
+
+    def _device_plugin_gpus(self) -> str | None:
+        """`device_plugin_gpus` of our Node; failing to read it is a reason to wait (publishing
+        needs the Node anyway, and an unread capacity must not let a second bookkeeper in)."""
+        try:
+            node = self.api.get(api_path("/api/v1", "nodes", self.node))
+        except Exception as error:  # KubeError, or the API unreachable after the retries
+            raise NoShareableGpu(
+                f"cannot read Node {self.node} to check for NVIDIA's device plugin: {error}"
+            ) from None
+        return device_plugin_gpus(node)
+
+    def _report(self, skips: list[Skip]) -> None:
+        self.gauge.set(skips)
+        for skip in skips:
+            if skip not in self._logged:
+                log.warning("card not published", gpu=skip.gpu, reason=skip.reason,
+                            note=skip.note)  # fmt: skip
+                self._logged.add(skip)
+            self.events.warn(skip)
+
+
+def _listed(skips: Iterable[Skip]) -> str:
+    return ", ".join(f"{skip.gpu} ({skip.reason})" for skip in skips)
