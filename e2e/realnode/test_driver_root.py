@@ -20,6 +20,8 @@ from e2e.realnode.driver_root import (
     install,
     release_directories,
 )
+from e2e.realnode.host import Layout
+from e2e.realnode.node import down
 
 
 def _file(path: Path, text: str) -> Path:
@@ -139,3 +141,19 @@ def test_flags_name_the_mount_only_when_the_agent_sees_the_root_elsewhere() -> N
         "--driver-root-mount",
         "/m",
     ]
+
+
+def test_down_removes_the_operator_driver_root_the_tier_made(tmp_path: Path) -> None:
+    """``down`` (also from a fresh process after a crash) puts back /run/nvidia/driver."""
+    layout = Layout(
+        root=tmp_path / "state",
+        run=tmp_path / "run",
+        cgroup_name="vgpu-realnode-test-no-such-cgroup",
+        operator_driver_root=tmp_path / "run-nvidia" / "driver",
+    )
+    claim_directory(layout.operator_driver_root, record=layout.created_dirs)
+    (layout.operator_driver_root / "usr").mkdir()
+    result = down(layout, tmp_path / "bin", client=None)
+    assert result.clean, result.lines()
+    assert not (tmp_path / "run-nvidia").exists()
+    assert not layout.root.exists()
