@@ -2,7 +2,9 @@
 until SIGTERM; tests build the same agent and start it themselves.
 
 Start-up order: GPUs (mock file or NVML; on a node where NVML lists none the agent waits for
-one, healthy and idle: `no_gpu.py`), the checkpoint (recovered), the DRA socket, then the
+one, healthy and idle: `no_gpu.py`), the driver's files under `--driver-root` at the GPUs'
+driver version (found once; without libcuda there the agent does not start: `driver_root.py`),
+the checkpoint (recovered), the DRA socket, then the
 registration socket, the HTTP server (/metrics, /healthz), then the slices (republished on every
 start and checked every resync period), then the periodic cleanup of prepared claims whose
 ResourceClaim is gone, every `--device-health-seconds` the cards' health (an unhealthy card's
@@ -17,6 +19,7 @@ after 1 s while a deletion stopped at its pass's budget); with
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -34,6 +37,7 @@ from vgpu_bridge.node.device_health import DeviceHealthWatcher, HealthSource
 from vgpu_bridge.node.device_health.metrics import DeviceHealthCollector
 from vgpu_bridge.node.device_health.mock_source import MockHealthFiles
 from vgpu_bridge.node.device_health.nvml_source import NvmlHealthOnFirstUse
+from vgpu_bridge.node.driver_root import DriverStack, discover, driver_version
 from vgpu_bridge.node.gpus import Gpu, GpuDiscoveryError, mock_gpus, nvml_gpus
 from vgpu_bridge.node.grpc import PluginServer
 from vgpu_bridge.node.hami_metrics import SYNC_PERIOD_S as HAMI_SYNC_PERIOD_S
@@ -93,6 +97,7 @@ class Agent:
     tenant_dirs: TenantDirs
     device_health: DeviceHealthWatcher | None  # None: --device-health false
     pod_names: PodNames | None = None  # who uses each claim; None: --hami-metrics false
+    driver_stack: DriverStack | None = None  # the driver files specs carry; None: no root
 
     def start(self) -> MetricsServer | None:
         """Checkpoint recovered, DRA then registration socket, then /metrics and /healthz."""
@@ -124,11 +129,30 @@ class Agent:
         self.state.close()
 
 
-def build(settings: Settings, api: KubeApi, *, gpus: tuple[Gpu, ...]) -> Agent:
-    """Every part of the agent from its settings; nothing is started, nothing is written."""
+def find_driver_stack(settings: Settings, gpus: Sequence[Gpu]) -> DriverStack | None:
+    """The driver files under --driver-root at the GPUs' driver version, found once at start
+    (DriverRootError when libcuda is not there); None without a driver root."""
+    root, mount = settings.driver_root_path, settings.driver_root_mount_path
+    if root is None or mount is None:
+        return None
+    return discover(root=root, mount=mount, version=driver_version(gpus),
+                    machine=os.uname().machine)  # fmt: skip
+
+
+def build(
+    settings: Settings,
+    api: KubeApi,
+    *,
+    gpus: tuple[Gpu, ...],
+    driver_stack: DriverStack | None = None,
+) -> Agent:
+    """Every part of the agent from its settings; nothing is started, nothing is written. The
+    driver files are `driver_stack` when given, else found under --driver-root."""
     profile = profile_for(settings)
     registry = CollectorRegistry()
-    layout = CdiLayout(cdi_dir=settings.cdi_dir, vgpu_dir=settings.vgpu_dir, driver=profile.driver)
+    driver_stack = driver_stack or find_driver_stack(settings, gpus)
+    layout = CdiLayout(cdi_dir=settings.cdi_dir, vgpu_dir=settings.vgpu_dir,
+                       driver=profile.driver, driver_stack=driver_stack)  # fmt: skip
     state = DeviceState(api, node=settings.node_name, profile=profile, gpus=gpus, layout=layout,
                         checkpoint_file=settings.checkpoint_file,
                         observer=CallMetrics(registry).observe,
@@ -155,7 +179,7 @@ def build(settings: Settings, api: KubeApi, *, gpus: tuple[Gpu, ...]) -> Agent:
         kubelet = PodResources(settings.pod_resources_socket)
         pod_names = PodNames(api, state.snapshot, pod_resources=kubelet)
     return Agent(settings, profile, gpus, registry, state, server, publisher, health, host_pids,
-                 tenant_dirs, device_health, pod_names)  # fmt: skip
+                 tenant_dirs, device_health, pod_names, driver_stack)  # fmt: skip
 
 
 def health_source(settings: Settings, gpus: Sequence[Gpu]) -> HealthSource:
@@ -224,8 +248,12 @@ def run(agent: Agent, *, stop: threading.Event) -> int:
         worker.start()
 
     stop_on_signals(stop)
+    stack = agent.driver_stack
     log.info("node agent started", node=agent.settings.node_name, driver=agent.profile.driver,
-             gpus=len(agent.gpus), mock=agent.settings.mock_gpus is not None)  # fmt: skip
+             gpus=len(agent.gpus), mock=agent.settings.mock_gpus is not None,
+             driver_root=str(stack.root) if stack else None,
+             driver_version=stack.version if stack else None,
+             driver_libraries=[lib.path for lib in stack.libraries] if stack else [])  # fmt: skip
     stop.wait()
     agent.close()
     if metrics is not None:
@@ -238,8 +266,8 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
     """Mock GPUs at once; NVML's once it lists a GPU (`no_gpu`: the agent waits, healthy and
     idle, on a node without one); then the agent, until `stop` or SIGTERM."""
     stop = stop or threading.Event()
+    configure_json_logging(level=settings.log_level)
     gpus = mock_gpus(settings.mock_gpus) if settings.mock_gpus else None
-    configure_json_logging()
     if gpus is None:
         stop_on_signals(stop)
         gpus = wait_for_gpus(nvml_gpus, stop=stop, recheck_s=settings.gpu_wait_seconds,
@@ -247,8 +275,9 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
         if gpus is None:
             log.info("node agent stopped while waiting for a GPU")
             return 0
+    driver_stack = find_driver_stack(settings, gpus)  # before the API: a node-local reason
     api = KubeApi.connect(settings.kubeconfig)
-    return run(build(settings, api, gpus=gpus), stop=stop)
+    return run(build(settings, api, gpus=gpus, driver_stack=driver_stack), stop=stop)
 
 
 def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:

@@ -11,7 +11,11 @@ every claimed container: libvgpu keeps a board per GPU in it, on which a priorit
 launches hold back those of lower-priority tasks of other containers. The claim's shared-region
 directory is mode 0777: whichever container of the claim starts first creates the region file
 there, under whatever user it runs as (not sticky, so fs.protected_regular never refuses the
-others' `O_CREAT` open of that file). Building is pure; writing is atomic.
+others' `O_CREAT` open of that file). With a driver root (`--driver-root`, `driver_root.py`),
+the spec-wide edits also carry the driver: each library read-only at its SONAME in both
+`/usr/lib/<triplet>` and `/usr/lib64` (libcuda also as `libcuda.so`), the binaries in /usr/bin,
+and the device nodes from `<driver root>/dev` where the driver's nodes are there; no OCI hook,
+nothing run in the container (docs/driver-stack.md). Building is pure; writing is atomic.
 
 The limits file (`<vgpu_dir>/limits/<uid>.conf`, 0444, in a root-owned 0755 dir no container
 can write) says the claim's limits once more, where the container cannot change them, keyed by
@@ -38,6 +42,7 @@ from typing import Any
 
 from vgpu_bridge.atomic_files import write_atomic
 from vgpu_bridge.node.allocation import ClaimShares
+from vgpu_bridge.node.driver_root import DriverStack
 from vgpu_bridge.node.files import UnsafeFile, read_regular, remove, remove_tree
 from vgpu_bridge.node.names import UUID
 
@@ -85,6 +90,7 @@ class CdiLayout:
     cdi_dir: Path
     vgpu_dir: Path  # host: libvgpu.so, ld.so.preload, claims/<uid>/ (shared regions), priority/
     driver: str
+    driver_stack: DriverStack | None = None  # None: no driver files (no --driver-root)
 
     @property
     def vendor(self) -> str:
@@ -147,7 +153,7 @@ def build_spec(claim: ClaimShares, layout: CdiLayout) -> Json:
             ]
         }
         if share.gpu.device_node is not None:
-            edits["deviceNodes"] = [{"path": share.gpu.device_node}]
+            edits["deviceNodes"] = [_device_node(share.gpu.device_node, layout)]
         devices.append({"name": device_name(claim.uid, index), "containerEdits": edits})
     spec: Json = {
         "cdiVersion": CDI_VERSION,
@@ -172,6 +178,7 @@ def _common_edits(claim: ClaimShares, layout: CdiLayout) -> Json:
         env.append(f"CUDA_TASK_PRIORITY={claim.priority}")
     env.append(f"CUDA_TASK_PRIORITY_DIR={CONTAINER_PRIORITY_DIR}")
     host = layout.vgpu_dir
+    driver_mounts = layout.driver_stack.file_mounts() if layout.driver_stack else ()
     edits: Json = {
         "env": env,
         "mounts": [
@@ -184,11 +191,19 @@ def _common_edits(claim: ClaimShares, layout: CdiLayout) -> Json:
                 "containerPath": LIMITS_MOUNT,
                 "options": ["ro", "nosuid", "nodev", "noexec", "rbind"],
             },
+            *(_mount(Path(path), container, "ro") for path, container in driver_mounts),
         ],
     }
     if any(s.gpu.device_node is not None for s in shares):
-        edits["deviceNodes"] = [{"path": path} for path in CONTROL_DEVICES]
+        edits["deviceNodes"] = [_device_node(path, layout) for path in CONTROL_DEVICES]
     return edits
+
+
+def _device_node(path: str, layout: CdiLayout) -> Json:
+    """A device node, from the driver root's /dev where the driver's nodes are (GPU Operator)."""
+    if layout.driver_stack is None:
+        return {"path": path}
+    return dict(layout.driver_stack.device_node(path))
 
 
 def _mount(host: Path, container: str, access: str) -> Json:

@@ -15,11 +15,11 @@ from vgpu_bridge.flag_settings import (
     setting,
     split_host_port,
 )
+from vgpu_bridge.logs import LogLevel
 from vgpu_bridge.node.claimdirs import MAX_REMOVALS_PER_PASS
 
 KUBELET_PLUGINS = Path("/var/lib/kubelet/plugins")
 DRIVER_ROOT_MAX_LENGTH = 1024
-LogLevel = Literal["debug", "info", "warning", "error"]
 
 
 def driver_root_problem(value: str) -> str | None:
