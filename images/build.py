@@ -1,9 +1,11 @@
 """Build the chart's two images for each architecture, with no registry.
 
 Each image is ``images/<part>/Dockerfile`` built by the kind tier's private dockerd
-(``e2e.kind.dockerd``) with the legacy builder. Its stages that RUN use local images of the build
-machine's architecture: ``BUILD_IMAGE`` (the kind tier's Debian python rootfs) and ``GCC_IMAGE``
-(a Debian gcc rootfs, with the aarch64 cross toolchain for arm64 images). The image itself is
+(``e2e.kind.dockerd``) with the legacy builder, which sets none of BuildKit's automatic platform
+arguments: ``platform_args`` passes the ones the Dockerfiles read. Its stages that RUN
+(``FROM --platform=$BUILDPLATFORM``) use local images of the build machine's architecture:
+``BUILD_IMAGE`` (the kind tier's Debian python rootfs) and ``GCC_IMAGE`` (a Debian gcc rootfs,
+with the aarch64 cross toolchain for arm64 images). The image itself is
 ``BASE_IMAGE`` plus COPY only; ``BASE_IMAGE`` is a Debian rootfs of the image's architecture,
 unpacked from its ``.deb`` files by ``mmdebstrap --variant=extract`` (nothing of it runs) with
 its standard library byte-compiled by this machine's Python of the same minor version, loaded as
@@ -16,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import platform
 import shutil
 import sys
 import tarfile
@@ -84,7 +87,7 @@ ARCHES = {
 def pip_platforms(arch: Arch) -> list[str]:
     """pip's ``--platform`` options for wheels that run on bookworm (glibc 2.GLIBC_MINOR) on
     ``arch``, as images/site.sh gives them to pip in the image (``site.sh --platforms``)."""
-    env = {"PATH": "/usr/bin:/bin", "WHEEL_MACHINE": arch.machine, "GLIBC_MINOR": str(GLIBC_MINOR)}
+    env = {"PATH": "/usr/bin:/bin", "TARGETARCH": arch.name, "GLIBC_MINOR": str(GLIBC_MINOR)}
     return run(["sh", str(IMAGES_DIR / "site.sh"), "--platforms"], env=env, quiet=True).split()
 
 
@@ -268,19 +271,34 @@ class Labels:
         }
 
 
+def build_machine() -> Arch:
+    """The architecture of this machine, which runs the build stages."""
+    machine = platform.machine()
+    for arch in ARCHES.values():
+        if arch.machine == machine:
+            return arch
+    raise StepError(f"the images are built on amd64 or arm64, not on {machine}")
+
+
+def platform_args(arch: Arch) -> dict[str, str]:
+    """What BuildKit would set for a build of ``arch`` on this machine, and the Dockerfiles read:
+    the legacy builder sets no automatic argument (an unset ``$BUILDPLATFORM`` in a FROM's
+    --platform fails to parse)."""
+    return {"BUILDPLATFORM": build_machine().platform, "TARGETARCH": arch.name}
+
+
 def build_args(settings: Settings, arch: Arch, labels: Labels, *, offline: bool) -> list[str]:
-    """Offline: the local bases and the wheelhouse; else the Dockerfiles' public defaults
-    (amd64 only: their default gcc has no aarch64 cross toolchain)."""
+    """The platform arguments; offline, the local bases and the wheelhouse, else the
+    Dockerfiles' public defaults (amd64 only: what the kind tier builds)."""
     values = {"VERSION": labels.version, "REVISION": labels.revision, "SOURCE": labels.source}
+    values |= platform_args(arch)
     if offline:
         values |= {
             "BUILD_IMAGE": ensure_rootfs_image(settings, "python"),
             "GCC_IMAGE": gcc_image(settings, cross=arch.name != "amd64"),
             "BASE_IMAGE": base_image(settings, arch),
             "PYTHON_VERSION": PYTHON_VERSION,
-            "WHEEL_MACHINE": arch.machine,
             "GLIBC_MINOR": str(GLIBC_MINOR),
-            "TARGETARCH": arch.name,
             "PIP_OPTIONS": "--no-index --find-links /wheelhouse",
         }
     elif arch.name != "amd64":

@@ -1,21 +1,33 @@
 #!/bin/sh
 # usage: site.sh EXTRA (in the images' `site` stage, from /src): the project with its [EXTRA]
-# installed into /opt/vgpu-bridge/site as wheels for WHEEL_MACHINE, glibc 2.GLIBC_MINOR and
-# PYTHON_VERSION (not necessarily this machine's), then byte-compiled by this machine's python3,
-# which must be PYTHON_VERSION too: bytecode is the same on every architecture.
-#        site.sh --platforms: only print pip's --platform options for WHEEL_MACHINE and glibc
+# installed into /opt/vgpu-bridge/site as wheels for TARGETARCH (BuildKit's automatic argument;
+# images/build.py passes it to the legacy builder), glibc 2.GLIBC_MINOR and PYTHON_VERSION (not
+# necessarily this machine's), then byte-compiled by this machine's python3, which must be
+# PYTHON_VERSION too: bytecode is the same on every architecture.
+#        site.sh --platforms: only print pip's --platform options for TARGETARCH and glibc
 # 2.GLIBC_MINOR (images/build.py downloads the wheelhouse with them, on the host)
 set -eu
+
+# the image's machine as wheels' platform tags name it
+case "${TARGETARCH:-}" in
+amd64) machine=x86_64 ;;
+arm64) machine=aarch64 ;;
+*)
+	echo "TARGETARCH='${TARGETARCH:-}': not amd64 or arm64 (docker buildx build --platform" \
+		"linux/amd64,linux/arm64 sets it; the legacy builder needs --build-arg TARGETARCH=...)" >&2
+	exit 1
+	;;
+esac
 
 # every manylinux tag glibc 2.$GLIBC_MINOR runs (pip does not widen one to older ones)
 platforms=
 minor=$GLIBC_MINOR
 while [ "$minor" -ge 5 ]; do
-	platforms="$platforms --platform manylinux_2_${minor}_$WHEEL_MACHINE"
+	platforms="$platforms --platform manylinux_2_${minor}_$machine"
 	minor=$((minor - 1))
 done
 for alias in 2014 2010 1; do
-	platforms="$platforms --platform manylinux${alias}_$WHEEL_MACHINE"
+	platforms="$platforms --platform manylinux${alias}_$machine"
 done
 if [ "$1" = --platforms ]; then
 	echo $platforms

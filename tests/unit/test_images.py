@@ -1,7 +1,9 @@
 """The images `make images` ships, checked without Docker: what the Dockerfiles declare (OCI
 labels, the webhook's non-root user, a final stage of COPY only so an arm64 image is assembled
-without running arm64 code, the extra each image installs), that the sh and Python halves agree
-on pip's platforms, and how the sizes table is made from a `docker save` archive."""
+without running arm64 code, build stages on the build machine's platform and the target's
+architecture from BuildKit's automatic arguments, the extra each image installs, what BuildKit
+sends of the context), that the sh and Python halves agree on pip's platforms, and how the sizes
+table is made from a `docker save` archive."""
 
 from __future__ import annotations
 
@@ -22,13 +24,27 @@ REPO = Path(__file__).resolve().parents[2]
 OCI_LABELS = {"version": "${VERSION}", "revision": "${REVISION}", "source": "${SOURCE}"}
 
 
-def final_stage(part: str) -> list[str]:
-    """The last stage's instructions, continuation lines joined."""
+def instructions(part: str) -> list[str]:
+    """The Dockerfile's instructions, continuation lines joined, comments left out."""
     text = build.DOCKERFILES[part].read_text()
     joined = re.sub(r"\\\n\s*", " ", text)
-    lines = [line for line in joined.splitlines() if line and not line.startswith("#")]
-    start = max(i for i, line in enumerate(lines) if line.startswith("FROM "))
-    return lines[start:]
+    return [line for line in joined.splitlines() if line and not line.startswith("#")]
+
+
+def stages(part: str) -> list[list[str]]:
+    """The instructions of each stage, its FROM first; the global ARGs before them left out."""
+    found: list[list[str]] = []
+    for line in instructions(part):
+        if line.startswith("FROM "):
+            found.append([])
+        if found:
+            found[-1].append(line)
+    return found
+
+
+def final_stage(part: str) -> list[str]:
+    """The last stage's instructions."""
+    return stages(part)[-1]
 
 
 def labels(part: str) -> dict[str, str]:
@@ -82,6 +98,91 @@ def test_the_image_itself_only_copies(part: str) -> None:
     )
 
 
+#: the arguments BuildKit sets itself from --platform and the build machine (none in the legacy
+#: builder of docker 20.10, which `make images` uses)
+AUTOMATIC_PLATFORM_ARGS = (
+    "BUILDPLATFORM", "BUILDOS", "BUILDARCH", "BUILDVARIANT",
+    "TARGETPLATFORM", "TARGETOS", "TARGETARCH", "TARGETVARIANT",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("part", build.PARTS)
+def test_the_stages_that_run_run_on_the_build_machine(part: str) -> None:
+    """`docker buildx build --platform linux/amd64,linux/arm64` builds a stage without
+    --platform once per target: a build stage would RUN arm64 code (under emulation, or not at
+    all); the image's own stage must be per target, so it gets each target's base."""
+    *build_stages, image = stages(part)
+    assert build_stages
+    for stage in build_stages:
+        assert stage[0].startswith("FROM --platform=$BUILDPLATFORM "), stage[0]
+    assert not image[0].startswith("FROM --platform"), image[0]
+
+
+def automatic_args_read(part: str) -> set[str]:
+    """Those the Dockerfile expands, or declares for its RUNs' environment (site.sh's)."""
+    text = "\n".join(instructions(part))
+    return {
+        name
+        for name in AUTOMATIC_PLATFORM_ARGS
+        if re.search(rf"\$\{{?{name}\b|^ARG {name}\b", text, flags=re.MULTILINE)
+    }
+
+
+@pytest.mark.parametrize("part", build.PARTS)
+def test_the_automatic_platform_args_have_no_defaults(part: str) -> None:
+    """A default in an ARG line replaces BuildKit's value (an arm64 image of amd64 wheels); the
+    legacy builder expands a FROM's --platform only with a global ARG, so BUILDPLATFORM is one."""
+    declared = [
+        line.split(maxsplit=1)[1]
+        for line in instructions(part)
+        if line.startswith("ARG ") and line.split()[1].split("=")[0] in AUTOMATIC_PLATFORM_ARGS
+    ]
+    assert declared
+    assert all("=" not in name for name in declared), declared
+    global_args = instructions(part)[: instructions(part).index(stages(part)[0][0])]
+    assert "ARG BUILDPLATFORM" in global_args
+    assert "TARGETARCH" in automatic_args_read(part)
+    assert "WHEEL_MACHINE" not in build.DOCKERFILES[part].read_text()
+
+
+@pytest.mark.parametrize("arch", build.ARCHES.values(), ids=lambda arch: arch.name)
+def test_the_legacy_builder_gets_every_automatic_arg_the_dockerfiles_read(arch: build.Arch) -> None:
+    given = build.platform_args(arch)
+    for part in build.PARTS:
+        assert automatic_args_read(part) <= set(given)
+    assert given["BUILDPLATFORM"] == "linux/amd64"  # this machine's (the tests run on amd64)
+    assert given["TARGETARCH"] == arch.name
+
+
+def ignore_patterns(part: str) -> list[str]:
+    ignore = build.DOCKERFILES[part].with_name("Dockerfile.dockerignore")
+    lines = ignore.read_text().splitlines()
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+@pytest.mark.parametrize("part", build.PARTS)
+def test_buildkit_sends_what_make_images_copies_and_no_build_output(part: str) -> None:
+    """BuildKit reads ``<Dockerfile>.dockerignore`` beside the Dockerfile: the context a
+    platform team sends from the repository root is what images/build.py copies, without
+    __pycache__ or native/vgpu's build directories (make would take a host's stale
+    build-arm64/libvgpu.so as up to date)."""
+    patterns = ignore_patterns(part)
+    assert patterns[0] == "*"
+    kept = [pattern[1:] for pattern in patterns if pattern.startswith("!")]
+    assert sorted(kept) == sorted([*build.CONTEXT_PATHS, build.WHEELHOUSE])
+    for excluded in ("**/__pycache__", "native/vgpu/build", "native/vgpu/build-*"):
+        assert excluded in patterns
+        assert patterns.index(excluded) > patterns.index("!native/vgpu")
+    sources = [
+        word
+        for line in instructions(part)
+        if line.startswith("COPY ") and "--from=" not in line
+        for word in line.split()[1:-1]
+    ]
+    for source in sources:
+        assert any(source == kept_path or source.startswith(kept_path + "/") for kept_path in kept)
+
+
 @pytest.mark.parametrize("part", build.PARTS)
 def test_each_image_installs_its_roles_extra(part: str) -> None:
     text = build.DOCKERFILES[part].read_text()
@@ -121,7 +222,7 @@ def test_site_sh_gives_pip_the_platforms_of_its_glibc_and_prunes_the_site(tmp_pa
                 "PATH": f"{tmp_path}:/usr/bin:/bin",
                 "PYTHON_VERSION": build.PYTHON_VERSION,
                 "GLIBC_MINOR": str(build.GLIBC_MINOR),
-                "WHEEL_MACHINE": arch.machine,
+                "TARGETARCH": arch.name,
                 "PIP_OPTIONS": "",
             },
             cwd=tmp_path / "src",
@@ -145,7 +246,7 @@ def test_site_sh_gives_pip_the_platforms_of_its_glibc_and_prunes_the_site(tmp_pa
 
 
 #: what the Dockerfiles' ARGs always give site.sh
-WHEEL_TARGET = {"WHEEL_MACHINE": "x86_64", "GLIBC_MINOR": "36"}
+WHEEL_TARGET = {"TARGETARCH": "amd64", "GLIBC_MINOR": "36"}
 
 
 def test_site_sh_refuses_a_build_image_of_another_python(tmp_path: Path) -> None:
@@ -161,6 +262,26 @@ def test_site_sh_refuses_a_build_image_of_another_python(tmp_path: Path) -> None
     )
     assert done.returncode == 1
     assert "BUILD_IMAGE has Python 3.12; PYTHON_VERSION is 3.11" in done.stderr
+
+
+@pytest.mark.parametrize("given", ["", "riscv64"])
+def test_site_sh_refuses_a_target_it_has_no_wheels_for(tmp_path: Path, given: str) -> None:
+    """An empty TARGETARCH is a legacy build that was not given it: say so, not `unbound`."""
+    done = subprocess.run(
+        ["sh", str(REPO / "images" / "site.sh"), "webhook"],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHON_VERSION": "3.11",
+            **WHEEL_TARGET,
+            "TARGETARCH": given,
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert f"TARGETARCH={given!r}: not amd64 or arm64" in done.stderr
+    assert "docker buildx build" in done.stderr
 
 
 def layer(files: dict[str, int]) -> bytes:
