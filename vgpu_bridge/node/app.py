@@ -37,7 +37,13 @@ from vgpu_bridge.node.device_health import DeviceHealthWatcher, HealthSource
 from vgpu_bridge.node.device_health.metrics import DeviceHealthCollector
 from vgpu_bridge.node.device_health.mock_source import MockHealthFiles
 from vgpu_bridge.node.device_health.nvml_source import NvmlHealthOnFirstUse
-from vgpu_bridge.node.driver_root import DriverStack, discover, driver_version
+from vgpu_bridge.node.driver_root import (
+    DriverRootError,
+    DriverStack,
+    discover,
+    driver_version,
+    preload_nvml,
+)
 from vgpu_bridge.node.gpus import Gpu, GpuDiscoveryError, mock_gpus, nvml_gpus
 from vgpu_bridge.node.grpc import PluginServer
 from vgpu_bridge.node.hami_metrics import SYNC_PERIOD_S as HAMI_SYNC_PERIOD_S
@@ -269,6 +275,7 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
     configure_json_logging(level=settings.log_level)
     gpus = mock_gpus(settings.mock_gpus) if settings.mock_gpus else None
     if gpus is None:
+        nvml_from_driver_root(settings)
         stop_on_signals(stop)
         gpus = wait_for_gpus(nvml_gpus, stop=stop, recheck_s=settings.gpu_wait_seconds,
                              host_port=settings.metrics_host_port)  # fmt: skip
@@ -278,6 +285,20 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
     driver_stack = find_driver_stack(settings, gpus)  # before the API: a node-local reason
     api = KubeApi.connect(settings.kubeconfig)
     return run(build(settings, api, gpus=gpus, driver_stack=driver_stack), stop=stop)
+
+
+def nvml_from_driver_root(settings: Settings) -> None:
+    """With a driver root, NVML is the root's libnvidia-ml (the agent's image has none); when
+    it has none that loads, NVML stays unavailable and the agent waits, saying why."""
+    mount = settings.driver_root_mount_path
+    if mount is None:
+        return
+    try:
+        path = preload_nvml(mount, machine=os.uname().machine)
+    except DriverRootError as error:
+        log.warning("no NVML library under the driver root", error=str(error))
+        return
+    log.info("NVML from the driver root", library=str(path))
 
 
 def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:

@@ -22,6 +22,7 @@ install those are regular files. Without `libcuda.so.<version>` there is no spec
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import re
@@ -55,6 +56,9 @@ LIBRARY_NAMES = (
 CUDA_LIBRARY = "libcuda"
 BINARIES = ("nvidia-smi", "nvidia-debugdump")
 BINARY_DIRS = ("usr/bin", "bin")
+NVML_SONAME = "libnvidia-ml.so.1"  # what pynvml loads
+NVML_VERSIONED = re.compile(r"libnvidia-ml\.so\.([0-9]{1,5}(?:\.[0-9]{1,5}){1,3})")
+MAX_DIR_ENTRIES = 100_000  # a library dir is listed for NVML's versioned file, this far at most
 CONTROL_DEVICE = "dev/nvidiactl"  # its presence under the root says the nodes are there
 # What NVML reports: "555.42.06", "570.124.06", "535.54"; it becomes part of file names
 DRIVER_VERSION = re.compile(r"[0-9]{1,5}(\.[0-9]{1,5}){1,3}")
@@ -237,3 +241,71 @@ def _lstat(path: Path) -> os.stat_result | None:
         if error.errno in (errno.ENOENT, errno.ENOTDIR):
             return None
         raise DriverRootError(f"{path}: {error.strerror}") from None
+
+
+def preload_nvml(mount: Path, *, machine: str) -> Path:
+    """Load the driver root's NVML library into this process, global, before pynvml's own
+    `CDLL("libnvidia-ml.so.1")`, which then gets this one by its SONAME (the agent's image has
+    none). The library is `nvml_library`'s; DriverRootError when there is none or it fails to
+    load (the agent then waits for NVML as on a node without a driver)."""
+    path = nvml_library(mount, machine=machine)
+    try:
+        ctypes.CDLL(str(path), mode=os.RTLD_GLOBAL)
+    except OSError as error:
+        raise DriverRootError(f"{path}: cannot load: {error}") from None
+    return path
+
+
+def nvml_library(mount: Path, *, machine: str) -> Path:
+    """The NVML library under the driver root (as this process sees it), before its version is
+    known: in the first library dir that has one, `libnvidia-ml.so.1` when it is a regular
+    file or a link to a file beside it, else the highest versioned regular file."""
+    triplet = TRIPLETS.get(machine)
+    if triplet is None:
+        raise DriverRootError(f"machine {machine!r}: driver files are found on {list(TRIPLETS)}")
+    candidates = library_dirs(triplet)
+    for candidate in candidates:
+        if _is_real_dir(mount, candidate):
+            found = _nvml_in(mount / candidate)
+            if found is not None:
+                return found
+    raise DriverRootError(
+        f"driver root {mount}: no {NVML_SONAME} nor libnvidia-ml.so.<version> "
+        f"in any of {', '.join(candidates)}"
+    )
+
+
+def _nvml_in(directory: Path) -> Path | None:
+    entry = directory / NVML_SONAME
+    info = _lstat(entry)
+    if info is not None and stat.S_ISLNK(info.st_mode):
+        target = _link_beside(entry)  # what ldconfig made it point at
+        info = None if target is None else _lstat(directory / target)
+        entry = directory / (target or NVML_SONAME)
+    if info is not None and stat.S_ISREG(info.st_mode):
+        return entry
+    try:
+        versions = sorted(_nvml_versions(directory), key=lambda pair: pair[0])
+    except OSError as error:
+        raise DriverRootError(f"{directory}: {error.strerror}") from None
+    return versions[-1][1] if versions else None
+
+
+def _link_beside(link: Path) -> str | None:
+    """The link's target when it names a file in the same dir (never a path out of the root)."""
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return None
+    return target if "/" not in target and target not in ("", ".", "..") else None
+
+
+def _nvml_versions(directory: Path) -> Iterator[tuple[tuple[int, ...], Path]]:
+    """(version, path) of each `libnvidia-ml.so.<version>` regular file in `directory`."""
+    with os.scandir(directory) as entries:
+        for count, entry in enumerate(entries):
+            if count >= MAX_DIR_ENTRIES:
+                raise DriverRootError(f"{directory}: more than {MAX_DIR_ENTRIES} entries")
+            found = NVML_VERSIONED.fullmatch(entry.name)
+            if found and entry.is_file(follow_symlinks=False):
+                yield tuple(int(part) for part in found.group(1).split(".")), Path(entry.path)
