@@ -16,6 +16,11 @@ from e2e.cluster.settings import REPO_ROOT
 
 CHART = REPO_ROOT / "charts" / "vgpu-bridge"
 KUBE_VERSION = "v1.36.3"
+#: The chart refuses to render without image.registry (an unqualified image name pulls from
+#: Docker Hub). Every render here names this file's registry first, so a test's own values (a
+#: file, or ``values``) decide: a registry of its own, or "" to see the refusal.
+REGISTRY_VALUES = Path(__file__).with_name("values-test-registry.yaml")
+RENDERING_COMMANDS = frozenset({"template", "install", "upgrade", "lint"})
 Json = dict[str, Any]
 
 
@@ -29,7 +34,9 @@ class Helm:
 
     def run(self, *args: str, values: Mapping[str, Any] | None = None) -> str:
         """helm's stdout; HelmFailed (with stderr) when it exits non-zero. ``values`` (if given)
-        go in as a values file."""
+        go in as a values file. A command that renders the chart gets REGISTRY_VALUES first."""
+        if args and args[0] in RENDERING_COMMANDS:
+            args = (args[0], "--values", str(REGISTRY_VALUES), *args[1:])
         with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
             json.dump(dict(values or {}), file)  # JSON is YAML
             file.flush()

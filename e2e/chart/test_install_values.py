@@ -31,11 +31,13 @@ def images(objects: list[Json]) -> dict[str, str]:
     }
 
 
-def test_images_default_to_the_repositories_at_the_charts_app_version(helm: Helm) -> None:
-    assert images(helm.template()) == {
-        "webhook": "vgpu-bridge-webhook:0.1.0",
-        "install-libvgpu": "vgpu-bridge-agent:0.1.0",
-        "agent": "vgpu-bridge-agent:0.1.0",
+def test_images_are_the_repositories_under_the_registry_at_the_charts_app_version(
+    helm: Helm,
+) -> None:
+    assert images(helm.template({"image": {"registry": "r.example.com"}})) == {
+        "webhook": "r.example.com/vgpu-bridge-webhook:0.1.0",
+        "install-libvgpu": "r.example.com/vgpu-bridge-agent:0.1.0",
+        "agent": "r.example.com/vgpu-bridge-agent:0.1.0",
     }
 
 
@@ -190,14 +192,17 @@ def test_the_fail_closed_webhook_and_the_agents_get_critical_priority_by_default
     assert "priorityClassName" not in pod_spec(none, "Deployment")
 
 
-def test_agents_roll_one_node_at_a_time_by_default_or_as_set(helm: Helm) -> None:
+def test_agents_roll_a_tenth_of_the_nodes_at_a_time_by_default_or_as_set(helm: Helm) -> None:
+    """An agent's restart leaves running GPU pods alone (prepared claims stay in its checkpoint)
+    and only delays new ones on its node: a tenth of a pool of hundreds at a time, not one."""
+
     def strategy(values: dict[str, Any]) -> Json:
         found: Json = one(helm.template(values), "DaemonSet")["spec"]["updateStrategy"]
         return found
 
-    assert strategy({}) == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
-    wider = {"agent": {"updateStrategy": {"rollingUpdate": {"maxUnavailable": "10%"}}}}
-    assert strategy(wider) == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}}
+    assert strategy({}) == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}}
+    one_node = {"agent": {"updateStrategy": {"rollingUpdate": {"maxUnavailable": 1}}}}
+    assert strategy(one_node) == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
     # OnDelete takes no rollingUpdate (the API server refuses one), though the default has it
     assert strategy({"agent": {"updateStrategy": {"type": "OnDelete"}}}) == {"type": "OnDelete"}
     message = helm.template_error({"agent": {"updateStrategy": {"type": "Recreate"}}})

@@ -78,9 +78,11 @@ def test_kind_values_pass_the_schema_and_name_the_images_up_builds(helm: Helm) -
     values = yaml.safe_load(VALUES.read_text())
     objects = helm.template(values)
     (webhook,) = containers(one(objects, "Deployment"))
-    assert webhook["image"] == "vgpu-bridge-webhook:kind"
+    assert webhook["image"] == "docker.io/library/vgpu-bridge-webhook:kind"
     daemonset = one(objects, "DaemonSet")
-    assert {c["image"] for c in containers(daemonset)} == {"vgpu-bridge-agent:kind"}
+    assert {c["image"] for c in containers(daemonset)} == {
+        "docker.io/library/vgpu-bridge-agent:kind"
+    }
     spec = daemonset["spec"]["template"]["spec"]
     assert "nodeSelector" not in spec  # the chart's default GPU-node affinity places the agent
     (term,) = [

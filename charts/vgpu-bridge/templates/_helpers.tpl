@@ -75,6 +75,34 @@ is set; validation.yaml refuses create=false without a name. Every binding and p
 {{- toYaml (merge $selector (deepCopy (.labels | default dict))) -}}
 {{- end -}}
 
+{{/* The host directory of the NVIDIA driver the agent reads and puts into claims: gpuOperator's
+when that is on, else agent.driverRoot; "" with mock GPUs (nothing of a driver is read then). */}}
+{{- define "vgpu-bridge.driverRoot" -}}
+{{- $a := .Values.agent -}}
+{{- if not $a.mockGpus -}}
+{{- if $a.gpuOperator.enabled }}{{ $a.gpuOperator.driverRoot }}{{ else }}{{ $a.driverRoot }}{{ end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The agent's required node-affinity terms as YAML (ORed): one per agent.gpuNodeLabels entry
+(that label "true"), each ANDed under gpuOperator (devicePluginOff nodeLabel) with the Operator's
+device-plugin label "false"; "" when nothing restricts the nodes. */}}
+{{- define "vgpu-bridge.agentNodeTerms" -}}
+{{- $a := .Values.agent -}}
+{{- $operator := list -}}
+{{- if and $a.gpuOperator.enabled (eq $a.gpuOperator.devicePluginOff "nodeLabel") -}}
+{{- $operator = list (dict "key" "nvidia.com/gpu.deploy.device-plugin" "operator" "In" "values" (list "false")) -}}
+{{- end -}}
+{{- $terms := list -}}
+{{- range $a.gpuNodeLabels -}}
+{{- $terms = append $terms (dict "matchExpressions" (prepend $operator (dict "key" . "operator" "In" "values" (list "true")))) -}}
+{{- end -}}
+{{- if and (not $terms) $operator -}}
+{{- $terms = list (dict "matchExpressions" $operator) -}}
+{{- end -}}
+{{- with $terms }}{{ toYaml . }}{{ end -}}
+{{- end -}}
+
 {{/* Comma list for one env var. */}}
 {{- define "vgpu-bridge.commaList" -}}{{ join "," . }}{{- end -}}
 
