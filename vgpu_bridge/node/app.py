@@ -25,6 +25,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
@@ -38,7 +39,6 @@ from vgpu_bridge.node.device_health.metrics import DeviceHealthCollector
 from vgpu_bridge.node.device_health.mock_source import MockHealthFiles
 from vgpu_bridge.node.device_health.nvml_source import NvmlHealthOnFirstUse
 from vgpu_bridge.node.driver_root import (
-    DriverRootError,
     DriverStack,
     discover,
     driver_version,
@@ -275,9 +275,8 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
     configure_json_logging(level=settings.log_level)
     gpus = mock_gpus(settings.mock_gpus) if settings.mock_gpus else None
     if gpus is None:
-        nvml_from_driver_root(settings)
         stop_on_signals(stop)
-        gpus = wait_for_gpus(nvml_gpus, stop=stop, recheck_s=settings.gpu_wait_seconds,
+        gpus = wait_for_gpus(nvml_finder(settings), stop=stop, recheck_s=settings.gpu_wait_seconds,
                              host_port=settings.metrics_host_port)  # fmt: skip
         if gpus is None:
             log.info("node agent stopped while waiting for a GPU")
@@ -287,18 +286,22 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
     return run(build(settings, api, gpus=gpus, driver_stack=driver_stack), stop=stop)
 
 
-def nvml_from_driver_root(settings: Settings) -> None:
-    """With a driver root, NVML is the root's libnvidia-ml (the agent's image has none); when
-    it has none that loads, NVML stays unavailable and the agent waits, saying why."""
+def nvml_finder(settings: Settings) -> Callable[[], tuple[Gpu, ...]]:
+    """NVML's GPUs. With a driver root, NVML is the root's libnvidia-ml (the agent's image has
+    none), loaded before each look until it loads: GPU Operator's driver container fills the
+    root after the agent starts. Until then the agent waits, saying why (DriverRootError)."""
     mount = settings.driver_root_mount_path
     if mount is None:
-        return
-    try:
-        path = preload_nvml(mount, machine=os.uname().machine)
-    except DriverRootError as error:
-        log.warning("no NVML library under the driver root", error=str(error))
-        return
-    log.info("NVML from the driver root", library=str(path))
+        return nvml_gpus
+    loaded: list[Path] = []
+
+    def find() -> tuple[Gpu, ...]:
+        if not loaded:
+            loaded.append(preload_nvml(mount, machine=os.uname().machine))
+            log.info("NVML from the driver root", library=str(loaded[0]))
+        return nvml_gpus()
+
+    return find
 
 
 def main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:

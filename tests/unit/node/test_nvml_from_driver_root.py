@@ -32,19 +32,26 @@ try:
 except GpuDiscoveryError as error:
     print(json.dumps(str(error)))
 """
-# serve() as the node command runs it, stopped where it would wait for NVML's GPUs
+# serve() as the node command runs it, stopped where it waits for NVML's GPUs: it looks, the
+# driver root is filled (GPU Operator's driver container comes up), it looks again
 SERVE_UNTIL_THE_WAIT = """
-import json, sys
+import json, os, shutil, sys
 from vgpu_bridge import cli
 from vgpu_bridge.node import app
 from vgpu_bridge.node.no_gpu import why_no_gpus
 
-def look_once(find, **_kwargs):
-    gpus, reason = why_no_gpus(find)
-    print(json.dumps(reason or [g.uuid for g in gpus]))
+def look_twice(find, **_kwargs):
+    looks = []
+    for fill in os.environ.get("FILL_AFTER_FIRST_LOOK", "").split(";"):
+        gpus, reason = why_no_gpus(find)
+        looks.append(reason or [g.uuid for g in gpus])
+        if fill:
+            source, target = fill.split("=")
+            shutil.copyfile(source, target)
+    print(json.dumps(looks))
     raise OSError("stopped where the agent waits for GPUs")
 
-app.wait_for_gpus = look_once
+app.wait_for_gpus = look_twice
 sys.exit(cli.main(["node", "--node-name", "n", "--metrics-listen", "", *sys.argv[1:]]))
 """
 
@@ -59,9 +66,10 @@ def _fake_nvml_install(root: Path) -> Path:
     return versioned
 
 
-def _python(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _python(script: str, *args: str, fill: str = "") -> subprocess.CompletedProcess[str]:
     environ = {key: value for key, value in os.environ.items() if not key.startswith("LD_")}
-    environ |= {"FAKE_CUDA_DEVICES": "2", "FAKE_NVML_DRIVER_VERSION": VERSION}
+    environ |= {"FAKE_CUDA_DEVICES": "2", "FAKE_NVML_DRIVER_VERSION": VERSION,
+                "FILL_AFTER_FIRST_LOOK": fill}  # fmt: skip
     return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
                           env=environ, check=False)  # fmt: skip
 
@@ -76,29 +84,36 @@ def test_pynvml_lists_the_cards_through_the_driver_roots_library(tmp_path: Path)
     assert without.startswith("NVML is unavailable")
 
 
+def _looks(done: subprocess.CompletedProcess[str]) -> list[object]:
+    assert "stopped where the agent waits for GPUs" in done.stderr, done.stderr
+    looks: list[object] = json.loads(done.stdout.splitlines()[-1])
+    return looks
+
+
 def test_the_agent_loads_nvml_from_the_driver_root_before_it_looks_for_gpus(
     tmp_path: Path,
 ) -> None:
     mount = tmp_path / "driver-root"
     _fake_nvml_install(mount)
     args = ["--driver-root", "/run/nvidia/driver", "--driver-root-mount", str(mount)]
-    done = _python(SERVE_UNTIL_THE_WAIT, *args)
-    assert "stopped where the agent waits for GPUs" in done.stderr, done.stderr
-    listed = json.loads(done.stdout.splitlines()[-1])
+    [listed] = _looks(_python(SERVE_UNTIL_THE_WAIT, *args))
     assert isinstance(listed, list)
     assert len(listed) == 2
 
 
-def test_without_nvml_under_the_root_the_agent_waits_saying_why(tmp_path: Path) -> None:
-    (tmp_path / TRIPLET_LIB).mkdir(parents=True)
-    done = _python(SERVE_UNTIL_THE_WAIT, "--driver-root", str(tmp_path))
-    assert "stopped where the agent waits for GPUs" in done.stderr, done.stderr
-    assert json.loads(done.stdout.splitlines()[-1]).startswith("NVML is unavailable")
-    logged = [json.loads(line) for line in done.stdout.splitlines()[:-1]]
-    assert any(
-        line["event"] == "no NVML library under the driver root" and str(tmp_path) in line["error"]
-        for line in logged
-    )
+def test_a_driver_root_filled_after_the_start_is_loaded_at_the_next_look(tmp_path: Path) -> None:
+    """GPU Operator's driver container installs the driver after the agent started: the agent
+    waits saying why, then loads NVML from the root once it is there."""
+    mount = tmp_path / "driver-root"
+    versioned = _fake_nvml_install(mount)
+    kept = versioned.rename(tmp_path / "later")
+    done = _python(SERVE_UNTIL_THE_WAIT, "--driver-root", str(mount),
+                   fill=f"{kept}={versioned};")  # fmt: skip
+    first, second = _looks(done)
+    assert isinstance(first, str)
+    assert first.startswith(f"driver root {mount}: no libnvidia-ml.so.1 nor")
+    assert isinstance(second, list)
+    assert len(second) == 2
 
 
 def test_the_soname_link_names_the_library_to_load(tmp_path: Path) -> None:
