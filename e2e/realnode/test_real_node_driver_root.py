@@ -39,12 +39,14 @@ from e2e.realnode.agent import CONTAINER_LIBVGPU, restart_agent
 from e2e.realnode.driver_root import DriverRootFlags
 from e2e.realnode.node import CUDA_IMAGE, install_driver
 from e2e.realnode.product import GPU, Product, delete_and_unprepare, parse
-from e2e.realnode.spike import node_pod, pod_log, probe_pod, run_pod, wait_pod_done
+from e2e.realnode.spike import node_pod, pod_log, probe_pod, run_pod
+from e2e.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
 CHUNK_MIB = 50
 SHARE_MIB = 1000
+HOLD_S = 600
 CUDA_ERROR_OUT_OF_MEMORY = 2
 #: the image's loader (Debian's) searches this dir by default; /usr/lib64 is for RHEL images
 DEBIAN_LIBRARY_DIR = "/usr/lib/x86_64-linux-gnu"
@@ -108,11 +110,12 @@ def operator_install(agents: Agents) -> Iterator[tuple[Path, Path]]:
 
 
 def cuda_pod(name: str, node_name: str) -> Json:
-    """cudaprobe up to its share, then nvidia-smi; no runtime class, no driver in the image."""
+    """cudaprobe up to its share, then nvidia-smi, then it holds until deleted (the kubelet
+    unprepares a claim once its pod has ended); no runtime class, no driver in the image."""
     container = {
         "name": "cuda",
         "image": CUDA_IMAGE,
-        "args": [str(CHUNK_MIB), "0", NVIDIA_SMI],
+        "args": [str(CHUNK_MIB), str(HOLD_S), NVIDIA_SMI],
         "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": SHARE_MIB}},
     }
     return node_pod(name, node_name, container)
@@ -126,15 +129,20 @@ class ClaimedRun:
 
 
 def run_claimed_pod(product: Product, name: str) -> ClaimedRun:
-    """Run a CUDA pod to its end; its output and its claim's spec (read before the pod goes)."""
+    """Run a CUDA pod until it has printed all and holds; its output and its claim's spec."""
     client, node, ns = product.client, product.node, product.namespace
     created = client.create(f"/api/v1/namespaces/{ns}/pods", cuda_pod(name, node.name))
     assert "runtimeClassName" not in created["spec"], created["spec"]
     assert created["spec"].get("resourceClaims"), created["spec"]  # translated by our webhook
-    try:
-        pod = wait_pod_done(client, ns, name)
+
+    def holding() -> str | None:
+        pod = client.get(f"/api/v1/namespaces/{ns}/pods/{name}")
         output = pod_log(node, pod, "cuda")
-        assert pod["status"].get("phase") == "Succeeded", (pod["status"], output)
+        assert pod["status"].get("phase") in ("Pending", "Running"), (pod["status"], output)
+        return output if "program_status=" in output else None
+
+    try:
+        output = wait_for(holding, timeout_s=120, what=f"{name} holding its share")
         (spec_file,) = node.layout.cdi_dir.glob("*.json")
         return ClaimedRun(output, json.loads(spec_file.read_text()))
     finally:
