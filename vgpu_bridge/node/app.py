@@ -272,8 +272,8 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
     """Mock GPUs at once; NVML's once it lists a GPU (`no_gpu`: the agent waits, healthy and
     idle, on a node without one); then the agent, until `stop` or SIGTERM."""
     stop = stop or threading.Event()
+    gpus = mock_gpus(settings.mock_gpus) if settings.mock_gpus else None  # logs nothing
     configure_json_logging(level=settings.log_level)
-    gpus = mock_gpus(settings.mock_gpus) if settings.mock_gpus else None
     if gpus is None:
         stop_on_signals(stop)
         gpus = wait_for_gpus(nvml_finder(settings), stop=stop, recheck_s=settings.gpu_wait_seconds,

@@ -4,11 +4,12 @@ spec carries them; without libcuda at the GPUs' driver version the agent does no
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.cli_runner import run_cli
 from tests.unit.node.claims import NODE, UID, allocated_claim, result
 from tests.unit.node.driver_install import VERSION, install_driver
 from tests.unit.node.fake_api import FakeApi
@@ -63,11 +64,14 @@ def test_without_libcuda_at_the_gpus_driver_version_the_agent_is_not_built(tmp_p
 def test_the_command_exits_1_naming_the_driver_root_when_libcuda_is_missing(
     tmp_path: Path,
 ) -> None:
+    """In a fresh interpreter: the command configures this process's logging."""
     root = tmp_path / "driver-root"
     root.mkdir()
-    result = run_cli(["node", "--node-name", "n", "--mock-gpus", MOCK, "--driver-root", str(root),
-                      "--plugin-dir", str(tmp_path), "--registry-dir", str(tmp_path),
-                      "--cdi-dir", str(tmp_path / "cdi"), "--metrics-listen", ""])  # fmt: skip
-    assert result.code == 1
-    assert f"cannot start: driver root {root}: no libcuda.so.{VERSION}" in result.stderr
-    assert "Traceback" not in result.stderr
+    args = ["node", "--node-name", "n", "--mock-gpus", MOCK, "--driver-root", str(root),
+            "--plugin-dir", str(tmp_path), "--registry-dir", str(tmp_path),
+            "--cdi-dir", str(tmp_path / "cdi"), "--metrics-listen", ""]  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "vgpu_bridge.cli", *args], capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    assert done.returncode == 1
+    assert f"cannot start: driver root {root}: no libcuda.so.{VERSION}" in done.stderr
+    assert "Traceback" not in done.stderr
