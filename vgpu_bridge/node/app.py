@@ -10,7 +10,9 @@ start and checked every resync period), then the periodic cleanup of prepared cl
 ResourceClaim is gone, every `--device-health-seconds` the cards' health (an unhealthy card's
 taint published at once, see `device_health`), every second the prepared claims' host-pids
 files (`hostpids.py`: the host pids libvgpu cannot see from inside a pod, so that it measures
-its own container's SM use), and every 30 s the sweep of what containers can write
+its own container's SM use), with a driver root every 30 s that the driver's libcuda is still
+there (gone after a driver upgrade: the agent stops, and its restart finds the new driver), and
+every 30 s the sweep of what containers can write
 (`claimdirs.py`: the trash emptied, the priority dir cleaned, each claim dir measured; again
 after 1 s while a deletion stopped at its pass's budget); with
 `--hami-metrics true`, every 10 s the pods and containers using each claim (`hami_metrics.py`).
@@ -43,6 +45,7 @@ from vgpu_bridge.node.driver_root import (
     discover,
     driver_version,
     preload_nvml,
+    still_installed,
 )
 from vgpu_bridge.node.gpus import Gpu, GpuDiscoveryError, mock_gpus, nvml_gpus
 from vgpu_bridge.node.grpc import PluginServer
@@ -60,6 +63,7 @@ from vgpu_bridge.node.slices import DeviceTaint
 from vgpu_bridge.node.state import DeviceState, StateLocked
 
 log = get_logger("vgpu_bridge.node")
+DRIVER_CHECK_PERIOD_S = 30  # how often the driver's libcuda is looked for (a few lstat calls)
 
 
 def profile_for(settings: Settings) -> DriverProfile:
@@ -226,6 +230,9 @@ def workers(agent: Agent, stop: threading.Event) -> list[threading.Thread]:
     if agent.device_health is not None:
         periodic.append(("device-health", settings.device_health_seconds,
                          "checking the cards' health", agent.device_health.check))  # fmt: skip
+    if agent.driver_stack is not None:
+        periodic.append(("driver-files", DRIVER_CHECK_PERIOD_S, "checking the driver's files",
+                         driver_watch(agent, stop)))  # fmt: skip
     soon = {"tenant-dirs": {"again_soon": lambda: agent.tenant_dirs.unfinished}}
     return [
         threading.Thread(
@@ -234,6 +241,22 @@ def workers(agent: Agent, stop: threading.Event) -> list[threading.Thread]:
         )
         for name, seconds, what, work in periodic
     ]  # fmt: skip
+
+
+def driver_watch(agent: Agent, stop: threading.Event) -> Callable[[], None]:
+    """A check that sets `stop` once the driver's libcuda is gone (a driver upgrade or removal):
+    the agent's restart, the DaemonSet's, then finds the new driver (or waits for it)."""
+    stack, mount = agent.driver_stack, agent.settings.driver_root_mount_path
+
+    def check() -> None:
+        if stack is None or mount is None or still_installed(stack, mount):
+            return
+        log.error("the driver's libcuda is gone (driver upgraded or removed); stopping so that "
+                  "the restarted agent finds the new one", driver_root=str(stack.root),
+                  driver_version=stack.version)  # fmt: skip
+        stop.set()
+
+    return check
 
 
 def stop_on_signals(stop: threading.Event) -> None:

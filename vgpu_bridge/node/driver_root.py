@@ -114,6 +114,16 @@ class DriverStack:
         return {"path": path, "hostPath": self.host_path(path.lstrip("/"))}
 
 
+def still_installed(stack: DriverStack, mount: Path) -> bool:
+    """The driver's libcuda is still where discovery found it (seen at `mount`): a driver
+    upgrade removes the old version's files, and specs naming them would fail every container."""
+    cuda = next((lib for lib in stack.libraries if lib.name == CUDA_LIBRARY), None)
+    if cuda is None:
+        return True
+    info = _lstat(mount / cuda.path)
+    return info is not None and stat.S_ISREG(info.st_mode)
+
+
 def _container_names(library: DriverLibrary) -> tuple[str, ...]:
     if library.name == CUDA_LIBRARY:
         return (library.soname, f"{CUDA_LIBRARY}.so")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from tests.unit.node.claims import NODE, UID, allocated_claim, result
 from tests.unit.node.driver_install import VERSION, install_driver
 from tests.unit.node.fake_api import FakeApi
-from vgpu_bridge.node.app import build
+from vgpu_bridge.node.app import build, driver_watch, workers
 from vgpu_bridge.node.driver_root import DriverRootError
 from vgpu_bridge.node.gpus import mock_gpus
 from vgpu_bridge.node.settings import Settings
@@ -75,3 +76,26 @@ def test_the_command_exits_1_naming_the_driver_root_when_libcuda_is_missing(
     assert done.returncode == 1
     assert f"cannot start: driver root {root}: no libcuda.so.{VERSION}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_when_the_drivers_libcuda_is_gone_the_agent_stops_to_find_the_new_one(
+    tmp_path: Path,
+) -> None:
+    """A driver upgrade removes the old version's files: specs naming them would fail every new
+    container, so the agent stops and its restart (the DaemonSet's) finds the new driver."""
+    libraries = install_driver(tmp_path / "driver-root")
+    agent = build(_settings(tmp_path, driver_root=str(tmp_path / "driver-root")), FakeApi(),
+                  gpus=mock_gpus(MOCK))  # fmt: skip
+    stop = threading.Event()
+    assert "driver-files" in [worker.name for worker in workers(agent, stop)]
+    check = driver_watch(agent, stop)
+    check()
+    assert not stop.is_set()
+    (libraries / f"libcuda.so.{VERSION}").unlink()
+    check()
+    assert stop.is_set()
+
+
+def test_without_a_driver_root_nothing_watches_driver_files(tmp_path: Path) -> None:
+    agent = build(_settings(tmp_path), FakeApi(), gpus=mock_gpus(MOCK))
+    assert "driver-files" not in [worker.name for worker in workers(agent, threading.Event())]
