@@ -132,20 +132,18 @@ def _container_names(library: DriverLibrary) -> tuple[str, ...]:
 
 def driver_version(gpus: Sequence[Gpu]) -> str:
     """The one driver version the node's GPUs report (NVML's, or the mock list's)."""
-    versions = {gpu.driver_version for gpu in gpus}
-    if None in versions:
-        unknown = next(gpu for gpu in gpus if gpu.driver_version is None)
-        raise DriverRootError(
-            f"GPU {unknown.uuid} reports no driver version, which names the driver's files "
-            "(mock GPUs: set driverVersion)"
-        )
+    for gpu in gpus:
+        if gpu.driver_version is None:
+            raise DriverRootError(
+                f"GPU {gpu.uuid} reports no driver version, which names the driver's files "
+                "(mock GPUs: set driverVersion)"
+            )
+    versions = sorted({gpu.driver_version for gpu in gpus if gpu.driver_version is not None})
     if len(versions) != 1:
         raise DriverRootError(f"the GPUs report {len(versions)} driver versions: {versions}")
-    (version,) = versions
-    assert version is not None
-    if not DRIVER_VERSION.fullmatch(version):
-        raise DriverRootError(f"driver version {version!r} is not like 555.42.06")
-    return version
+    if not DRIVER_VERSION.fullmatch(versions[0]):
+        raise DriverRootError(f"driver version {versions[0]!r} is not like 555.42.06")
+    return versions[0]
 
 
 def discover(*, root: Path, mount: Path, version: str, machine: str) -> DriverStack:
