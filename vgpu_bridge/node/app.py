@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry
 
@@ -63,6 +64,7 @@ from vgpu_bridge.node.slices import DeviceTaint
 from vgpu_bridge.node.state import DeviceState, StateLocked
 
 log = get_logger("vgpu_bridge.node")
+Found = TypeVar("Found")
 DRIVER_CHECK_PERIOD_S = 30  # how often the driver's libcuda is looked for (a few lstat calls)
 
 
@@ -299,7 +301,8 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
     configure_json_logging(level=settings.log_level)
     if gpus is None:
         stop_on_signals(stop)
-        gpus = wait_for_gpus(nvml_finder(settings), stop=stop, recheck_s=settings.gpu_wait_seconds,
+        find = nvml_finder(settings, nvml_gpus)
+        gpus = wait_for_gpus(find, stop=stop, recheck_s=settings.gpu_wait_seconds,
                              host_port=settings.metrics_host_port)  # fmt: skip
         if gpus is None:
             log.info("node agent stopped while waiting for a GPU")
@@ -309,20 +312,21 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
     return run(build(settings, api, gpus=gpus, driver_stack=driver_stack), stop=stop)
 
 
-def nvml_finder(settings: Settings) -> Callable[[], tuple[Gpu, ...]]:
-    """NVML's GPUs. With a driver root, NVML is the root's libnvidia-ml (the agent's image has
-    none), loaded before each look until it loads: GPU Operator's driver container fills the
-    root after the agent starts. Until then the agent waits, saying why (DriverRootError)."""
+def nvml_finder(settings: Settings, read: Callable[[], Found]) -> Callable[[], Found]:
+    """`read` (what reads NVML: `nvml_gpus`). With a driver root, NVML is the root's
+    libnvidia-ml (the agent's image has none), loaded before each look until it loads: GPU
+    Operator's driver container fills the root after the agent starts. Until then the agent
+    waits, saying why (DriverRootError). Whatever reads NVML at start goes through here."""
     mount = settings.driver_root_mount_path
     if mount is None:
-        return nvml_gpus
+        return read
     loaded: list[Path] = []
 
-    def find() -> tuple[Gpu, ...]:
+    def find() -> Found:
         if not loaded:
             loaded.append(preload_nvml(mount, machine=os.uname().machine))
             log.info("NVML from the driver root", library=str(loaded[0]))
-        return nvml_gpus()
+        return read()
 
     return find
 
