@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,7 @@ from e2e.cluster.client import Json
 from e2e.realnode import containerd, driver_root
 from e2e.realnode.agent import CONTAINER_LIBVGPU, restart_agent
 from e2e.realnode.driver_root import DriverRootFlags
-from e2e.realnode.node import CUDA_IMAGE, install_driver
+from e2e.realnode.node import CUDA_IMAGE, cuda_image_spec, install_driver
 from e2e.realnode.product import GPU, Product, delete_and_unprepare, parse
 from e2e.realnode.spike import node_pod, pod_log, probe_pod, run_pod
 from e2e.waiting import wait_for
@@ -190,10 +191,22 @@ def assert_mounts_from(spec: Json, root: Path) -> None:
     )
 
 
-def test_the_node_has_no_nvidia_runtime(product: Product) -> None:
-    config = (product.node.layout.etc / "containerd.toml").read_text()
+def test_no_nvidia_runtime_on_the_node_and_no_driver_in_the_image(product: Product) -> None:
+    node = product.node
+    config = (node.layout.etc / "containerd.toml").read_text()
     assert "nvidia" not in config.lower()
-    assert containerd.render_config(product.node.layout, product.node.bin_dir) == config
+    assert containerd.render_config(node.layout, node.bin_dir) == config
+    assert node.native is not None
+    for program in (node.native.cudaprobe, node.native.cudalaunch):
+        dynamic = subprocess.run(
+            ["readelf", "-d", str(program)], capture_output=True, text=True, check=True
+        ).stdout
+        assert "Shared library: [libcuda.so.1]" in dynamic, dynamic
+        assert "RUNPATH" not in dynamic, dynamic
+        assert "RPATH" not in dynamic, dynamic
+    image = cuda_image_spec(node.native)
+    assert not [path for path in image.files if "libcuda" in path or "libnvidia" in path]
+    assert not [entry for entry in image.env if entry.startswith("LD_LIBRARY_PATH=")]
 
 
 def test_host_install_a_pod_gets_its_cuda_stack_from_the_claim_alone(
