@@ -4,8 +4,9 @@
 control plane's binary, which holds the kubelet) and prints how long it took. ``spike`` starts a
 private control plane and the real node, runs one hostNetwork pod to completion, tears everything
 down and prints what happened (exit 1 if the pod did not run as expected). ``down`` removes
-whatever a crashed run left: processes, mounts, cgroups, the node's directories, the kubelet's
-sysctl changes, the private control plane. ``up`` starts the private control plane and the real
+whatever a crashed run left: processes, mounts, cgroups, the node's directories (and
+/run/nvidia/driver where the tier made it), the kubelet's sysctl changes, the private control
+plane. ``up`` starts the private control plane and the real
 node and leaves them running (last line: ``export KUBECONFIG=...``) until ``down``.
 """
 
