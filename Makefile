@@ -167,6 +167,15 @@ images: venv
 	$(if $(filter amd64,$(ARCH)),,$(MAKE) -C native/vgpu arm64-test)
 	flock /tmp/vgpu-node-tier.lock $(PY) -m images $(if $(ARCH),--arch $(ARCH))
 
+.PHONY: images-buildx
+# The same two images as a platform team's CI builds them: one `docker buildx build --platform
+# linux/amd64,linux/arm64` per Dockerfile, here with no registry (a host buildkitd and buildx built
+# from their Go modules, the bases given as OCI-layout named contexts), written as
+# dist/images/vgpu-bridge-<part>-<version>.oci.tar and each platform checked (images/README.md).
+# Root. Not part of `make test`.
+images-buildx: venv
+	flock /tmp/vgpu-node-tier.lock $(PY) -m images.buildx
+
 # The kind tier (e2e/kind): its own dockerd (Debian's docker.io), a kind v0.33 cluster of one
 # control plane and three workers (two with mock GPUs, the second tainted; one CPU-only) on a
 # node image built here from Debian packages and Go modules (no registry), the chart's images built and loaded, `helm install` with mock GPUs, then

@@ -23,6 +23,7 @@ import shutil
 import sys
 import tarfile
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,7 +148,22 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
 
 
-def base_image(settings: Settings, arch: Arch) -> str:
+@dataclass(frozen=True)
+class Rootfs:
+    """A Debian root filesystem: the image name it is loaded as, and its tarball in the cache,
+    made by ``mmdebstrap`` with ``options`` when missing."""
+
+    name: str
+    tarball: Path
+    options: tuple[str, ...]
+
+    def made(self) -> Path:
+        if not self.tarball.is_file():
+            mmdebstrap(self.tarball, list(self.options))
+        return self.tarball
+
+
+def base_rootfs(settings: Settings, arch: Arch) -> Rootfs:
     """The images' base for ``arch``: Debian's python3 unpacked from its packages (no maintainer
     script runs, so nothing of ``arch`` runs here), the standard library byte-compiled by this
     machine's Python (same minor version: bytecode does not depend on the architecture), and
@@ -162,29 +178,32 @@ def base_image(settings: Settings, arch: Arch) -> str:
     contents = [f"{p.relative_to(overlay)}={p.read_text()}" for p in files]
     inputs = (SUITE, arch.platform, *BASE_PACKAGES, *BASE_EXCLUDES, PYTHON_VERSION, *contents)
     digest = _digest(*inputs)
-    name = f"vgpu-bridge-images/base-{arch.name}:{digest}"
-    if image_exists(name):
-        return name
-    tarball = settings.cache_root / "images-rootfs" / f"base-{arch.name}-{digest}.tar"
-    if not tarball.is_file():
-        stdlib = f'"$1/usr/lib/python{PYTHON_VERSION}"'
-        compile_stdlib = (
-            f"{sys.executable} -m compileall -q -j 0 --invalidation-mode unchecked-hash"
-            f' -s "$1" -p / {stdlib}'
-        )
-        mmdebstrap(
-            tarball,
-            [
-                "--variant=extract",
-                f"--arch={arch.name}",
-                f"--include={','.join(BASE_PACKAGES)}",
-                *[f"--dpkgopt=path-exclude={pattern}" for pattern in BASE_EXCLUDES],
-                f"--extract-hook=sync-in {overlay} /",
-                f"--extract-hook={compile_stdlib}",
-            ],
-        )
-    load_rootfs(tarball, name, arch)
-    return name
+    stdlib = f'"$1/usr/lib/python{PYTHON_VERSION}"'
+    compile_stdlib = (
+        f"{sys.executable} -m compileall -q -j 0 --invalidation-mode unchecked-hash"
+        f' -s "$1" -p / {stdlib}'
+    )
+    options = (
+        "--variant=extract",
+        f"--arch={arch.name}",
+        f"--include={','.join(BASE_PACKAGES)}",
+        *[f"--dpkgopt=path-exclude={pattern}" for pattern in BASE_EXCLUDES],
+        f"--extract-hook=sync-in {overlay} /",
+        f"--extract-hook={compile_stdlib}",
+    )
+    return Rootfs(
+        f"vgpu-bridge-images/base-{arch.name}:{digest}",
+        settings.cache_root / "images-rootfs" / f"base-{arch.name}-{digest}.tar",
+        options,
+    )
+
+
+def base_image(settings: Settings, arch: Arch) -> str:
+    """``base_rootfs`` loaded as an image whose config names ``arch``."""
+    rootfs = base_rootfs(settings, arch)
+    if not image_exists(rootfs.name):
+        load_rootfs(rootfs.made(), rootfs.name, arch)
+    return rootfs.name
 
 
 def load_rootfs(tarball: Path, name: str, arch: Arch) -> None:
@@ -224,19 +243,27 @@ def rootfs_image_archive(tarball: Path, name: str, arch: Arch) -> Path:
     return archive
 
 
-def gcc_image(settings: Settings, *, cross: bool) -> str:
+def gcc_rootfs(settings: Settings, *, cross: bool) -> Rootfs:
     """gcc and make of this machine's architecture; with ``cross``, also Debian's aarch64 cross
     toolchain (the kind tier's amd64-only images go without it: a minute less cold)."""
     packages = (*GCC_PACKAGES, *(CROSS_GCC_PACKAGES if cross else ()))
     digest = _digest(SUITE, *packages)
-    tarball = settings.cache_root / "images-rootfs" / f"build-gcc-{digest}.tar"
-    options = ["--variant=minbase", f"--include={','.join(packages)}"]
-    return imported(f"vgpu-bridge-images/build-gcc:{digest}", tarball, options)
+    return Rootfs(
+        f"vgpu-bridge-images/build-gcc:{digest}",
+        settings.cache_root / "images-rootfs" / f"build-gcc-{digest}.tar",
+        ("--variant=minbase", f"--include={','.join(packages)}"),
+    )
 
 
-def build_context(settings: Settings, arch: Arch, *, offline: bool) -> Path:
-    """A copy of what the Dockerfiles COPY; offline, with ``arch``'s wheels in the wheelhouse."""
-    context = settings.cache_root / f"images-context-{arch.name}"
+def gcc_image(settings: Settings, *, cross: bool) -> str:
+    rootfs = gcc_rootfs(settings, cross=cross)
+    return imported(rootfs.name, rootfs.tarball, list(rootfs.options))
+
+
+def build_context(settings: Settings, arches: Sequence[Arch], *, offline: bool) -> Path:
+    """A copy of what the Dockerfiles COPY; offline, with the wheels of each of ``arches`` in
+    the wheelhouse (pip takes those of its target's platform)."""
+    context = settings.cache_root / f"images-context-{'-'.join(arch.name for arch in arches)}"
     shutil.rmtree(context, ignore_errors=True)
     for relative in (*CONTEXT_PATHS, *(() if offline else (WHEELHOUSE,))):
         source = REPO_ROOT / relative
@@ -247,7 +274,8 @@ def build_context(settings: Settings, arch: Arch, *, offline: bool) -> Path:
             (context / relative).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, context / relative)
     if offline:
-        shutil.copytree(wheelhouse(settings, arch), context / WHEELHOUSE)
+        for arch in arches:
+            shutil.copytree(wheelhouse(settings, arch), context / WHEELHOUSE, dirs_exist_ok=True)
     return context
 
 
@@ -312,7 +340,7 @@ def build_images(
     """``docker build`` each of ``tags`` (part -> tag) for ``arch`` in the running dockerd (the
     kind tier's): offline (``--network=none``) from local bases and the wheelhouse, or
     (``offline=False``) from the Dockerfiles' public defaults with the host's network."""
-    context = build_context(settings, arch, offline=offline)
+    context = build_context(settings, [arch], offline=offline)
     network = "--network=none" if offline else "--network=host"
     arguments = [*build_args(settings, arch, labels, offline=offline), network]
     try:

@@ -95,8 +95,6 @@ def check_runs(part: str, arch: Arch, tag: str) -> str:
 
 
 def _run_under_qemu(qemu: str, tag: str, arguments: list[str]) -> str:
-    if shutil.which(qemu) is None:
-        apt_install(["qemu-user"])
     env = docker_env()
     container = run(["docker", "create", tag], env=env, quiet=True).strip()
     with tempfile.TemporaryDirectory(prefix="vgpu-image-") as scratch:
@@ -108,9 +106,47 @@ def _run_under_qemu(qemu: str, tag: str, arguments: list[str]) -> str:
         finally:
             run(["docker", "rm", container], env=env, quiet=True)
         run(["tar", "-xf", str(archive), "-C", str(root)], quiet=True)
-        python = root / "usr" / "bin" / f"python{PYTHON_VERSION}"
-        child = {"PYTHONPATH": str(root / SITE), "PYTHONDONTWRITEBYTECODE": "1", "PATH": os.defpath}
-        return run([qemu, "-L", str(root), str(python), *arguments], env=child, quiet=True)
+        return python_under_qemu(qemu, root, arguments)
+
+
+def python_under_qemu(qemu: str, root: Path, arguments: list[str]) -> str:
+    """The image's python3 (unpacked at ``root``) under qemu-user, installed when missing."""
+    if shutil.which(qemu) is None:
+        apt_install(["qemu-user"])
+    python = root / "usr" / "bin" / f"python{PYTHON_VERSION}"
+    child = {"PYTHONPATH": str(root / SITE), "PYTHONDONTWRITEBYTECODE": "1", "PATH": os.defpath}
+    return run([qemu, "-L", str(root), str(python), *arguments], env=child, quiet=True)
+
+
+def check_unpacked(part: str, arch: Arch, root: Path, user: str | None) -> str:
+    """Run CHECK in an image unpacked at ``root`` (no Docker engine): chrooted as ``user`` on
+    this machine's architecture, else under qemu-user; its last line."""
+    arguments = ["-P", "-c", CHECK, part, str(arch.elf_machine)]
+    if arch.qemu is not None:
+        output = python_under_qemu(arch.qemu, root, arguments)
+    else:
+        userspec = [f"--userspec={user}"] if user else []
+        python = f"/usr/bin/python{PYTHON_VERSION}"
+        child = {"PYTHONPATH": "/" + SITE, "PYTHONDONTWRITEBYTECODE": "1", "PATH": os.defpath}
+        output = run(["chroot", *userspec, str(root), python, *arguments], env=child, quiet=True)
+    last = output.strip().splitlines()[-1]
+    if part == "webhook" and arch.qemu is None and "uid=65532 " not in last:
+        raise StepError(f"{part}/{arch.name}: the webhook runs as {last}, not as 65532")
+    return last
+
+
+def foreign_elf_files(root: Path, arch: Arch) -> list[str]:
+    """Files under ``root`` that are ELF files of another machine than ``arch``'s (a wheel or a
+    library of the build machine in an image of another architecture)."""
+    foreign = []
+    for path in sorted(root.rglob("*")):
+        if path.is_symlink() or not path.is_file():
+            continue
+        with path.open("rb") as file:
+            head = file.read(20)
+        if head[:4] == b"\x7fELF" and int.from_bytes(head[18:20], "little") != arch.elf_machine:
+            foreign.append(str(path.relative_to(root)))
+    return foreign
 
 
 def group(path: str) -> str:
@@ -142,10 +178,15 @@ def sizes_by_group(archive: Path) -> Counter[str]:
             layer = outer.extractfile(member)
             assert layer is not None
             with tarfile.open(fileobj=layer, mode="r|") as inner:
-                for entry in inner:
-                    if entry.isfile():
-                        totals[group(entry.name)] += entry.size
+                add_sizes(totals, inner)
     return totals
+
+
+def add_sizes(totals: Counter[str], layer: tarfile.TarFile) -> None:
+    """Add the bytes of one layer's files (a tar stream) to ``totals`` per ``group``."""
+    for entry in layer:
+        if entry.isfile():
+            totals[group(entry.name)] += entry.size
 
 
 @dataclass(frozen=True)

@@ -30,12 +30,25 @@ def image_name(kind: str) -> str:
     return f"vgpu-bridge-kind/rootfs-{kind}:{digest}"
 
 
-def ensure_rootfs_image(settings: Settings, kind: str) -> str:
-    """The Docker image of one Debian root filesystem, made when missing; returns its name."""
+def _tarball_and_options(settings: Settings, kind: str) -> tuple[Path, list[str]]:
     name = image_name(kind)
     tarball = settings.cache_root / "kind-rootfs" / (name.split("/")[1].replace(":", "-") + ".tar")
     packages = ",".join(ROOTFS_PACKAGES[kind].split())
-    return imported(name, tarball, ["--variant=minbase", f"--include={packages}"])
+    return tarball, ["--variant=minbase", f"--include={packages}"]
+
+
+def ensure_rootfs_image(settings: Settings, kind: str) -> str:
+    """The Docker image of one Debian root filesystem, made when missing; returns its name."""
+    return imported(image_name(kind), *_tarball_and_options(settings, kind))
+
+
+def rootfs_tarball(settings: Settings, kind: str) -> Path:
+    """The tarball of one Debian root filesystem, made when missing (no Docker needed: the
+    images' BuildKit build takes it as an OCI layout)."""
+    tarball, options = _tarball_and_options(settings, kind)
+    if not tarball.is_file():
+        mmdebstrap(tarball, options)
+    return tarball
 
 
 def imported(name: str, tarball: Path, options: list[str]) -> str:
