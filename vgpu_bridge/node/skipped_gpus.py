@@ -13,8 +13,9 @@ Two cases keep cards out of the node's ResourceSlices:
 Each is said three ways: a log line, a Warning Event `GpuSkipped` on the Node (one per card and
 reason per agent start, however often the agent looks again), and the gauge
 `vgpu_bridge_agent_gpus_skipped{gpu,reason}` (1 per card skipped now; `gpu="*"` for the device
-plugin). `ShareableGpus` is the `find` the agent waits on (`no_gpu.wait_for_gpus`): it answers the
-cards to publish, or raises `NoShareableGpu` saying why there are none yet.
+plugin). `ShareableGpus` gives the agent two looks to wait on in turn (`no_gpu.wait_for_gpus`):
+NVML's shareable cards, then those cards once the Node shows no device plugin; each raises
+`NoShareableGpu` saying why there is nothing to publish yet.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from prometheus_client.registry import Collector
 from vgpu_bridge.core.quantity import QuantityError, parse_quantity
 from vgpu_bridge.kube import KubeApi, api_path
 from vgpu_bridge.logs import get_logger
-from vgpu_bridge.node.gpus import Gpu, GpuDiscoveryError, Inventory
+from vgpu_bridge.node.gpus import Gpu, GpuDiscoveryError, Inventory, nvml_inventory
 
 log = get_logger("vgpu_bridge.node.skipped_gpus")
 
@@ -163,7 +164,9 @@ class NodeEvents:
 
 @dataclass
 class ShareableGpus:
-    """The cards to publish: NVML's shareable cards, once the Node shows no device plugin.
+    """The cards to publish, found in two steps the agent waits on in turn: calling it lists
+    NVML's shareable cards (no API call: a node without GPUs waits without one); then
+    `unless_device_plugin(gpus)` holds them back while the Node shows NVIDIA's device plugin.
     Every look reports what is skipped (log and Event once per start, the gauge each time)."""
 
     inventory: Callable[[], Inventory]
@@ -171,27 +174,47 @@ class ShareableGpus:
     node: str
     events: NodeEvents
     gauge: SkippedGauge = field(default_factory=SkippedGauge)
+    _cards: list[Skip] = field(default_factory=list)  # the cards skipped at the last NVML look
     _logged: set[Skip] = field(default_factory=set)
 
+    @classmethod
+    def on_node(cls, node: str, *, driver: str, kubeconfig: str | None) -> ShareableGpus:
+        """NVML's cards on `node`, for the agent of `driver`; the API is connected at the first
+        call that needs it."""
+        api = KubeApi.connect_on_first_use(kubeconfig)
+        events = NodeEvents(api, node, controller=driver)
+        return cls(nvml_inventory, api=api, node=node, events=events)
+
     def __call__(self) -> tuple[Gpu, ...]:
+        """NVML's shareable cards; NoShareableGpu when it lists cards but every one is skipped."""
         inventory = self.inventory()
-        skips = skips_of(inventory)
-        try:
-            plugin = self._device_plugin_gpus() if inventory.gpus else None
-        except NoShareableGpu:
-            self._report(skips)
-            raise
-        if plugin is not None:
-            skips.append(Skip(EVERY_CARD, DEVICE_PLUGIN_PRESENT))
-        self._report(skips)
-        if plugin is not None:
-            raise NoShareableGpu(
-                f"NVIDIA's device plugin registered {DEVICE_PLUGIN_RESOURCE}={plugin} on Node "
-                f"{self.node}: nothing is published here"
-            )
-        if not inventory.gpus and skips:
-            raise NoShareableGpu("every card on this node is skipped: " + _listed(skips))
+        self._cards = skips_of(inventory)
+        self._report(self._cards)
+        if not inventory.gpus and self._cards:
+            raise NoShareableGpu("every card on this node is skipped: " + _listed(self._cards))
         return inventory.gpus
+
+    def unless_device_plugin(self, gpus: tuple[Gpu, ...]) -> Callable[[], tuple[Gpu, ...]]:
+        """A look that answers `gpus`, or raises NoShareableGpu while the Node shows NVIDIA's
+        device plugin (or cannot be read)."""
+
+        def look() -> tuple[Gpu, ...]:
+            try:
+                plugin = self._device_plugin_gpus()
+            except NoShareableGpu:
+                self._report(self._cards)
+                raise
+            self._report(
+                [*self._cards, *([Skip(EVERY_CARD, DEVICE_PLUGIN_PRESENT)] if plugin else [])]
+            )
+            if plugin is not None:
+                raise NoShareableGpu(
+                    f"NVIDIA's device plugin registered {DEVICE_PLUGIN_RESOURCE}={plugin} on "
+                    f"Node {self.node}: nothing is published here"
+                )
+            return gpus
+
+        return look
 
     def _device_plugin_gpus(self) -> str | None:
         """`device_plugin_gpus` of our Node; failing to read it is a reason to wait (publishing

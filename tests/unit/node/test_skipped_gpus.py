@@ -97,6 +97,7 @@ def test_a_mig_card_is_skipped_with_one_warning_event_on_the_node_and_a_gauge() 
     api = NodeApi()
     find = shareable(api, GPU, MIG_CARD)
     assert find() == (GPU,)
+    assert find.unless_device_plugin((GPU,))() == (GPU,)
     assert find() == (GPU,)  # the agent looks again: no second Event
     [(path, event)] = api.events
     assert path == "/apis/events.k8s.io/v1/namespaces/default/events"
@@ -113,7 +114,7 @@ def test_every_card_in_mig_mode_leaves_nothing_to_publish_and_says_why() -> None
     api = NodeApi()
     with pytest.raises(NoShareableGpu, match=r"every card .* skipped: GPU-1 \(mig-enabled\)"):
         shareable(api, MIG_CARD)()
-    assert api.node_reads == 0  # nothing to publish: no need to ask about the device plugin
+    assert api.node_reads == 0  # NVML's look asks the API nothing
     assert len(api.events) == 1
 
 
@@ -121,16 +122,17 @@ def test_nvidias_device_plugin_on_the_node_stops_every_card_until_it_is_gone() -
     api = NodeApi()
     api.capacity["nvidia.com/gpu"] = "4"
     find = shareable(api, GPU)
+    look = find.unless_device_plugin(find())
     for _ in range(2):
         with pytest.raises(NoShareableGpu, match=r"device plugin registered nvidia.com/gpu=4"):
-            find()
+            look()
     [(_, event)] = api.events
     assert event["note"].startswith(f"every card not published ({DEVICE_PLUGIN_PRESENT}): NVIDIA's")
     assert gauge_lines(find.gauge) == [
         'vgpu_bridge_agent_gpus_skipped{gpu="*",reason="device-plugin-present"} 1.0'
     ]
     api.capacity["nvidia.com/gpu"] = "0"  # the kubelet zeroes a plugin's resource once it is gone
-    assert find() == (GPU,)
+    assert look() == (GPU,)
     assert gauge_lines(find.gauge) == []
 
 
@@ -139,7 +141,7 @@ def test_a_node_that_cannot_be_read_is_a_reason_to_wait_not_to_publish() -> None
     api.broken = KubeError("GET", f"/api/v1/nodes/{NODE}", 403, "forbidden")
     find = shareable(api, GPU, MIG_CARD)
     with pytest.raises(NoShareableGpu, match=f"cannot read Node {NODE}.*403"):
-        find()
+        find.unless_device_plugin(find())()
     assert gauge_lines(find.gauge) == [  # what is known is still said
         'vgpu_bridge_agent_gpus_skipped{gpu="GPU-1",reason="mig-enabled"} 1.0'
     ]
