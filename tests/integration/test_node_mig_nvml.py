@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
+from tests.integration.webhook_harness import free_port
 from tests.native_workload import NATIVE, build_workload
 
+REPO = Path(__file__).resolve().parents[2]
 FAKE_NVML = NATIVE / "build" / "fake"
 LIST_CARDS = """
 import json
@@ -54,3 +59,55 @@ def test_a_card_in_mig_mode_before_a_whole_one_leaves_the_whole_one_its_own_inde
     answers = list_cards("1")  # missing entries are 0: the second card runs whole
     assert answers["shareable"] == [["gpu-1", CARD.format(1), 1, "570.124.06"]]
     assert answers["skipped"] == [[0, CARD.format(0), "mig-enabled"]]
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as response:
+        return response.status, response.read().decode()
+
+
+def test_the_agent_whose_cards_are_all_in_mig_mode_waits_healthy_and_says_why(
+    tmp_path: Path,
+) -> None:
+    """`vgpu-bridge node` itself over the fake NVML: nothing to publish, so it waits as on a node
+    without GPUs, its /healthz and /metrics saying which cards are skipped and why."""
+    build_workload(tmp_path, "int main(void) { return 0; }\n")
+    port = free_port()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("VGPU_")}
+    env |= {"VGPU_BRIDGE_NODE_NAME": "mig-node", "LD_LIBRARY_PATH": str(FAKE_NVML),
+            "FAKE_CUDA_DEVICES": "2", "FAKE_NVML_MIG_MODES": "1,1"}  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "vgpu_bridge.cli", "node", "--metrics-listen", f"127.0.0.1:{port}",
+         "--kubeconfig", str(tmp_path / "no-kubeconfig")],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120  # a bound for a busy machine, not a measurement
+        while True:
+            assert process.poll() is None, process.communicate()[0]
+            try:
+                status, body = get(port, "/healthz")
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the waiting agent never served /healthz"
+                time.sleep(0.2)
+        assert status == 200
+        assert json.loads(body)["waiting"] == (
+            f"every card on this node is skipped: {CARD.format(0)} (mig-enabled), "
+            f"{CARD.format(1)} (mig-enabled)"
+        )
+        metrics = get(port, "/metrics")[1]
+        for index in (0, 1):
+            gauge = (
+                f'vgpu_bridge_agent_gpus_skipped{{gpu="{CARD.format(index)}",reason="mig-enabled"}}'
+            )
+            assert f"{gauge} 1.0" in metrics
+        assert "vgpu_bridge_agent_waiting_for_gpus 1.0" in metrics
+        process.send_signal(signal.SIGTERM)
+        output = process.communicate(timeout=60)[0]
+        assert process.returncode == 0, output
+        assert output.count("card not published") == 2
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
