@@ -128,7 +128,8 @@ def check_unpacked(part: str, arch: Arch, root: Path, user: str | None) -> str:
         userspec = [f"--userspec={user}"] if user else []
         python = f"/usr/bin/python{PYTHON_VERSION}"
         child = {"PYTHONPATH": "/" + SITE, "PYTHONDONTWRITEBYTECODE": "1", "PATH": os.defpath}
-        output = run(["chroot", *userspec, str(root), python, *arguments], env=child, quiet=True)
+        chroot = shutil.which("chroot") or "/usr/sbin/chroot"  # sbin: not on the child's PATH
+        output = run([chroot, *userspec, str(root), python, *arguments], env=child, quiet=True)
     last = output.strip().splitlines()[-1]
     if part == "webhook" and arch.qemu is None and "uid=65532 " not in last:
         raise StepError(f"{part}/{arch.name}: the webhook runs as {last}, not as 65532")
