@@ -149,8 +149,7 @@ def buildkitd_config(runc: Path) -> str:
 def buildkitd(settings: Settings, tools: Path, runc: Path) -> Iterator[str]:
     """A host buildkitd on ``SOCKET`` (its state in the cache) while the block runs; stopped
     after, its run directory and cgroups removed. Yields its address."""
-    if SOCKET.exists():
-        raise StepError(f"{SOCKET} exists: another make images-buildx runs, or one was killed")
+    claim_socket(SOCKET)
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     config = RUN_DIR / "buildkitd.toml"
     config.write_text(buildkitd_config(runc))
@@ -171,6 +170,20 @@ def buildkitd(settings: Settings, tools: Path, runc: Path) -> Iterator[str]:
         shutil.rmtree(RUN_DIR, ignore_errors=True)
         for line in remove_cgroups(CGROUP_FS, CGROUP_PARENT):
             print(f"restored: {line}", flush=True)
+
+
+def claim_socket(path: Path) -> None:
+    """Refuse when a buildkitd answers on ``path`` (another make images-buildx); remove the
+    socket a killed one left."""
+    if not path.exists():
+        return
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()
+            return
+    raise StepError(f"a buildkitd answers on {path}: another make images-buildx runs")
 
 
 def _wait_for_socket(process: subprocess.Popen[bytes], log: Path) -> None:

@@ -9,12 +9,14 @@ import hashlib
 import io
 import json
 import re
+import socket
 import tarfile
 import tomllib
 from pathlib import Path
 
 import pytest
 
+from e2e.kind.steps import StepError
 from images import build, buildx, check, oci
 
 
@@ -176,3 +178,18 @@ def test_an_elf_file_of_another_machine_is_found(tmp_path: Path) -> None:
     (tmp_path / "link.so").symlink_to(tmp_path / "site" / "grpc" / "cygrpc.so")
     assert check.foreign_elf_files(tmp_path, arm64) == ["site/grpc/cygrpc.so"]
     assert check.foreign_elf_files(tmp_path, build.ARCHES["amd64"]) == ["libvgpu.so"]
+
+
+def test_a_socket_a_killed_run_left_is_taken_over_and_a_live_one_refused(tmp_path: Path) -> None:
+    stale = tmp_path / "stale.sock"
+    with socket.socket(socket.AF_UNIX) as gone:
+        gone.bind(str(stale))
+    buildx.claim_socket(stale)
+    assert not stale.exists()
+    live = tmp_path / "live.sock"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(live))
+        server.listen(1)
+        with pytest.raises(StepError, match="another make images-buildx runs"):
+            buildx.claim_socket(live)
+    buildx.claim_socket(tmp_path / "absent.sock")
