@@ -21,6 +21,7 @@ after 1 s while a deletion stopped at its pass's budget); with
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import sys
@@ -48,7 +49,7 @@ from vgpu_bridge.node.driver_root import (
     preload_nvml,
     still_installed,
 )
-from vgpu_bridge.node.gpus import Gpu, GpuDiscoveryError, mock_gpus, nvml_gpus
+from vgpu_bridge.node.gpus import Gpu, GpuDiscoveryError, mock_gpus
 from vgpu_bridge.node.grpc import PluginServer
 from vgpu_bridge.node.hami_metrics import SYNC_PERIOD_S as HAMI_SYNC_PERIOD_S
 from vgpu_bridge.node.hami_metrics import HamiSeries, PodNames
@@ -60,6 +61,7 @@ from vgpu_bridge.node.no_gpu import wait_for_gpus
 from vgpu_bridge.node.pod_resources import PodResources
 from vgpu_bridge.node.publisher import SlicePublisher
 from vgpu_bridge.node.settings import Settings
+from vgpu_bridge.node.skipped_gpus import ShareableGpus
 from vgpu_bridge.node.slices import DeviceTaint
 from vgpu_bridge.node.state import DeviceState, StateLocked
 
@@ -299,21 +301,30 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
     stop = stop or threading.Event()
     gpus = mock_gpus(settings.mock_gpus) if settings.mock_gpus else None  # logs nothing
     configure_json_logging(level=settings.log_level)
+    shareable = None
     if gpus is None:
         stop_on_signals(stop)
-        find = nvml_finder(settings, nvml_gpus)
-        gpus = wait_for_gpus(find, stop=stop, recheck_s=settings.gpu_wait_seconds,
-                             host_port=settings.metrics_host_port)  # fmt: skip
+        shareable = ShareableGpus.on_node(settings.node_name, driver=settings.driver_name,
+                                          kubeconfig=settings.kubeconfig)  # fmt: skip
+        wait = functools.partial(wait_for_gpus, stop=stop, recheck_s=settings.gpu_wait_seconds,
+                                 host_port=settings.metrics_host_port,
+                                 collectors=(shareable.gauge,))  # fmt: skip
+        gpus = wait(nvml_finder(settings, shareable))
+        if gpus is not None:  # and NVIDIA's device plugin is not on this node (skipped_gpus.py)
+            gpus = wait(shareable.unless_device_plugin(gpus))
         if gpus is None:
             log.info("node agent stopped while waiting for a GPU")
             return 0
     driver_stack = find_driver_stack(settings, gpus)  # before the API: a node-local reason
     api = KubeApi.connect(settings.kubeconfig)
-    return run(build(settings, api, gpus=gpus, driver_stack=driver_stack), stop=stop)
+    agent = build(settings, api, gpus=gpus, driver_stack=driver_stack)
+    if shareable is not None:  # the skipped cards stay on /metrics
+        agent.registry.register(shareable.gauge)
+    return run(agent, stop=stop)
 
 
 def nvml_finder(settings: Settings, read: Callable[[], Found]) -> Callable[[], Found]:
-    """`read` (what reads NVML: `nvml_gpus`). With a driver root, NVML is the root's
+    """`read` (what reads NVML: `ShareableGpus`). With a driver root, NVML is the root's
     libnvidia-ml (the agent's image has none), loaded before each look until it loads: GPU
     Operator's driver container fills the root after the agent starts. Until then the agent
     waits, saying why (DriverRootError). Whatever reads NVML at start goes through here."""
