@@ -21,6 +21,7 @@ after 1 s while a deletion stopped at its pass's budget); with
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import os
 import signal
@@ -112,6 +113,8 @@ class Agent:
     device_health: DeviceHealthWatcher | None  # None: --device-health false
     pod_names: PodNames | None = None  # who uses each claim; None: --hami-metrics false
     driver_stack: DriverStack | None = None  # the driver files specs carry; None: no root
+    # NVIDIA's device plugin's nvidia.com/gpu on our Node, or None (NVML cards only)
+    device_plugin_on_node: Callable[[], str | None] | None = None
 
     def start(self) -> MetricsServer | None:
         """Checkpoint recovered, DRA then registration socket, then /metrics and /healthz."""
@@ -237,6 +240,9 @@ def workers(agent: Agent, stop: threading.Event) -> list[threading.Thread]:
     if agent.driver_stack is not None:
         periodic.append(("driver-files", DRIVER_CHECK_PERIOD_S, "checking the driver's files",
                          driver_watch(agent, stop)))  # fmt: skip
+    if agent.device_plugin_on_node is not None:
+        periodic.append(("device-plugin", settings.gpu_wait_seconds, "looking for the plugin",
+                         device_plugin_watch(agent, stop)))  # fmt: skip
     soon = {"tenant-dirs": {"again_soon": lambda: agent.tenant_dirs.unfinished}}
     return [
         threading.Thread(
@@ -259,6 +265,27 @@ def driver_watch(agent: Agent, stop: threading.Event) -> Callable[[], None]:
                   "the restarted agent finds the new one", driver_root=str(stack.root),
                   driver_version=stack.version)  # fmt: skip
         stop.set()
+
+    return check
+
+
+def device_plugin_watch(agent: Agent, stop: threading.Event) -> Callable[[], None]:
+    """A check that, once NVIDIA's device plugin registers on our Node, withdraws our devices
+    (the next publication has none) and sets `stop`: two bookkeepers of one card would both
+    give it away. The restarted agent waits until the plugin is gone (skipped_gpus.py)."""
+    look = agent.device_plugin_on_node
+
+    def check() -> None:
+        plugin = None if look is None else look()
+        if plugin is None:
+            return
+        log.error("NVIDIA's device plugin registered on this node; withdrawing our devices and "
+                  "stopping", resource="nvidia.com/gpu", capacity=plugin)  # fmt: skip
+        agent.publisher.set_gpus(())
+        try:
+            agent.publisher.sync()
+        finally:
+            stop.set()
 
     return check
 
@@ -318,8 +345,9 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
     driver_stack = find_driver_stack(settings, gpus)  # before the API: a node-local reason
     api = KubeApi.connect(settings.kubeconfig)
     agent = build(settings, api, gpus=gpus, driver_stack=driver_stack)
-    if shareable is not None:  # the skipped cards stay on /metrics
+    if shareable is not None:  # the skipped cards stay on /metrics; the plugin is looked for
         agent.registry.register(shareable.gauge)
+        agent = dataclasses.replace(agent, device_plugin_on_node=shareable.device_plugin_on_node)
     return run(agent, stop=stop)
 
 

@@ -8,7 +8,10 @@ Two cases keep cards out of the node's ResourceSlices:
   above 0; only a kubelet device plugin puts it there: a DeviceClass's `extendedResourceName` is
   served by the scheduler only where the Node does not have the resource, docs/mig.md): it hands
   out the same cards as whole GPUs, and two bookkeepers of one card would both give it away. The
-  agent publishes nothing and looks again every `--gpu-wait-seconds`.
+  agent publishes nothing and looks again every `--gpu-wait-seconds`; this node's slices of our
+  driver left by an earlier run are deleted (the scheduler would keep allocating from them). A
+  running agent looks as often (`device_plugin_on_node`, app.py): once the plugin appears it
+  withdraws its slices and stops, and its restart waits here.
 
 Each is said three ways: a log line, a Warning Event `GpuSkipped` on the Node (one per card and
 reason per agent start, however often the agent looks again), and the gauge
@@ -41,6 +44,7 @@ log = get_logger("vgpu_bridge.node.skipped_gpus")
 DEVICE_PLUGIN_PRESENT = "device-plugin-present"
 DEVICE_PLUGIN_RESOURCE = "nvidia.com/gpu"
 EVERY_CARD = "*"
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 EVENT_REASON = "GpuSkipped"
 EVENTS_NAMESPACE = "default"  # where Events about cluster-scoped objects (Nodes) are kept
 MAX_NOTE = 1024  # events.k8s.io/v1 refuses a longer note
@@ -208,6 +212,7 @@ class ShareableGpus:
                 [*self._cards, *([Skip(EVERY_CARD, DEVICE_PLUGIN_PRESENT)] if plugin else [])]
             )
             if plugin is not None:
+                self.withdraw_slices()
                 raise NoShareableGpu(
                     f"NVIDIA's device plugin registered {DEVICE_PLUGIN_RESOURCE}={plugin} on "
                     f"Node {self.node}: nothing is published here"
@@ -215,6 +220,35 @@ class ShareableGpus:
             return gpus
 
         return look
+
+    def device_plugin_on_node(self) -> str | None:
+        """NVIDIA's device plugin's `nvidia.com/gpu` capacity on our Node, reported (log, Event,
+        gauge) when there is one; None when there is none or the Node cannot be read now (a
+        running agent keeps serving through an API outage)."""
+        try:
+            plugin = self._device_plugin_gpus()
+        except NoShareableGpu:
+            return None
+        if plugin is not None:
+            self._report([*self._cards, Skip(EVERY_CARD, DEVICE_PLUGIN_PRESENT)])
+        return plugin
+
+    def withdraw_slices(self) -> int:
+        """Delete this node's ResourceSlices of our driver (what an earlier run published);
+        how many. Failures are left to the next look."""
+        selector = f"spec.nodeName={self.node},spec.driver={self.events.controller}"
+        deleted = 0
+        try:
+            found = self.api.list(SLICES, fieldSelector=selector)
+            for item in found.get("items") or ():
+                self.api.delete(api_path(SLICES, item["metadata"]["name"]))
+                deleted += 1
+        except Exception as error:  # KubeError, or the API unreachable after the retries
+            log.warning("could not withdraw this node's slices", error=str(error))
+        if deleted:
+            log.warning("withdrew this node's slices: NVIDIA's device plugin runs here",
+                        deleted=deleted)  # fmt: skip
+        return deleted
 
     def _device_plugin_gpus(self) -> str | None:
         """`device_plugin_gpus` of our Node; failing to read it is a reason to wait (publishing

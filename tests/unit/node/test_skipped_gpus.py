@@ -41,6 +41,17 @@ class NodeApi(KubeApi):
         self.events: list[tuple[str, Json]] = []
         self.node_reads = 0
         self.broken: Exception | None = None
+        self.slices = {"gpu-node-1-gpu.vgpu-bridge.io-abcde"}  # an earlier run's
+        self.slice_queries: list[Any] = []
+
+    def list(self, path: str, **query: Any) -> Json:
+        assert path == "/apis/resource.k8s.io/v1/resourceslices"
+        self.slice_queries.append(query)
+        return {"items": [{"metadata": {"name": name}} for name in sorted(self.slices)]}
+
+    def delete(self, path: str, *, preconditions: Json | None = None) -> Json:
+        self.slices.remove(path.rsplit("/", 1)[1])
+        return {}
 
     def get(self, path: str) -> Json:
         assert path == f"/api/v1/nodes/{NODE}"
@@ -131,6 +142,10 @@ def test_nvidias_device_plugin_on_the_node_stops_every_card_until_it_is_gone() -
     assert gauge_lines(find.gauge) == [
         'vgpu_bridge_agent_gpus_skipped{gpu="*",reason="device-plugin-present"} 1.0'
     ]
+    assert api.slices == set()  # the scheduler must not allocate from an earlier run's slice
+    assert api.slice_queries[0] == {
+        "fieldSelector": f"spec.nodeName={NODE},spec.driver=gpu.vgpu-bridge.io"
+    }
     api.capacity["nvidia.com/gpu"] = "0"  # the kubelet zeroes a plugin's resource once it is gone
     assert look() == (GPU,)
     assert gauge_lines(find.gauge) == []
@@ -179,3 +194,20 @@ def test_the_waiting_agent_serves_the_skipped_gauge_and_starts_once_a_card_is_sh
     assert found == (GPU,)
     assert 'vgpu_bridge_agent_gpus_skipped{gpu="GPU-1",reason="mig-enabled"} 1.0' in seen[0]
     assert "vgpu_bridge_agent_waiting_for_gpus 1.0" in seen[0]
+
+
+def test_a_running_agent_sees_the_device_plugin_arrive_and_reports_it() -> None:
+    api = NodeApi()
+    find = shareable(api, GPU)
+    find()
+    assert find.device_plugin_on_node() is None
+    api.broken = KubeError("GET", f"/api/v1/nodes/{NODE}", 503, "unavailable")
+    assert find.device_plugin_on_node() is None  # an API outage does not stop a serving agent
+    api.broken = None
+    api.capacity["nvidia.com/gpu"] = "2"
+    assert find.device_plugin_on_node() == "2"
+    assert gauge_lines(find.gauge) == [
+        'vgpu_bridge_agent_gpus_skipped{gpu="*",reason="device-plugin-present"} 1.0'
+    ]
+    [(_, event)] = api.events
+    assert DEVICE_PLUGIN_PRESENT in event["note"]
