@@ -7,7 +7,9 @@ NVML cards, registered by the real kubelet. No pod is needed.
   `vgpu_bridge_agent_gpus_skipped`.
 - NVIDIA's device plugin registered on the node (`nvidia.com/gpu` in the Node's capacity, which
   the kubelet keeps as it keeps any advertised extended resource): the agent publishes nothing and
-  says why, then publishes once the capacity is gone.
+  says why, then publishes once the capacity is gone; when the plugin comes back under the
+  running agent, the agent withdraws its devices and stops (its DaemonSet would restart it into
+  the waiting state above).
 
 Collected only with ``VGPU_REALNODE=1`` (``make e2e-realnode``); see conftest.py.
 """
@@ -109,3 +111,12 @@ def test_with_nvidias_device_plugin_on_the_node_nothing_is_published_until_it_is
     finally:
         client.patch(status, {"status": {"capacity": {"nvidia.com/gpu": None}}})
     wait_published(node, cluster, agent, published=1)
+    client.patch(status, {"status": {"capacity": {"nvidia.com/gpu": "1"}}})
+    try:
+        process = agent.component.process
+        assert process is not None
+        wait_for(lambda: process.poll() is not None, timeout_s=60,
+                 what="the running agent stopped by the device plugin's arrival")  # fmt: skip
+        assert published_devices(client, node.name) == 0
+    finally:
+        client.patch(status, {"status": {"capacity": {"nvidia.com/gpu": None}}})
