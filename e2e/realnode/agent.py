@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from e2e.cluster.client import KubeClient
@@ -44,22 +45,25 @@ def install_libvgpu(layout: Layout, native: NativeParts) -> Path:
     return directory
 
 
-def start_agent(
-    node: RealNode,
-    cluster: LocalCluster,
-    native: NativeParts,
-    gpus: list[dict[str, str]],
-    *,
-    driver_root: DriverRootFlags | None = None,
-) -> tuple[Component, str]:
-    """Start the agent (recorded with the node's components, so ``down`` stops it), given
-    ``driver_root`` with ``--driver-root`` (and ``--driver-root-mount``), and wait until the
-    kubelet has registered it and it has published ``len(gpus)`` devices in the node's
-    ResourceSlice; the component and the URL of its /metrics."""
+@dataclass(frozen=True)
+class LaunchedAgent:
+    """A started agent process: its component, its /metrics and the kubelet's registrations in
+    the agents' log before it started (so its own registration can be told apart)."""
+
+    component: Component
+    metrics_url: str
+    registrations_before: int
+
+    def registered(self) -> bool:
+        return _registrations(self.component.log) > self.registrations_before
+
+
+def launch_agent(
+    node: RealNode, cluster: LocalCluster, environ: dict[str, str], args: list[str]
+) -> LaunchedAgent:
+    """Start ``vgpu-bridge node`` for ``node`` with the tier's directories, ``environ`` and the
+    extra ``args``, recorded with the node's components (so ``down`` stops it); no waiting."""
     layout = node.layout
-    install_libvgpu(layout, native)
-    environ = {key: value for key, value in os.environ.items() if not key.startswith("VGPU_")}
-    environ["VGPU_BRIDGE_MOCK_GPUS"] = json.dumps(gpus)
     metrics_port = free_port()
     command = [
         "-m", "vgpu_bridge.cli", "node",
@@ -71,7 +75,7 @@ def start_agent(
         "--kubeconfig", str(cluster.kubeconfig),
         "--metrics-listen", f"127.0.0.1:{metrics_port}",
         "--resync-seconds", "2",
-        *(driver_root.args() if driver_root is not None else []),
+        *args,
     ]  # fmt: skip
     log = layout.logs / "node-agent.log"
     registrations_before = _registrations(log)
@@ -88,16 +92,41 @@ def start_agent(
     component = Component(AGENT, process.pid, Path(sys.executable), log, process)
     node.components.append(component)
     record_pids(node)
+    return LaunchedAgent(
+        component, f"http://127.0.0.1:{metrics_port}/metrics", registrations_before
+    )
+
+
+def wait_published(
+    node: RealNode, cluster: LocalCluster, agent: LaunchedAgent, *, published: int
+) -> None:
+    """Until the kubelet has registered ``agent`` and it publishes ``published`` devices."""
     client = cluster.client()
     wait_started(
-        lambda: (
-            _registrations(log) > registrations_before
-            and published_devices(client, node.name) == len(gpus)
-        ),
+        lambda: agent.registered() and published_devices(client, node.name) == published,
         what="the agent registered by the kubelet and its ResourceSlice",
-        component=component,
+        component=agent.component,
     )
-    return component, f"http://127.0.0.1:{metrics_port}/metrics"
+
+
+def start_agent(
+    node: RealNode,
+    cluster: LocalCluster,
+    native: NativeParts,
+    gpus: list[dict[str, str]],
+    *,
+    driver_root: DriverRootFlags | None = None,
+) -> tuple[Component, str]:
+    """Start the agent with mock ``gpus``, given ``driver_root`` with ``--driver-root`` (and
+    ``--driver-root-mount``), and wait until the kubelet has registered it and it has published
+    ``len(gpus)`` devices in the node's ResourceSlice; the component and the URL of its /metrics."""
+    install_libvgpu(node.layout, native)
+    environ = {key: value for key, value in os.environ.items() if not key.startswith("VGPU_")}
+    environ["VGPU_BRIDGE_MOCK_GPUS"] = json.dumps(gpus)
+    args = driver_root.args() if driver_root is not None else []
+    agent = launch_agent(node, cluster, environ, args)
+    wait_published(node, cluster, agent, published=len(gpus))
+    return agent.component, agent.metrics_url
 
 
 def restart_agent(

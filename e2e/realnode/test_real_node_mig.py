@@ -22,14 +22,9 @@ import pytest
 
 from e2e.cluster import LocalCluster
 from e2e.cluster.client import Json
-from e2e.realnode.agent import AGENT, RESOURCE, published_devices
+from e2e.realnode.agent import AGENT, RESOURCE, published_devices, wait_published
 from e2e.realnode.node import RealNode, stop_component
-from e2e.realnode.nvml_agent import (
-    fake_card_uuid,
-    launch_nvml_agent,
-    start_nvml_agent,
-    wait_published,
-)
+from e2e.realnode.nvml_agent import fake_card_uuid, launch_nvml_agent, start_nvml_agent
 from e2e.waiting import wait_for
 from vgpu_bridge.core import DEFAULT
 
