@@ -35,7 +35,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from vgpu_bridge.core.quantity import QuantityError, parse_quantity
-from vgpu_bridge.kube import KubeApi, api_path
+from vgpu_bridge.kube import KubeApi, KubeConfigError, api_path
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.node.gpus import Gpu, GpuDiscoveryError, Inventory, nvml_inventory
 
@@ -252,9 +252,12 @@ class ShareableGpus:
 
     def _device_plugin_gpus(self) -> str | None:
         """`device_plugin_gpus` of our Node; failing to read it is a reason to wait (publishing
-        needs the Node anyway, and an unread capacity must not let a second bookkeeper in)."""
+        needs the Node anyway, and an unread capacity must not let a second bookkeeper in). A
+        kubeconfig that cannot be read is not: KubeConfigError stops the start (exit 1)."""
         try:
             node = self.api.get(api_path("/api/v1", "nodes", self.node))
+        except KubeConfigError:
+            raise
         except Exception as error:  # KubeError, or the API unreachable after the retries
             raise NoShareableGpu(
                 f"cannot read Node {self.node} to check for NVIDIA's device plugin: {error}"

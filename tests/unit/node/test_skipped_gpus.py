@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.integration.webhook_harness import free_port
-from vgpu_bridge.kube import KubeApi, KubeError
+from vgpu_bridge.kube import KubeApi, KubeConfigError, KubeError
 from vgpu_bridge.node.gpus import MIG_ENABLED, Gpu, Inventory, SkippedGpu
 from vgpu_bridge.node.no_gpu import wait_for_gpus
 from vgpu_bridge.node.skipped_gpus import (
@@ -211,3 +212,16 @@ def test_a_running_agent_sees_the_device_plugin_arrive_and_reports_it() -> None:
     ]
     [(_, event)] = api.events
     assert DEVICE_PLUGIN_PRESENT in event["note"]
+
+
+def test_an_unusable_kubeconfig_stops_the_start_instead_of_waiting_healthy_for_ever(
+    tmp_path: Path,
+) -> None:
+    """A Node that cannot be read now (403, the API down) is a reason to wait; a kubeconfig or
+    in-cluster config that can never be read is not: the agent exits 1 saying why, as it did
+    before it read its Node at start, instead of answering /healthz 200 while it waits."""
+    api = KubeApi.connect_on_first_use(str(tmp_path / "no-such-kubeconfig"))
+    events = NodeEvents(api, NODE, controller="gpu.vgpu-bridge.io", wall=lambda: 0.0)
+    find = ShareableGpus(lambda: Inventory(gpus=(GPU,)), api=api, node=NODE, events=events)
+    with pytest.raises(KubeConfigError, match="no-such-kubeconfig"):
+        find.unless_device_plugin(find())()
