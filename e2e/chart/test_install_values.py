@@ -209,6 +209,24 @@ def test_agents_roll_a_tenth_of_the_nodes_at_a_time_by_default_or_as_set(helm: H
     assert "type" in message
 
 
+@pytest.mark.parametrize("width", ["101%", "150%", "999%", "10"])
+def test_a_rollout_width_the_api_server_would_refuse_is_refused_naming_the_field(
+    helm: Helm, width: str
+) -> None:
+    """The API server refuses a DaemonSet whose maxUnavailable is a percentage above 100%: say
+    so at render, naming the value, rather than half-way through `helm install`."""
+    strategy = {"rollingUpdate": {"maxUnavailable": width}}
+    message = helm.template_error({"agent": {"updateStrategy": strategy}})
+    assert "at '/agent/updateStrategy/rollingUpdate/maxUnavailable'" in message
+
+
+@pytest.mark.parametrize("width", ["1%", "10%", "99%", "100%"])
+def test_a_rollout_width_of_a_percentage_up_to_all_nodes_renders(helm: Helm, width: str) -> None:
+    strategy = {"rollingUpdate": {"maxUnavailable": width}}
+    daemonset = one(helm.template({"agent": {"updateStrategy": strategy}}), "DaemonSet")
+    assert daemonset["spec"]["updateStrategy"]["rollingUpdate"] == {"maxUnavailable": width}
+
+
 def test_webhook_pod_meets_pod_security_restricted(helm: Helm) -> None:
     """The restricted level's rules that concern what the chart sets: non-root, no privilege
     escalation, every capability dropped, the runtime's seccomp profile; and a read-only root."""
