@@ -211,9 +211,11 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def remove_cgroups(cgroup_fs: Path, parent: str) -> list[str]:
-    """Remove ``parent`` (and its empty children) from every hierarchy; what was removed."""
+    """Remove ``parent`` (and its empty children) from every hierarchy; what was removed.
+    ``cgroup_fs`` itself is a hierarchy under cgroup v2 alone, each dir below it one under v1."""
     removed = []
-    for hierarchy in sorted(cgroup_fs.iterdir()) if cgroup_fs.is_dir() else []:
+    hierarchies = [cgroup_fs, *sorted(cgroup_fs.iterdir())] if cgroup_fs.is_dir() else []
+    for hierarchy in hierarchies:
         top = hierarchy / parent
         if top.is_symlink() or not top.is_dir():
             continue

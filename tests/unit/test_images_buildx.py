@@ -165,6 +165,18 @@ def test_the_build_containers_cgroups_are_removed_and_nothing_else(tmp_path: Pat
     assert sorted(p.name for p in (tmp_path / "memory").iterdir()) == ["other"]
 
 
+def test_on_a_cgroup2_host_the_build_containers_cgroups_are_removed_too(tmp_path: Path) -> None:
+    """Under cgroup v2 alone (Debian 12's default) /sys/fs/cgroup is the one hierarchy: runc puts
+    the build containers in <root>/<parent>/<id>, beside system.slice and the root's files."""
+    (tmp_path / buildx.CGROUP_PARENT / "abc" / "nested").mkdir(parents=True)
+    (tmp_path / "system.slice" / "other").mkdir(parents=True)
+    (tmp_path / "cgroup.procs").write_text("")
+    removed = buildx.remove_cgroups(tmp_path, buildx.CGROUP_PARENT)
+    assert removed == [f"cgroup {tmp_path / buildx.CGROUP_PARENT}: removed"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cgroup.procs", "system.slice"]
+    assert (tmp_path / "system.slice" / "other").is_dir()
+
+
 def elf_header(machine: int) -> bytes:
     return b"\x7fELF" + bytes(14) + machine.to_bytes(2, "little")
 
