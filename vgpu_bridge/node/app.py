@@ -314,6 +314,8 @@ def run(agent: Agent, *, stop: threading.Event) -> int:
              driver_root=str(stack.root) if stack else None,
              driver_version=stack.version if stack else None,
              driver_libraries=[lib.path for lib in stack.libraries] if stack else [])  # fmt: skip
+    for reason in stack.passed_over if stack else ():
+        log.warning("a driver file is not given to containers", reason=reason)
     stop.wait()
     agent.close()
     if metrics is not None:

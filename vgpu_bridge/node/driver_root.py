@@ -42,6 +42,7 @@ LIBRARY_NAMES = (
     "libcudadebugger",
     "libnvidia-ptxjitcompiler",
     "libnvidia-nvvm",
+    "libnvidia-nvvm70",
     "libnvidia-gpucomp",
     "libnvidia-opencl",
     "libnvidia-allocator",
@@ -54,6 +55,9 @@ LIBRARY_NAMES = (
     "libnvidia-opticalflow",
 )
 CUDA_LIBRARY = "libcuda"
+# Without these a CUDA pod is broken, so an odd file there stops the agent; any other odd file is
+# passed over (said at start) and the container goes without it.
+REQUIRED_LIBRARIES = (CUDA_LIBRARY, "libnvidia-ml")
 BINARIES = ("nvidia-smi", "nvidia-debugdump")
 BINARY_DIRS = ("usr/bin", "bin")
 NVML_SONAME = "libnvidia-ml.so.1"  # what pynvml loads
@@ -87,6 +91,7 @@ class DriverStack:
     libraries: tuple[DriverLibrary, ...]
     binaries: tuple[str, ...]  # relative to the root: "usr/bin/nvidia-smi"
     devices_in_root: bool  # device nodes at <root>/dev/…, not /dev/…
+    passed_over: tuple[str, ...] = ()  # optional files not given to containers, and why
 
     def host_path(self, relative: str) -> str:
         return str(self.root / relative)
@@ -152,13 +157,17 @@ def discover(*, root: Path, mount: Path, version: str, machine: str) -> DriverSt
     if triplet is None:
         raise DriverRootError(f"machine {machine!r}: driver files are found on {list(TRIPLETS)}")
     library_dir = _library_dir(root=root, mount=mount, version=version, triplet=triplet)
+    passed_over: list[str] = []
     return DriverStack(
         root=root,
         version=version,
         triplet=triplet,
-        libraries=tuple(_libraries(mount, library_dir, version=version, machine=machine)),
-        binaries=tuple(_binaries(mount)),
+        libraries=tuple(
+            _libraries(mount, library_dir, version=version, machine=machine, odd=passed_over)
+        ),
+        binaries=tuple(_binaries(mount, odd=passed_over)),
         devices_in_root=root != Path("/") and _exists(mount / CONTROL_DEVICE),
+        passed_over=tuple(passed_over),
     )
 
 
@@ -181,12 +190,19 @@ def _library_dir(*, root: Path, mount: Path, version: str, triplet: str) -> str:
 
 
 def _libraries(
-    mount: Path, library_dir: str, *, version: str, machine: str
+    mount: Path, library_dir: str, *, version: str, machine: str, odd: list[str]
 ) -> Iterator[DriverLibrary]:
+    """The libraries present; an odd optional one is added to `odd` with its reason and
+    skipped, an odd required one stops discovery (DriverRootError)."""
     for name in LIBRARY_NAMES:
         relative = f"{library_dir}/{name}.so.{version}"
-        if _is_regular(mount / relative):
-            yield DriverLibrary(relative, _soname(mount / relative, name, machine), name)
+        try:
+            if _is_regular(mount / relative):
+                yield DriverLibrary(relative, _soname(mount / relative, name, machine), name)
+        except DriverRootError as error:
+            if name in REQUIRED_LIBRARIES:
+                raise
+            odd.append(str(error))
 
 
 def _soname(path: Path, name: str, machine: str) -> str:
@@ -200,9 +216,14 @@ def _soname(path: Path, name: str, machine: str) -> str:
     return found
 
 
-def _binaries(mount: Path) -> Iterator[str]:
+def _binaries(mount: Path, *, odd: list[str]) -> Iterator[str]:
+    """The binaries present; an odd one is added to `odd` and skipped (none is required)."""
     for binary in BINARIES:
-        found = _first_regular(mount, (f"{directory}/{binary}" for directory in BINARY_DIRS))
+        try:
+            found = _first_regular(mount, (f"{directory}/{binary}" for directory in BINARY_DIRS))
+        except DriverRootError as error:
+            odd.append(str(error))
+            continue
         if found is not None:
             yield found
 

@@ -120,12 +120,29 @@ def test_a_link_at_a_versioned_name_is_refused_not_followed(tmp_path: Path, name
         discover(root=tmp_path, mount=tmp_path, version=VERSION, machine="x86_64")
 
 
-def test_a_fifo_at_a_binarys_name_is_refused(tmp_path: Path) -> None:
+def test_a_fifo_at_a_binarys_name_is_passed_over_with_its_reason(tmp_path: Path) -> None:
     install_driver(tmp_path, binaries=())
     (tmp_path / "usr/bin").mkdir()
     os.mkfifo(tmp_path / "usr/bin/nvidia-smi")
-    with pytest.raises(DriverRootError, match="nvidia-smi is not a regular file"):
-        discover(root=tmp_path, mount=tmp_path, version=VERSION, machine="x86_64")
+    stack = discover(root=tmp_path, mount=tmp_path, version=VERSION, machine="x86_64")
+    assert stack.binaries == ()
+    [reason] = stack.passed_over
+    assert "nvidia-smi is not a regular file" in reason
+
+
+def test_an_odd_optional_library_is_passed_over_and_the_rest_is_given(tmp_path: Path) -> None:
+    """A link or a foreign object at an optional library's name (OpenCL, say) must not keep the
+    agent, and every CUDA pod of the node, from starting: only libcuda and NVML are required."""
+    libraries = install_driver(tmp_path)
+    (libraries / "elsewhere").write_bytes(b"")
+    (libraries / f"libnvidia-opencl.so.{VERSION}").symlink_to("elsewhere")
+    (libraries / f"libnvidia-ptxjitcompiler.so.{VERSION}").write_bytes(b"INPUT(-lcuda)\n")
+    stack = discover(root=tmp_path, mount=tmp_path, version=VERSION, machine="x86_64")
+    names = {library.name for library in stack.libraries}
+    assert {"libcuda", "libnvidia-ml"} <= names
+    assert not names & {"libnvidia-opencl", "libnvidia-ptxjitcompiler"}
+    assert len(stack.passed_over) == 2
+    assert any("libnvidia-opencl" in reason and "a link" in reason for reason in stack.passed_over)
 
 
 @pytest.mark.parametrize(
