@@ -242,7 +242,7 @@ def workers(agent: Agent, stop: threading.Event) -> list[threading.Thread]:
                          driver_watch(agent, stop)))  # fmt: skip
     if agent.device_plugin_on_node is not None:
         periodic.append(("device-plugin", settings.gpu_wait_seconds, "looking for the plugin",
-                         device_plugin_watch(agent, stop)))  # fmt: skip
+                         device_plugin_watch(agent)))  # fmt: skip
     soon = {"tenant-dirs": {"again_soon": lambda: agent.tenant_dirs.unfinished}}
     return [
         threading.Thread(
@@ -269,23 +269,30 @@ def driver_watch(agent: Agent, stop: threading.Event) -> Callable[[], None]:
     return check
 
 
-def device_plugin_watch(agent: Agent, stop: threading.Event) -> Callable[[], None]:
-    """A check that, once NVIDIA's device plugin registers on our Node, withdraws our devices
-    (the next publication has none) and sets `stop`: two bookkeepers of one card would both
-    give it away. The restarted agent waits until the plugin is gone (skipped_gpus.py)."""
+def device_plugin_watch(agent: Agent) -> Callable[[], None]:
+    """A check that withdraws our devices (the next publication has none) while NVIDIA's device
+    plugin is registered on our Node, and publishes them again once it is gone: two bookkeepers
+    of one card would both give it away. The agent keeps serving, so the kubelet can still
+    unprepare the claims it prepared (their pods could not finish terminating otherwise)."""
     look = agent.device_plugin_on_node
+    withdrawn = False
 
     def check() -> None:
-        plugin = None if look is None else look()
-        if plugin is None:
-            return
-        log.error("NVIDIA's device plugin registered on this node; withdrawing our devices and "
-                  "stopping", resource="nvidia.com/gpu", capacity=plugin)  # fmt: skip
-        agent.publisher.set_gpus(())
+        nonlocal withdrawn
         try:
-            agent.publisher.sync()
-        finally:
-            stop.set()
+            plugin = None if look is None else look()
+        except GpuDiscoveryError:  # the Node unread now: keep what is published
+            return
+        if (plugin is not None) == withdrawn:
+            return
+        if plugin is not None:
+            log.error("NVIDIA's device plugin registered on this node; our devices withdrawn",
+                      resource="nvidia.com/gpu", capacity=plugin)  # fmt: skip
+        else:
+            log.warning("NVIDIA's device plugin is gone from this node; our devices published")
+        agent.publisher.set_gpus(() if plugin is not None else agent.gpus)
+        agent.publisher.sync()
+        withdrawn = plugin is not None
 
     return check
 

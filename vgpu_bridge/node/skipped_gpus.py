@@ -10,8 +10,8 @@ Two cases keep cards out of the node's ResourceSlices:
   out the same cards as whole GPUs, and two bookkeepers of one card would both give it away. The
   agent publishes nothing and looks again every `--gpu-wait-seconds`; this node's slices of our
   driver left by an earlier run are deleted (the scheduler would keep allocating from them). A
-  running agent looks as often (`device_plugin_on_node`, app.py): once the plugin appears it
-  withdraws its slices and stops, and its restart waits here.
+  running agent looks as often (`device_plugin_on_node`, app.py): while the plugin is there it
+  publishes no device, and it keeps serving the kubelet (claims it prepared are unprepared).
 
 Each is said three ways: a log line, a Warning Event `GpuSkipped` on the Node (one per card and
 reason per agent start, however often the agent looks again), and the gauge
@@ -223,14 +223,10 @@ class ShareableGpus:
 
     def device_plugin_on_node(self) -> str | None:
         """NVIDIA's device plugin's `nvidia.com/gpu` capacity on our Node, reported (log, Event,
-        gauge) when there is one; None when there is none or the Node cannot be read now (a
-        running agent keeps serving through an API outage)."""
-        try:
-            plugin = self._device_plugin_gpus()
-        except NoShareableGpu:
-            return None
-        if plugin is not None:
-            self._report([*self._cards, Skip(EVERY_CARD, DEVICE_PLUGIN_PRESENT)])
+        gauge) when there is one, else None; NoShareableGpu when the Node cannot be read now (a
+        running agent then keeps what it publishes: an API outage proves nothing either way)."""
+        plugin = self._device_plugin_gpus()
+        self._report([*self._cards, *([Skip(EVERY_CARD, DEVICE_PLUGIN_PRESENT)] if plugin else [])])
         return plugin
 
     def withdraw_slices(self) -> int:

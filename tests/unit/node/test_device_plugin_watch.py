@@ -1,52 +1,68 @@
-"""A running agent that finds NVIDIA's device plugin registered on its Node withdraws its devices
-(one more publication, with none) and stops: its restart waits until the plugin is gone."""
+"""A running agent withdraws its devices while NVIDIA's device plugin is registered on its Node
+(one publication with none) and publishes them again once the plugin is gone; it keeps serving
+throughout, so the kubelet can still unprepare the claims it prepared. A Node it cannot read
+changes nothing."""
 
 from __future__ import annotations
 
-import contextlib
-import threading
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import cast
 
 from vgpu_bridge.node.app import Agent, device_plugin_watch
+from vgpu_bridge.node.skipped_gpus import NoShareableGpu
+
+CARDS = ("gpu-0", "gpu-1")
 
 
 class Publisher:
     def __init__(self) -> None:
-        self.gpus: tuple[object, ...] | None = None
-        self.synced_with: list[tuple[object, ...] | None] = []
+        self.gpus: tuple[object, ...] = CARDS
+        self.published: list[tuple[object, ...]] = []
 
     def set_gpus(self, gpus: tuple[object, ...]) -> None:
         self.gpus = tuple(gpus)
 
     def sync(self) -> None:
-        self.synced_with.append(self.gpus)
+        self.published.append(self.gpus)
 
 
-def agent_with(look: Any, publisher: Publisher) -> Agent:
-    return cast(Agent, SimpleNamespace(device_plugin_on_node=look, publisher=publisher))
+class Node:
+    """What the look finds: the plugin's capacity, None, or an unreadable Node."""
+
+    def __init__(self) -> None:
+        self.plugin: str | None = None
+        self.unreadable = False
+
+    def look(self) -> str | None:
+        if self.unreadable:
+            raise NoShareableGpu("cannot read Node")
+        return self.plugin
 
 
-def test_no_plugin_changes_nothing() -> None:
-    publisher, stop = Publisher(), threading.Event()
-    device_plugin_watch(agent_with(lambda: None, publisher), stop)()
-    assert publisher.synced_with == []
-    assert not stop.is_set()
+def watch(node: Node, publisher: Publisher) -> Callable[[], None]:
+    agent = SimpleNamespace(device_plugin_on_node=node.look, publisher=publisher, gpus=CARDS)
+    return device_plugin_watch(cast(Agent, agent))
 
 
-def test_the_plugin_withdraws_every_device_and_stops_the_agent() -> None:
-    publisher, stop = Publisher(), threading.Event()
-    device_plugin_watch(agent_with(lambda: "8", publisher), stop)()
-    assert publisher.synced_with == [()]  # published once more, with no device
-    assert stop.is_set()
+def test_no_plugin_publishes_nothing_new() -> None:
+    node, publisher = Node(), Publisher()
+    check = watch(node, publisher)
+    check()
+    check()
+    assert publisher.published == []
 
 
-def test_the_agent_stops_even_when_the_withdrawal_fails() -> None:
-    class Failing(Publisher):
-        def sync(self) -> None:
-            raise RuntimeError("API down")
-
-    stop = threading.Event()
-    with contextlib.suppress(RuntimeError):
-        device_plugin_watch(agent_with(lambda: "8", Failing()), stop)()
-    assert stop.is_set()
+def test_the_plugin_withdraws_every_device_until_it_is_gone() -> None:
+    node, publisher = Node(), Publisher()
+    check = watch(node, publisher)
+    node.plugin = "8"
+    check()
+    check()  # still there: nothing more to publish
+    assert publisher.published == [()]
+    node.unreadable = True  # an API outage neither withdraws nor restores
+    check()
+    assert publisher.published == [()]
+    node.unreadable, node.plugin = False, None
+    check()
+    assert publisher.published == [(), CARDS]

@@ -203,7 +203,8 @@ def test_a_running_agent_sees_the_device_plugin_arrive_and_reports_it() -> None:
     find()
     assert find.device_plugin_on_node() is None
     api.broken = KubeError("GET", f"/api/v1/nodes/{NODE}", 503, "unavailable")
-    assert find.device_plugin_on_node() is None  # an API outage does not stop a serving agent
+    with pytest.raises(NoShareableGpu, match="cannot read Node"):  # neither here nor gone
+        find.device_plugin_on_node()
     api.broken = None
     api.capacity["nvidia.com/gpu"] = "2"
     assert find.device_plugin_on_node() == "2"
@@ -212,6 +213,9 @@ def test_a_running_agent_sees_the_device_plugin_arrive_and_reports_it() -> None:
     ]
     [(_, event)] = api.events
     assert DEVICE_PLUGIN_PRESENT in event["note"]
+    api.capacity["nvidia.com/gpu"] = "0"
+    assert find.device_plugin_on_node() is None
+    assert gauge_lines(find.gauge) == []
 
 
 def test_an_unusable_kubeconfig_stops_the_start_instead_of_waiting_healthy_for_ever(
