@@ -99,7 +99,8 @@ def test_a_driver_root_mount_needs_a_driver_root() -> None:
 
 @pytest.mark.parametrize("level", ["debug", "info", "warning", "error"])
 def test_the_log_level_is_one_of_four(level: str) -> None:
-    assert Settings.from_env({"VGPU_BRIDGE_NODE_NAME": "n", "VGPU_BRIDGE_LOG_LEVEL": level})
+    env = {"VGPU_BRIDGE_NODE_NAME": "n", "VGPU_BRIDGE_LOG_LEVEL": level}
+    assert Settings.from_env(env).log_level == level
     assert Settings.from_args(["--node-name", "n"], {}).log_level == "info"
     with pytest.raises(SettingsError, match="log_level"):
         Settings.from_args(["--node-name", "n", "--log-level", "verbose"], {})
