@@ -177,6 +177,10 @@ def _common_edits(claim: ClaimShares, layout: CdiLayout) -> Json:
     if claim.priority is not None:
         env.append(f"CUDA_TASK_PRIORITY={claim.priority}")
     env.append(f"CUDA_TASK_PRIORITY_DIR={CONTAINER_PRIORITY_DIR}")
+    if layout.driver_stack is not None:
+        # Triton (torch.compile, vLLM) finds libcuda by `ldconfig -p`, which knows nothing of
+        # our mounts, unless this names a dir holding libcuda.so.1 and libcuda.so
+        env.append(f"TRITON_LIBCUDA_PATH={layout.driver_stack.container_library_dirs[0]}")
     host = layout.vgpu_dir
     driver_mounts = layout.driver_stack.file_mounts() if layout.driver_stack else ()
     edits: Json = {

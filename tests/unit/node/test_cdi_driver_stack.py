@@ -103,3 +103,11 @@ def test_the_spec_text_with_a_driver_is_deterministic_and_differs_from_one_witho
     )
     assert with_driver != spec_text(build_spec(_claim(real=True), PLAIN))
     assert json.loads(with_driver)["cdiVersion"] == "0.6.0"  # device nodes' hostPath: >= 0.5.0
+
+
+def test_triton_is_told_where_libcuda_is_only_when_the_spec_carries_it() -> None:
+    """Triton finds libcuda with `ldconfig -p`, which knows nothing of our mounts."""
+    env = build_spec(_claim(real=True), WITH_DRIVER)["containerEdits"]["env"]
+    assert "TRITON_LIBCUDA_PATH=/usr/lib/x86_64-linux-gnu" in env
+    plain = build_spec(_claim(real=True), PLAIN)["containerEdits"]["env"]
+    assert not any(entry.startswith("TRITON_") for entry in plain)
