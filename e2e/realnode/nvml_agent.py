@@ -1,6 +1,8 @@
 """Our node agent on the real node in NVML mode: no mock GPUs; pynvml reads the cards from
-native/vgpu's fake ``libnvidia-ml.so.1``, found on ``LD_LIBRARY_PATH`` as a host install's real one
-is found on the loader's path, and the fake's knobs say what the cards are (``FAKE_CUDA_DEVICES``,
+native/vgpu's fake ``libnvidia-ml.so.1``, laid out with the fake libcuda as a driver install of
+``DRIVER_VERSION`` and loaded from there through ``--driver-root``, as the chart runs it on a real
+node (the agent finds the driver's files by the version NVML reports), and the fake's knobs say
+what the cards are (``FAKE_CUDA_DEVICES``,
 ``FAKE_NVML_MIG_MODES``: native/vgpu/tests/fake/fake.h). Started like ``agent.start_agent`` (a root
 host process recorded with the node's components, so ``down`` stops it), with the same
 directories, libvgpu installed by the product's own code.
@@ -12,6 +14,7 @@ import os
 import subprocess
 
 from e2e.cluster.controlplane import LocalCluster
+from e2e.realnode import driver_root
 from e2e.realnode.agent import LaunchedAgent, launch_agent, vgpu_dir, wait_published
 from e2e.realnode.build import NATIVE_DIR
 from e2e.realnode.driver_root import DRIVER_VERSION
@@ -20,6 +23,7 @@ from vgpu_bridge.node.library import install
 
 LIBVGPU = NATIVE_DIR / "build" / "libvgpu.so"
 FAKE_NVML = NATIVE_DIR / "build" / "fake" / "libnvidia-ml.so.1"
+FAKE_CUDA = NATIVE_DIR / "build" / "fake" / "libcuda.so.1"
 
 
 def fake_card_uuid(index: int) -> str:
@@ -48,14 +52,20 @@ def launch_nvml_agent(
     """Start the agent as `start_nvml_agent` does, without waiting for anything; it looks again
     every `gpu_wait_seconds` while it has nothing to publish."""
     subprocess.run(["make", "-C", str(NATIVE_DIR), "--no-print-directory", "-s",
-                    str(LIBVGPU.relative_to(NATIVE_DIR)), str(FAKE_NVML.relative_to(NATIVE_DIR))],
+                    *(str(p.relative_to(NATIVE_DIR)) for p in (LIBVGPU, FAKE_NVML, FAKE_CUDA))],
                    check=True)  # fmt: skip
     install(LIBVGPU, vgpu_dir(node.layout))
+    root = node.layout.root / "nvml-driver-root"  # the tier's state: `down` removes it
+    driver_root.install(root, libraries={"libcuda.so.1": FAKE_CUDA, "libnvidia-ml.so.1": FAKE_NVML},
+                        binaries={})  # fmt: skip
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("VGPU_", "NVIDIA_"))}
+    environ.pop("LD_LIBRARY_PATH", None)
     environ |= {
-        "LD_LIBRARY_PATH": str(FAKE_NVML.parent),
         "FAKE_CUDA_DEVICES": str(cards),
         "FAKE_NVML_MIG_MODES": mig_modes,
         "FAKE_NVML_DRIVER_VERSION": DRIVER_VERSION,
     }
-    return launch_agent(node, cluster, environ, ["--gpu-wait-seconds", str(gpu_wait_seconds)])
+    flags = driver_root.DriverRootFlags(root).args()
+    return launch_agent(
+        node, cluster, environ, [*flags, "--gpu-wait-seconds", str(gpu_wait_seconds)]
+    )
