@@ -148,13 +148,13 @@ def test_dockerfiles_take_their_bases_as_arguments_with_public_defaults(part: st
     text = DOCKERFILES[part].read_text()
     assert "ARG BUILD_IMAGE=python:3.11-slim-bookworm" in text
     assert "ARG BASE_IMAGE=python:3.11-slim-bookworm" in text
-    assert "FROM ${BUILD_IMAGE} AS site" in text
-    assert "FROM ${BASE_IMAGE}" in text
+    assert "FROM --platform=$BUILDPLATFORM ${BUILD_IMAGE} AS site" in text  # runs on the builder
+    assert "FROM ${BASE_IMAGE}" in text  # the image itself: the target platform
     assert "ARG PIP_OPTIONS=" in text
     assert "$PIP_OPTIONS" in (REPO_ROOT / "images" / "site.sh").read_text()
     if part == "agent":
         assert "ARG GCC_IMAGE=gcc:14" in text
-        assert "FROM ${GCC_IMAGE} AS libvgpu" in text
+        assert "FROM --platform=$BUILDPLATFORM ${GCC_IMAGE} AS libvgpu" in text
     froms = [line for line in text.splitlines() if line.startswith("FROM ")]
     assert all("${" in line for line in froms), froms
 
