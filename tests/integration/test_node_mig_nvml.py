@@ -9,10 +9,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
+from tests.integration.waiting_agent import first_healthz, get
 from tests.integration.webhook_harness import free_port
 from tests.native_workload import NATIVE, build_workload
 
@@ -61,11 +60,6 @@ def test_a_card_in_mig_mode_before_a_whole_one_leaves_the_whole_one_its_own_inde
     assert answers["skipped"] == [[0, CARD.format(0), "mig-enabled"]]
 
 
-def get(port: int, path: str) -> tuple[int, str]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as response:
-        return response.status, response.read().decode()
-
-
 def test_the_agent_whose_cards_are_all_in_mig_mode_waits_healthy_and_says_why(
     tmp_path: Path,
 ) -> None:
@@ -82,15 +76,7 @@ def test_the_agent_whose_cards_are_all_in_mig_mode_waits_healthy_and_says_why(
         env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 120  # a bound for a busy machine, not a measurement
-        while True:
-            assert process.poll() is None, process.communicate()[0]
-            try:
-                status, body = get(port, "/healthz")
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the waiting agent never served /healthz"
-                time.sleep(0.2)
+        status, body = first_healthz(process, port)
         assert status == 200
         assert json.loads(body)["waiting"] == (
             f"every card on this node is skipped: {CARD.format(0)} (mig-enabled), "

@@ -8,18 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
+from tests.integration.waiting_agent import first_healthz, get
 from tests.integration.webhook_harness import free_port
 
 AGENT = Path(sys.executable).parent / "vgpu-bridge"
-
-
-def get(port: int, path: str) -> tuple[int, str]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as response:
-        return response.status, response.read().decode()
 
 
 def test_the_agent_on_a_node_without_nvml_waits_healthy_and_exits_0_on_sigterm() -> None:
@@ -31,15 +25,7 @@ def test_the_agent_on_a_node_without_nvml_waits_healthy_and_exits_0_on_sigterm()
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 120  # a bound for a busy machine, not a measurement
-        while True:
-            assert process.poll() is None, process.communicate()[0]
-            try:
-                status, body = get(port, "/healthz")
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the waiting agent never served /healthz"
-                time.sleep(0.2)
+        status, body = first_healthz(process, port)
         assert status == 200
         assert json.loads(body)["waiting"].startswith("NVML is unavailable")
         assert "vgpu_bridge_agent_waiting_for_gpus 1.0" in get(port, "/metrics")[1]
