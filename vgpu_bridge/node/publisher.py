@@ -110,9 +110,7 @@ class SlicePublisher:
 
     def existing(self) -> list[Json]:
         """Our driver's slices on this node, as the API server has them."""
-        selector = f"spec.nodeName={self._node},spec.driver={self._profile.driver}"
-        items: list[Json] = self._api.list(SLICES, fieldSelector=selector).get("items") or []
-        return items
+        return node_slices(self._api, node=self._node, driver=self._profile.driver)
 
     def _sync_once(self) -> SyncResult:
         node_uid = self._node_uid()
@@ -175,6 +173,13 @@ class SlicePublisher:
             node_uid=node_uid,
             taints=self._taints,
         )
+
+
+def node_slices(api: KubeApi, *, node: str, driver: str) -> list[Json]:
+    """The ResourceSlices of `driver` on `node`, as the API server has them."""
+    selector = f"spec.nodeName={node},spec.driver={driver}"
+    items: list[Json] = api.list(SLICES, fieldSelector=selector).get("items") or []
+    return items
 
 
 def _same(existing: dict[str, Json], desired: list[Json]) -> bool:

@@ -38,13 +38,13 @@ from vgpu_bridge.core.quantity import QuantityError, parse_quantity
 from vgpu_bridge.kube import KubeApi, KubeConfigError, api_path
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.node.gpus import Gpu, GpuDiscoveryError, Inventory, nvml_inventory
+from vgpu_bridge.node.publisher import SLICES, node_slices
 
 log = get_logger("vgpu_bridge.node.skipped_gpus")
 
 DEVICE_PLUGIN_PRESENT = "device-plugin-present"
 DEVICE_PLUGIN_RESOURCE = "nvidia.com/gpu"
 EVERY_CARD = "*"
-SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 EVENT_REASON = "GpuSkipped"
 EVENTS_NAMESPACE = "default"  # where Events about cluster-scoped objects (Nodes) are kept
 MAX_NOTE = 1024  # events.k8s.io/v1 refuses a longer note
@@ -232,11 +232,9 @@ class ShareableGpus:
     def withdraw_slices(self) -> int:
         """Delete this node's ResourceSlices of our driver (what an earlier run published);
         how many. Failures are left to the next look."""
-        selector = f"spec.nodeName={self.node},spec.driver={self.events.controller}"
         deleted = 0
         try:
-            found = self.api.list(SLICES, fieldSelector=selector)
-            for item in found.get("items") or ():
+            for item in node_slices(self.api, node=self.node, driver=self.events.controller):
                 self.api.delete(api_path(SLICES, item["metadata"]["name"]))
                 deleted += 1
         except Exception as error:  # KubeError, or the API unreachable after the retries
