@@ -204,13 +204,10 @@ class ShareableGpus:
 
         def look() -> tuple[Gpu, ...]:
             try:
-                plugin = self._device_plugin_gpus()
+                plugin = self.device_plugin_on_node()
             except NoShareableGpu:
                 self._report(self._cards)
                 raise
-            self._report(
-                [*self._cards, *([Skip(EVERY_CARD, DEVICE_PLUGIN_PRESENT)] if plugin else [])]
-            )
             if plugin is not None:
                 self.withdraw_slices()
                 raise NoShareableGpu(
