@@ -18,6 +18,8 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
+from vgpu_bridge.node.files import UNTRUSTED_OPEN
+
 ELF_MAGIC = b"\x7fELF"
 ELFCLASS64 = 2
 ELFDATA2LSB = 1
@@ -47,7 +49,7 @@ def read_soname(path: Path, *, machine: str) -> str:
     """The SONAME of the regular file at `path` (a link is refused, not followed), built for
     `machine`; ElfError (naming the file) when it has none or is not such a library."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, UNTRUSTED_OPEN)
     except OSError as error:
         raise ElfError(f"{path}: cannot open: {error.strerror}") from None
     try:
