@@ -37,6 +37,43 @@ def _hami_name(field: str) -> Any:  # Any: what a dataclass field declaration ta
     )
 
 
+# NVIDIA's driver takes any positive share count; past this a share is too small to be an SM limit
+MAX_SHARES_PER_CARD = 1_000_000
+# the enforcer's name when none is given (core.profiles.ENFORCER_DRIVER, shared.md)
+ENFORCER_DRIVER = "enforcer.vgb.io"
+NVIDIA_DRIVER = "gpu.nvidia.com"
+
+
+def consumable_shares_problem(mode: str) -> str | None:
+    """Why `mode` is not a `--consumable-shares` value NVIDIA's driver shares cards under."""
+    if mode in ("", "disabled"):
+        return (
+            f"{mode or 'empty'}: NVIDIA's driver must run with ConsumableShares (gate "
+            "ConsumableShares=true, --consumable-shares memory, unlimited or N); without it a "
+            "card goes whole to one claim and no share exists to enforce"
+        )
+    if mode in ("memory", "unlimited"):
+        return None
+    if not mode.isascii() or not mode.isdigit():
+        return f"must be memory, unlimited or a positive number of shares, got {mode[:40]!r}"
+    if int(mode) < 1:
+        return f"must be a positive number of shares, got {mode}"
+    if int(mode) > MAX_SHARES_PER_CARD:
+        return f"must be at most {MAX_SHARES_PER_CARD} shares, got {mode[:40]}"
+    return None
+
+
+def enforcer_driver_problem(driver: str) -> str | None:
+    """Why `driver` cannot name our enforcer: KAI counts a device whose driver name contains
+    "gpu" as a node GPU, and NVIDIA's own name would be two bookkeepers of one driver."""
+    if "gpu" in driver:
+        return (
+            f"must not contain 'gpu' (got {driver}): KAI would count each node's enforcer "
+            "device as one more GPU"
+        )
+    return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings(FlagSettings):
     """`vgpu-bridge webhook`'s settings."""
@@ -85,8 +122,25 @@ class Settings(FlagSettings):
     log_level: LogLevel = setting(
         "info", description="least severe line written: debug, info, warning or error"
     )
-    profile: Literal["default", "hami"] = setting(
-        "default", description="driver profile: default or hami"
+    profile: Literal["default", "hami", "nvidia"] = setting(
+        "default",
+        description="driver profile: default (our agent), hami (HAMi's DRA driver) or nvidia "
+        "(NVIDIA's DRA driver gpu.nvidia.com with our enforcer on its shares)",
+    )
+    nvidia_consumable_shares: str = setting(
+        "100",
+        description="with --profile nvidia: NVIDIA's --consumable-shares, exactly as its kubelet "
+        "plugin runs: memory, unlimited or N shares per card (100: a share is an SM percent)",
+        check=consumable_shares_problem,
+    )
+    enforcer_driver: str = setting(
+        ENFORCER_DRIVER,
+        pattern=DRIVER_NAME_PATTERN,
+        max_length=DRIVER_NAME_MAX_LENGTH,
+        description="with --profile nvidia: our enforcer's driver and DeviceClass name (the "
+        "node agent's --driver-name in enforcer mode); no 'gpu' in it: KAI counts no enforcer "
+        "as a GPU",
+        check=enforcer_driver_problem,
     )
     driver_name: str = setting(
         DEFAULT.driver,
@@ -173,6 +227,10 @@ class Settings(FlagSettings):
         super().__post_init__()
         if self.tls_secret is not None and self.tls_webhook_configuration is None:
             raise SettingsError([("tls_webhook_configuration", "required with --tls-secret")])
+        if self.enforcer_driver == self.driver_name:
+            raise SettingsError(
+                [("enforcer_driver", f"must differ from --driver-name {self.driver_name}")]
+            )
 
     def translator_config(self) -> TranslatorConfig:
         return TranslatorConfig(
