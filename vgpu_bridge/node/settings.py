@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -20,6 +21,24 @@ from vgpu_bridge.node.claimdirs import MAX_REMOVALS_PER_PASS
 
 KUBELET_PLUGINS = Path("/var/lib/kubelet/plugins")
 DRIVER_ROOT_MAX_LENGTH = 1024
+NVIDIA_DRIVER = "gpu.nvidia.com"  # the one driver whose shares the agent can enforce
+ENFORCER_DRIVER = "enforcer.vgb.io"  # the agent's driver name in enforcer mode (shared.md)
+ENFORCEABLE_DRIVERS = (NVIDIA_DRIVER,)
+# what only our own cards use: NVIDIA's plugin publishes and prepares the cards in enforcer mode
+OWN_CARD_FLAGS = ("mock_gpus", "driver_root", "driver_root_mount")
+
+
+def driver_name_problem(value: str) -> str | None:
+    """Why `value` cannot be a driver name; empty stands for the mode's default."""
+    if value and not re.fullmatch(DRIVER_NAME_PATTERN, value):
+        return f"must be a DNS subdomain (pattern {DRIVER_NAME_PATTERN}), got {value[:60]!r}"
+    return None
+
+
+def enforce_driver_problem(value: str) -> str | None:
+    if value and value not in ENFORCEABLE_DRIVERS:
+        return f"only {', '.join(ENFORCEABLE_DRIVERS)} can be enforced, got {value[:60]!r}"
+    return None
 
 
 def driver_root_problem(value: str) -> str | None:
@@ -42,10 +61,18 @@ class Settings(FlagSettings):
 
     node_name: str = setting(min_length=1, description="this node's name (the pool's name)")
     driver_name: str = setting(
-        DEFAULT.driver,
-        pattern=DRIVER_NAME_PATTERN,
+        "",
+        check=driver_name_problem,
         max_length=DRIVER_NAME_MAX_LENGTH,
-        description="DRA driver name (a DNS subdomain); the webhook's --driver-name",
+        description=f"DRA driver name (a DNS subdomain); the webhook's --driver-name; empty: "
+        f"{DEFAULT.driver}, or {ENFORCER_DRIVER} with --enforce-driver",
+    )
+    enforce_driver: str = setting(
+        "",
+        check=enforce_driver_problem,
+        description=f"enforcer mode: the cards are {NVIDIA_DRIVER}'s (NVIDIA's DRA driver with "
+        "--consumable-shares publishes and prepares them); this agent publishes only one "
+        "enforcer device per node and holds each share of theirs to its limits; empty: off",
     )
     plugin_dir: Path | None = setting(
         None, description="DRA socket and checkpoint dir; /var/lib/kubelet/plugins/<driver>"
@@ -126,6 +153,16 @@ class Settings(FlagSettings):
         super().__post_init__()
         if self.driver_root_mount and not self.driver_root:
             raise SettingsError([("driver_root_mount", "needs --driver-root")])
+        if self.enforce_driver:
+            _refuse_own_card_flags(self)
+        if not self.driver_name:
+            default = ENFORCER_DRIVER if self.enforce_driver else DEFAULT.driver
+            object.__setattr__(self, "driver_name", default)
+
+    @property
+    def enforcer_mode(self) -> bool:
+        """Whether the agent enforces another driver's shares instead of publishing cards."""
+        return bool(self.enforce_driver)
 
     @property
     def driver_root_path(self) -> Path | None:
@@ -168,6 +205,22 @@ class Settings(FlagSettings):
     @property
     def metrics_host_port(self) -> tuple[str, int] | None:
         return split_host_port(self.metrics_listen) if self.metrics_listen else None
+
+
+def _refuse_own_card_flags(settings: Settings) -> None:
+    """In enforcer mode no card is ours: a flag that names our cards or driver files says the
+    deployment is mixed up (two bookkeepers of one card), so the agent does not start."""
+    given = [name for name in OWN_CARD_FLAGS if getattr(settings, name)]
+    if given:
+        raise SettingsError([
+            (name, f"{flag_name(name)} cannot be used with --enforce-driver: "
+                   f"{settings.enforce_driver}'s plugin owns the cards and their driver files")
+            for name in given
+        ])  # fmt: skip
+
+
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
 
 
 @dataclass(frozen=True, kw_only=True)
