@@ -6,12 +6,27 @@ from vgpu_bridge.core.errors import FieldError, InvalidRequest, TranslationError
 from vgpu_bridge.core.inventory import Inventory
 from vgpu_bridge.core.models import DeviceFilter, GpuRequest
 from vgpu_bridge.core.plan import Plan
-from vgpu_bridge.core.profiles import DEFAULT, HAMI, PROFILES, DriverProfile, profile_named
+from vgpu_bridge.core.profiles import (
+    DEFAULT,
+    ENFORCER_DRIVER,
+    ENFORCER_REQUEST,
+    HAMI,
+    NVIDIA,
+    NVIDIA_DRIVER,
+    PROFILES,
+    DriverProfile,
+    nvidia_profile,
+    profile_named,
+)
 from vgpu_bridge.core.translate import translate
 
 __all__ = [
     "DEFAULT",
+    "ENFORCER_DRIVER",
+    "ENFORCER_REQUEST",
     "HAMI",
+    "NVIDIA",
+    "NVIDIA_DRIVER",
     "PROFILES",
     "DeviceFilter",
     "DriverProfile",
@@ -23,6 +38,7 @@ __all__ = [
     "TranslationContext",
     "TranslationError",
     "TranslatorConfig",
+    "nvidia_profile",
     "profile_named",
     "translate",
 ]

@@ -174,7 +174,9 @@ def _device(
 ) -> Asked:
     """Devices holding `capacity`; what it leaves out is the device's whole default."""
     memory = _amount(capacity.get(profile.memory_capacity))
-    cores = _amount(capacity.get(profile.cores_capacity))
+    cores = (
+        None if profile.cores_capacity is None else _amount(capacity.get(profile.cores_capacity))
+    )
     return Asked(count, memory, cores, takes_all)
 
 

@@ -90,7 +90,8 @@ def _device_request(
     capacity: dict[str, str] = {}
     if memory_bytes is not None:
         capacity[profile.memory_capacity] = format_bytes(memory_bytes)
-    capacity[profile.cores_capacity] = str(request.cores)
+    if profile.cores_capacity is not None:
+        capacity[profile.cores_capacity] = str(request.cores)
     capacity.update(profile.core_booking(request.cores))
     body: dict[str, Any] = {
         "deviceClassName": profile.device_class,

@@ -18,7 +18,7 @@ from vgpu_bridge.core.quantity import QuantityError, parse_quantity
 class Placement:
     """One allocated device: the pool (the node, for our slices) and device it is on, the
     request it answers (`request` or `request/subrequest`), and the bytes of memory and SM
-    percent it consumed (None: not recorded, or not a quantity)."""
+    percent it consumed (None: not recorded, not a quantity, or a driver that books no cores)."""
 
     pool: str
     device: str
@@ -42,10 +42,18 @@ def placements(claim: Mapping[str, Any], *, profile: DriverProfile) -> list[Plac
                 device=str(result.get("device", "")),
                 request=str(result.get("request", "")),
                 memory=_consumed(consumed, profile.memory_capacity, profile),
-                cores=_consumed(consumed, profile.cores_capacity, profile),
+                cores=_consumed_percent(consumed, profile),
             )
         )
     return found
+
+
+def _consumed_percent(consumed: Mapping[str, Any], profile: DriverProfile) -> int | None:
+    """The SM percent a result booked (NVIDIA's shares of N as percent), None where unbooked."""
+    if profile.cores_capacity is None:
+        return None
+    booked = _consumed(consumed, profile.cores_capacity, profile)
+    return None if booked is None else profile.cores_percent(booked)
 
 
 def _consumed(consumed: Mapping[str, Any], name: str, profile: DriverProfile) -> int | None:

@@ -106,7 +106,8 @@ def _share(
         raise ClaimError(f"{where}: device {device!r} is not a GPU of this node")
     consumed = result.get("consumedCapacity") or {}
     memory = _capacity(consumed, profile.memory_capacity, profile, where)
-    cores = _capacity(consumed, profile.cores_capacity, profile, where)
+    cores_capacity = profile.cores_capacity or "cores"  # our driver always books cores
+    cores = _capacity(consumed, cores_capacity, profile, where)
     if memory <= 0 or memory > gpu.memory or memory % MiB:
         raise ClaimError(f"{where}: memory share {memory} is not 1Mi..{gpu.memory} in 1Mi steps")
     if not 0 <= cores <= 100 or cores != cores.to_integral_value():

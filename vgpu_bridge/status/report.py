@@ -201,7 +201,7 @@ def _card(pool: str, device: Json, profile: DriverProfile) -> Card:
         uuid=text(profile.uuid_attribute),
         product=text(profile.product_attribute),
         memory=size(profile.memory_capacity),
-        cores=size(profile.cores_capacity),
+        cores=size(profile.cores_capacity) if profile.cores_capacity else 0,
         shares=(),
     )
 

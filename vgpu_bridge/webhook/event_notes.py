@@ -218,7 +218,7 @@ def _device_text(body: Mapping[str, Any], profile: DriverProfile) -> str:
     cards = f"{count} card{'s' if count != 1 else ''}" if count else "all cards"
     asked = _map(_map(body.get("capacity")).get("requests"))
     memory = _amount(asked.get(profile.memory_capacity))
-    cores = _amount(asked.get(profile.cores_capacity))
+    cores = _amount(asked.get(profile.cores_capacity)) if profile.cores_capacity else None
     memory_text = "whole memory" if memory is None else f"{_number(memory / MIB)} MiB"
     cores_text = "100% cores" if cores is None else f"{_number(cores)}% cores"
     each = " each" if count != 1 else ""
