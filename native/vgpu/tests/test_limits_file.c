@@ -3,6 +3,8 @@
  * file is the ceiling and the environment may only lower it; a malformed file, a link or a FIFO
  * there fails closed, without blocking. (The parsing table is unit_config's.) Run with
  * CUDA_DEVICE_MEMORY_SHARED_CACHE set to a fresh region and TEST_TMP to a scratch dir. */
+#include <sys/sysmacros.h>
+
 #include "limits_ns.h"
 
 /* The fake driver's devices (tests/fake/fake.h): physical index in the last byte. */
@@ -270,6 +272,75 @@ static void the_fake_driver_plays_the_gpus_nvidia_visible_devices_names(void)
 		       the_runtimes_devices);
 }
 
+/* NVIDIA's DRA driver's containers: NVIDIA_VISIBLE_DEVICES=void and the card only as the device
+ * node its CDI spec injects (/dev/nvidia<minor>, docs/reference/nvidia-dra-driver.md §3). The fake
+ * driver plays the cards of the char nodes present, UUID by minor, as the real one sees them: the
+ * limits file keyed by that UUID holds on its card; a card the file does not name gets nothing. */
+#define MINOR3 "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae03"
+#define MINOR5 "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae05"
+CUresult cuDeviceGetUuid(CUuuid *, CUdevice);
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *);
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t, unsigned int *);
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t, char *, unsigned int);
+
+/* A /dev of the container's own: null, nvidiactl, the cards of minors 3 and 5, and a plain file
+ * at nvidia7's name (not a card: the real driver opens char nodes only). */
+static int nvidias_device_nodes(void)
+{
+	static const struct { const char *path; unsigned int major, minor; } nodes[] = {
+		{"/dev/null", 1, 3}, {"/dev/nvidiactl", 195, 255}, {"/dev/nvidia3", 195, 3},
+		{"/dev/nvidia5", 195, 5},
+	};
+	int fd;
+
+	if (mount("tmpfs", "/dev", "tmpfs", MS_NOSUID, "mode=0755,size=64k") < 0)
+		return -1;
+	for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++)
+		if (mknod(nodes[i].path, S_IFCHR | 0666, makedev(nodes[i].major, nodes[i].minor)) < 0)
+			return -1;
+	fd = open("/dev/nvidia7", O_WRONLY | O_CREAT, 0666);
+	return fd < 0 ? -1 : close(fd);
+}
+
+static void nvml_sees(unsigned int index, unsigned int minor, const char *uuid)
+{
+	nvmlDevice_t d;
+	unsigned int m = 99;
+	char got[96] = "";
+
+	CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(index, &d), NVML_SUCCESS);
+	CHECK_EQ(nvmlDeviceGetMinorNumber(d, &m), NVML_SUCCESS);
+	CHECK_EQ(m, minor);
+	CHECK_EQ(nvmlDeviceGetUUID(d, got, sizeof(got)), NVML_SUCCESS);
+	CHECK(strcmp(got, uuid) == 0);
+}
+
+static void nvidias_devices(void)
+{
+	unsigned int count = 0;
+	CUuuid u;
+
+	CHECK(nvidias_device_nodes() == 0);
+	CHECK(setenv("NVIDIA_VISIBLE_DEVICES", "void", 1) == 0);
+	CHECK(unsetenv("CUDA_VISIBLE_DEVICES") == 0 && unsetenv("FAKE_CUDA_DEVICES") == 0);
+	CHECK_EQ(nvmlInit_v2(), NVML_SUCCESS);
+	CHECK_EQ(nvmlDeviceGetCount_v2(&count), NVML_SUCCESS);
+	CHECK_EQ(count, 2);
+	nvml_sees(0, 3, MINOR3);
+	nvml_sees(1, 5, MINOR5);
+	CHECK_EQ(every_context_on(0), CUDA_ERROR_INVALID_DEVICE);
+	CHECK_EQ(cuDeviceGetUuid(&u, 1), CUDA_SUCCESS);
+	CHECK_EQ((unsigned char)u.bytes[15], 5);
+	CHECK_EQ(alloc_on(1, 2 * GiB), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK_EQ(alloc_on(1, 768 * MiB), CUDA_SUCCESS);
+}
+
+static void under_void_the_fake_driver_plays_the_cards_of_nvidias_device_nodes(void)
+{
+	in_a_container("vgpu-bridge-limits 2\nCUDA_DEVICE_MEMORY_LIMIT_" MINOR5 "=1Gi\n",
+		       nvidias_devices);
+}
+
 /* An app container sharing its init container's claim (sized for the init's 1 GiB): its own
  * 256 MiB holds, and its own variable cannot lift it past the claim's. */
 static void the_containers_own_share_holds(void)
@@ -359,6 +430,7 @@ int main(int argc, char **argv)
 		CASE(the_unnamed_device_gets_no_stream_ordered_memory_either),
 		CASE(the_unnamed_device_gets_no_graph_memory_either),
 		CASE(the_fake_driver_plays_the_gpus_nvidia_visible_devices_names),
+		CASE(under_void_the_fake_driver_plays_the_cards_of_nvidias_device_nodes),
 		CASE(a_container_sharing_a_claim_keeps_its_own_lower_share),
 		CASE(a_malformed_file_fails_closed),
 		CASE(a_link_or_fifo_in_place_of_the_file_fails_closed_without_hanging),

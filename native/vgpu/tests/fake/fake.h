@@ -6,7 +6,13 @@
  *                            xxxxxxxxxxxx), the devices are those, in that order, as the container
  *                            runtime would expose them (count and UUIDs; FAKE_CUDA_DEVICES is
  *                            then ignored). Otherwise device i's UUID is
- *                            GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeXX with XX = i in hex
+ *                            GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeXX with XX = i in hex.
+ *                            `void` (what NVIDIA's DRA driver's CDI spec sets: the container
+ *                            gets its cards only as device nodes): the devices are the char
+ *                            nodes /dev/nvidia<N> present (N 0..FAKE_MAX_DEVICES-1, ascending;
+ *                            FAKE_CUDA_DEVICES ignored), as the real driver sees the nodes the
+ *                            runtime injected; device i's minor number is its N and its UUID
+ *                            the rule above with XX = N
  *   CUDA_VISIBLE_DEVICES     honoured (indices, as the real driver takes them): selects and
  *                            reorders devices for CUDA (ordinal i is the i-th listed), not for NVML
  *   FAKE_CUDA_MEMORY         bytes per device, suffixes K/M/G (default 16G)
@@ -40,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "abi.h"
@@ -99,6 +106,34 @@ static inline int fake_listed_uuids(unsigned char out[][16])
 	return p && *p == '\0' ? n : 0;
 }
 
+/* Under NVIDIA_VISIBLE_DEVICES=void: the minors N of the char nodes /dev/nvidia<N> present,
+ * ascending, into out[]; their count (0 for none). -1 when NVIDIA_VISIBLE_DEVICES is not void. */
+static inline int fake_void_minors(int out[FAKE_MAX_DEVICES])
+{
+	const char *v = getenv("NVIDIA_VISIBLE_DEVICES");
+	char path[32];
+	struct stat st;
+	int n = 0;
+
+	if (v == NULL || strcmp(v, "void") != 0)
+		return -1;
+	for (int minor = 0; minor < FAKE_MAX_DEVICES; minor++) {
+		snprintf(path, sizeof(path), "/dev/nvidia%d", minor);
+		if (stat(path, &st) == 0 && S_ISCHR(st.st_mode))
+			out[n++] = minor;
+	}
+	return n;
+}
+
+/* Physical device `index`'s minor number: its /dev/nvidia<N> under void, else the index. */
+static inline int fake_minor(int index)
+{
+	int minors[FAKE_MAX_DEVICES];
+	int n = fake_void_minors(minors);
+
+	return index >= 0 && index < n ? minors[index] : index;
+}
+
 /* Physical device `index`'s UUID bytes (see the header). */
 static inline void fake_uuid_bytes(int index, unsigned char b[16])
 {
@@ -110,18 +145,22 @@ static inline void fake_uuid_bytes(int index, unsigned char b[16])
 	}
 	for (int i = 0; i < 16; i++)
 		b[i] = (unsigned char)(0xa0 + i);
-	b[15] = (unsigned char)index;
+	b[15] = (unsigned char)fake_minor(index);
 }
 
 /* How many physical devices there are (what NVML shows). */
 static inline int fake_device_count(void)
 {
 	unsigned char listed[FAKE_MAX_DEVICES][16];
+	int minors[FAKE_MAX_DEVICES];
 	int n = fake_listed_uuids(listed);
+	int cards = fake_void_minors(minors);
 	uint64_t env = fake_env_bytes("FAKE_CUDA_DEVICES", 1);
 
 	if (n > 0)
 		return n;
+	if (cards >= 0)
+		return cards;
 	return env > FAKE_MAX_DEVICES ? FAKE_MAX_DEVICES : (int)env;
 }
 

@@ -274,7 +274,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *
 {
 	if (!valid(device) || minor == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	*minor = device->index;
+	*minor = (unsigned int)fake_minor((int)device->index);
 	return NVML_SUCCESS;
 }
 
