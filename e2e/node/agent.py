@@ -38,7 +38,7 @@ class AgentProcess:
     node: str
     root: Path  # short: AF_UNIX paths must stay under 108 bytes
     kubeconfig: Path
-    gpus: list[dict[str, str]]
+    gpus: list[dict[str, str]] | None  # None: no mock inventory (enforcer mode publishes no GPU)
     driver: str = DEFAULT.driver  # another name goes to the agent as VGPU_BRIDGE_DRIVER_NAME
     metrics_port: int = field(default_factory=free_port)
     extra_env: dict[str, str] = field(default_factory=dict)  # more VGPU_BRIDGE_* settings
@@ -66,11 +66,12 @@ class AgentProcess:
     def start(self) -> None:
         # flags for some settings, env vars for others: both paths are exercised
         environ = {
-            "VGPU_BRIDGE_MOCK_GPUS": json.dumps(self.gpus),  # inline YAML (JSON is YAML)
             "VGPU_BRIDGE_CDI_DIR": str(self.root / "cdi"),
             "VGPU_BRIDGE_VGPU_DIR": str(self.root / "vgpu"),
             "VGPU_BRIDGE_RESYNC_SECONDS": "1",
         }
+        if self.gpus is not None:
+            environ["VGPU_BRIDGE_MOCK_GPUS"] = json.dumps(self.gpus)  # inline YAML (JSON is YAML)
         if self.driver != DEFAULT.driver:  # the default goes unsaid, as most installs leave it
             environ["VGPU_BRIDGE_DRIVER_NAME"] = self.driver
         environ.update(self.extra_env)
@@ -124,13 +125,13 @@ def _base_env() -> dict[str, str]:
 def running_agent(
     node: str,
     kubeconfig: Path,
-    gpus: list[dict[str, str]],
+    gpus: list[dict[str, str]] | None,
     *,
     driver: str = DEFAULT.driver,
     extra_env: dict[str, str] | None = None,
 ) -> Iterator[AgentProcess]:
-    """`vgpu-bridge node` for `node` with mock `gpus`, as DRA driver `driver`, with
-    `extra_env` (`VGPU_BRIDGE_*` settings) besides."""
+    """`vgpu-bridge node` for `node` with mock `gpus` (None: none, as in enforcer mode), as DRA
+    driver `driver`, with `extra_env` (`VGPU_BRIDGE_*` settings) besides."""
     root = Path(tempfile.mkdtemp(prefix="vb-agent-", dir="/tmp"))
     agent = AgentProcess(node, root, kubeconfig, gpus, driver, extra_env=dict(extra_env or {}))
     try:
