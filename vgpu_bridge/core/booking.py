@@ -7,6 +7,11 @@ asks for, and where it offers alternatives (`firstAvailable`, a percentage on ca
 sizes) the largest of them: over-counting beats escaping a quota. A request that leaves memory to
 the device's default takes a whole card: it books the largest card size known, or, when none is
 known, counts as `unsized` so the caller can refuse rather than guess.
+
+On NVIDIA's driver (the `nvidia` profile) a claim books its cards, never our enforcer beside
+them; memory left out is the mode's default (the whole card, or no memory); cores are the
+percent its `shares` are of the card's N (left out: the policy's default, one share), or, in the
+modes that book no SMs, the SM limit the enforcer's config holds (none: every SM).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
+from vgpu_bridge.core.opaque_config import ShareConfigError, parse_share_config
 from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.core.quantity import QuantityError, parse_quantity
 
@@ -105,15 +111,16 @@ class Sizing:
 def spec_sizing(spec: Mapping[str, Any], *, profile: DriverProfile) -> Sizing:
     """What a ResourceClaimSpec asks of `profile`'s DeviceClass, before allocation."""
     sized: list[tuple[Asked, ...]] = []
+    sm_limit = _enforced_cores(spec, profile)
     for index, request in enumerate(_requests(spec)):
         path = f"devices.requests[{index}]"
         exact = _map(request.get("exactly"))
         if exact.get("deviceClassName") == profile.device_class:
-            sized.append((_asked(exact, f"{path}.exactly", profile),))
+            sized.append((_asked(exact, f"{path}.exactly", profile, sm_limit),))
             continue
         subrequests = enumerate(_map(s) for s in _list(request.get("firstAvailable")))
         ours = tuple(
-            _asked(s, f"{path}.firstAvailable[{sub}]", profile)
+            _asked(s, f"{path}.firstAvailable[{sub}]", profile, sm_limit)
             for sub, s in subrequests
             if s.get("deviceClassName") == profile.device_class
         )
@@ -130,8 +137,11 @@ def claim_sizing(claim: Mapping[str, Any], *, profile: DriverProfile) -> Sizing:
     if not allocation:
         return spec_sizing(spec, profile=profile)
     results = [_map(r) for r in _list(_map(allocation.get("devices")).get("results"))]
+    sm_limit = _enforced_cores(spec, profile)
     return Sizing(
-        tuple((_consumed(r, profile),) for r in results if r.get("driver") == profile.driver)
+        tuple(
+            (_consumed(r, profile, sm_limit),) for r in results if r.get("driver") == profile.driver
+        )
     )
 
 
@@ -150,7 +160,9 @@ def claim_booking(
     return claim_sizing(claim, profile=profile).booking(largest_card)
 
 
-def _asked(body: Mapping[str, Any], path: str, profile: DriverProfile) -> Asked:
+def _asked(
+    body: Mapping[str, Any], path: str, profile: DriverProfile, sm_limit: int | None
+) -> Asked:
     """One device request (or subrequest) at `path`: `count` devices, each with the capacity it
     asks; `allocationMode: All` as one device, marked as `takes_all`."""
     mode = body.get("allocationMode", "ExactCount")
@@ -158,26 +170,58 @@ def _asked(body: Mapping[str, Any], path: str, profile: DriverProfile) -> Asked:
     count = count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1
     asked = _map(_map(body.get("capacity")).get("requests"))
     takes_all = f"{path}.allocationMode" if mode == "All" else None
-    return _device(asked, profile, count=count, takes_all=takes_all)
+    return _device(asked, profile, sm_limit, count=count, takes_all=takes_all)
 
 
-def _consumed(result: Mapping[str, Any], profile: DriverProfile) -> Asked:
-    return _device(_map(result.get("consumedCapacity")), profile)
+def _consumed(result: Mapping[str, Any], profile: DriverProfile, sm_limit: int | None) -> Asked:
+    return _device(_map(result.get("consumedCapacity")), profile, sm_limit)
 
 
 def _device(
     capacity: Mapping[str, Any],
     profile: DriverProfile,
+    sm_limit: int | None,
     *,
     count: int = 1,
     takes_all: str | None = None,
 ) -> Asked:
-    """Devices holding `capacity`; what it leaves out is the device's whole default."""
+    """Devices holding `capacity`; what it leaves out is the device's default (the whole card,
+    but no memory where the driver's default is none)."""
     memory = _amount(capacity.get(profile.memory_capacity))
-    cores = (
-        None if profile.cores_capacity is None else _amount(capacity.get(profile.cores_capacity))
-    )
-    return Asked(count, memory, cores, takes_all)
+    if memory is None and not profile.memory_default_whole_card:
+        memory = 0
+    return Asked(count, memory, _booked_cores(capacity, profile, sm_limit), takes_all)
+
+
+def _booked_cores(
+    capacity: Mapping[str, Any], profile: DriverProfile, sm_limit: int | None
+) -> int | None:
+    """The SM percent `capacity` books (None: the whole card's): NVIDIA's shares as percent,
+    the default one share where left out; `sm_limit` where the driver books no SMs."""
+    if profile.cores_capacity is None:
+        return sm_limit
+    booked = _amount(capacity.get(profile.cores_capacity))
+    if booked is None and profile.shares_per_card is not None:
+        booked = 1  # NVIDIA's request policy: a request without shares consumes one
+    return None if booked is None else profile.cores_percent(booked)
+
+
+def _enforced_cores(spec: Mapping[str, Any], profile: DriverProfile) -> int | None:
+    """Where the driver books no SMs but our enforcer limits them: the SM limit of the last
+    enforcer config that sets one; None when none does (every SM) or when SMs are booked."""
+    if profile.enforcer_driver is None or profile.cores_capacity is not None:
+        return None
+    cores = None
+    for entry in _list(_map(spec.get("devices")).get("config")):
+        opaque = _map(_map(entry).get("opaque"))
+        if opaque.get("driver") != profile.enforcer_driver:
+            continue
+        try:
+            config = parse_share_config(opaque.get("parameters"))
+        except ShareConfigError:
+            continue  # the enforcer refuses such a claim; it books every SM meanwhile
+        cores = config.cores if config.cores is not None else cores
+    return cores
 
 
 def _amount(value: object) -> int | None:

@@ -14,7 +14,7 @@ from vgpu_bridge.core.inventory import Inventory
 from vgpu_bridge.core.models import DeviceFilter, GpuRequest, Problems
 from vgpu_bridge.core.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from vgpu_bridge.core.opaque_config import GpuShareConfig
-from vgpu_bridge.core.profiles import DriverProfile
+from vgpu_bridge.core.profiles import ENFORCER_REQUEST, DriverProfile
 from vgpu_bridge.core.quantity import MiB, format_bytes
 
 REQUEST_NAME = "gpu"
@@ -38,7 +38,8 @@ def claim_spec(
     percentage then needs a cluster with a single card size.
     """
     selectors = filter_selectors(device_filter, profile)
-    if request.memory_percent is None or request.whole_card_memory:
+    whole_by_default = request.whole_card_memory and profile.memory_default_whole_card
+    if request.memory_percent is None or whole_by_default:
         memory = None if request.memory_mib is None else request.memory_mib * MiB
         exact = _device_request(request, profile, selectors, memory)
         device_request: dict[str, Any] = {"name": REQUEST_NAME, "exactly": exact}
@@ -70,7 +71,10 @@ def claim_spec(
                 "distinctAttribute": profile.qualified(profile.uuid_attribute),
             }
         ]
-    if request.priority is not None and profile.share_config:
+    if profile.enforcer_driver is not None:
+        devices["requests"].append(enforcer_request(profile.enforcer_driver))
+        devices["config"] = [_enforcer_config(request, profile.enforcer_driver)]
+    elif request.priority is not None and profile.share_config:
         parameters = GpuShareConfig(priority=request.priority).to_parameters()
         devices["config"] = [
             {
@@ -79,6 +83,26 @@ def claim_spec(
             }
         ]
     return {"devices": devices}
+
+
+def enforcer_request(enforcer_driver: str) -> dict[str, Any]:
+    """The request for the node's enforcer device, beside the cards of a driver that enforces
+    nothing (NVIDIA's): one per claim, on the same node as the cards, as node-local devices are.
+    Where no enforcer runs the claim fits no node, so no share runs without its limits."""
+    return {
+        "name": ENFORCER_REQUEST,
+        "exactly": {"deviceClassName": enforcer_driver, "allocationMode": "ExactCount", "count": 1},
+    }
+
+
+def _enforcer_config(request: GpuRequest, enforcer_driver: str) -> dict[str, Any]:
+    """What the enforcer applies beyond the booked memory: the SM limit asked (always written,
+    0 for none) and the priority."""
+    config = GpuShareConfig(cores=request.cores, priority=request.priority)
+    return {
+        "requests": [ENFORCER_REQUEST],
+        "opaque": {"driver": enforcer_driver, "parameters": config.to_parameters()},
+    }
 
 
 def _device_request(
@@ -90,8 +114,7 @@ def _device_request(
     capacity: dict[str, str] = {}
     if memory_bytes is not None:
         capacity[profile.memory_capacity] = format_bytes(memory_bytes)
-    if profile.cores_capacity is not None:
-        capacity[profile.cores_capacity] = str(request.cores)
+    capacity.update(profile.cores_request(request.cores))
     capacity.update(profile.core_booking(request.cores))
     body: dict[str, Any] = {
         "deviceClassName": profile.device_class,
@@ -100,7 +123,8 @@ def _device_request(
     }
     if selectors:
         body["selectors"] = [{"cel": {"expression": s}} for s in selectors]
-    body["capacity"] = {"requests": capacity}
+    if capacity:
+        body["capacity"] = {"requests": capacity}
     return body
 
 
@@ -117,6 +141,8 @@ class _ShareWords:
         if path.endswith(f"[{KAI_FRACTION}]") and percent is not None:
             fraction = format(percent / 100, "f")
             return cls(f"a {KAI_FRACTION} of {fraction}", f"{KAI_MEMORY} in MiB")
+        if request.whole_card_memory:  # a driver whose default is no memory (NVIDIA's)
+            return cls("a whole card", "memory in MiB")
         return cls(f"a share of {percent}%", "memory in MiB")
 
 

@@ -71,8 +71,26 @@ class DriverProfile:
 
     @property
     def config_api_version(self) -> str | None:
-        """apiVersion of the opaque config this driver reads; None when it reads none."""
-        return API_VERSION if self.share_config else None
+        """apiVersion of the opaque config this driver, or its enforcer, reads; None: none."""
+        return API_VERSION if self.share_config or self.enforcer_driver else None
+
+    @property
+    def books_cores(self) -> bool:
+        """Whether a share's SMs are booked on the card, so that `gpucores: 100` keeps it alone:
+        by our core booking, or by NVIDIA's shares (N of N)."""
+        return self.core_booking_capacity is not None or self.shares_per_card is not None
+
+    def cores_request(self, cores: int) -> dict[str, str]:
+        """The capacity request for an SM share of `cores` percent: the percent itself, or
+        shares of N rounded up (1..N; none for 0: the request policy's default, one share), or
+        nothing where the driver books no cores."""
+        if self.cores_capacity is None:
+            return {}
+        if self.shares_per_card is None:
+            return {self.cores_capacity: str(cores)}
+        if cores == 0:
+            return {}
+        return {self.cores_capacity: str(-(-cores * self.shares_per_card // 100))}
 
     def core_booking(self, cores: int) -> dict[str, str]:
         """The core booking a share of `cores` percent asks for (none where the driver has none)."""

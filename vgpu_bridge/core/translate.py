@@ -163,6 +163,8 @@ def _normalised(
         elif _exclusive_by_memory(request, context.profile):
             draft.warnings.append(_whole_card_warning(share, context.profile))
             request = _whole_cards(request)
+        elif _cores_not_booked(share, context.profile):
+            draft.warnings.append(_cores_not_booked_warning(share, context.profile))
         if request.priority is not None and context.profile.config_api_version is None:
             draft.warnings.append(
                 f"{share.raw.sources['priority']} is dropped: the {context.profile.name} "
@@ -223,9 +225,27 @@ def _exclusive_by_memory(request: GpuRequest, profile: DriverProfile) -> bool:
     only say so with the card's memory: booked whole, no share fits beside it (each books some
     memory) and it fits on no card in use."""
     return (
-        profile.core_booking_capacity is None
+        not profile.books_cores
+        and profile.enforcer_driver is None
         and request.cores == 100
         and not request.whole_card_memory
+    )
+
+
+def _cores_not_booked(share: Share, profile: DriverProfile) -> bool:
+    """An SM share asked of NVIDIA's driver in a mode that books none: our enforcer holds the
+    container to it, but the scheduler puts any share beside it."""
+    asked = share.raw.cores
+    return profile.enforcer_driver is not None and not profile.books_cores and bool(asked)
+
+
+def _cores_not_booked_warning(share: Share, profile: DriverProfile) -> str:
+    mode = "memory" if profile.memory_default_whole_card else "unlimited"
+    return (
+        f"{share.raw.sources['cores']}: is the container's SM limit but not booked: NVIDIA's "
+        f"driver with --consumable-shares={mode} counts no SMs, so shares of any SM limit are "
+        "placed beside it, and 100 does not keep the card to itself (run NVIDIA's driver with "
+        "--consumable-shares=100 to book SMs)"
     )
 
 
