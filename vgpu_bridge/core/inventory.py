@@ -1,4 +1,8 @@
-"""What the cluster's cards look like, learnt from ResourceSlices: memory sizes per driver."""
+"""What the cluster's cards look like, learnt from ResourceSlices: memory sizes per driver.
+
+Only full GPUs are cards: a device whose `type` attribute names something else (NVIDIA's driver
+publishes its MIG and VFIO devices in the same slice as `mig`, `vfio`) gives no card size, as a
+percentage of a card is of a full GPU's memory."""
 
 from __future__ import annotations
 
@@ -62,10 +66,22 @@ def _map(value: object, ref: str, path: str) -> Mapping[str, Any]:
     return value
 
 
+def _full_gpu(device: Mapping[str, Any], driver: object) -> bool:
+    """False for a device typed as something other than `gpu` (a MIG or VFIO device)."""
+    attributes = device.get("attributes")
+    if not isinstance(attributes, Mapping):
+        return True
+    typed = attributes.get("type", attributes.get(f"{driver}/type"))
+    kind = typed.get("string") if isinstance(typed, Mapping) else None
+    return kind is None or kind == "gpu"
+
+
 def _memory(device: object, capacity_name: str, ref: str, path: str, driver: object) -> int | None:
     device = _map(device, ref, path)
     if "basic" in device:
         device, path = _map(device["basic"], ref, f"{path}.basic"), f"{path}.basic"
+    if not _full_gpu(device, driver):
+        return None
     capacity = _map(device.get("capacity"), ref, f"{path}.capacity")
     entry = capacity.get(capacity_name, capacity.get(f"{driver}/{capacity_name}"))
     if entry is None:
