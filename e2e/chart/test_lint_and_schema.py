@@ -35,7 +35,7 @@ SCHEMA_REFUSALS = [
     ("unknown-tls-mode", {"tls": {"mode": "acme"}}, "mode"),
     ("misspelt-key", {"webhook": {"replica": 3}}, "replica"),
     ("cores-over-100", {"webhook": {"settings": {"defaultCores": 101}}}, "defaultCores"),
-    ("unknown-profile", {"webhook": {"settings": {"profile": "nvidia"}}}, "profile"),
+    ("unknown-profile", {"webhook": {"settings": {"profile": "acme"}}}, "profile"),
     (
         "mock-gpu-memory-not-a-quantity",
         {"agent": {"mockGpus": [{"uuid": "u", "productName": "p", "memory": "lots"}]}},

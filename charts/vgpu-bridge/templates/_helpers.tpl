@@ -20,6 +20,17 @@
 DeviceClass carries it. One value for all three. */}}
 {{- define "vgpu-bridge.driver" -}}{{ .Values.driverName }}{{- end -}}
 
+{{/* NVIDIA's DRA driver mode (nvidiaDriver.enabled, docs/nvidia-driver.md): its driver and
+DeviceClass, the driver our agents register as (the enforcer's there: they publish no GPU, only
+one enforcer device per node; driverName elsewhere), and the webhook's profile (nvidia there). */}}
+{{- define "vgpu-bridge.nvidiaClass" -}}gpu.nvidia.com{{- end -}}
+{{- define "vgpu-bridge.agentDriver" -}}
+{{- if .Values.nvidiaDriver.enabled }}{{ .Values.nvidiaDriver.enforcerDriver }}{{ else }}{{ include "vgpu-bridge.driver" . }}{{ end -}}
+{{- end -}}
+{{- define "vgpu-bridge.profile" -}}
+{{- if .Values.nvidiaDriver.enabled }}nvidia{{ else }}{{ .Values.webhook.settings.profile }}{{ end -}}
+{{- end -}}
+
 {{- define "vgpu-bridge.webhookName" -}}{{ include "vgpu-bridge.fullname" . | trunc 55 | trimSuffix "-" }}-webhook{{- end -}}
 {{- define "vgpu-bridge.agentName" -}}{{ include "vgpu-bridge.fullname" . | trunc 57 | trimSuffix "-" }}-agent{{- end -}}
 {{- define "vgpu-bridge.tlsSecret" -}}
@@ -76,10 +87,11 @@ is set; validation.yaml refuses create=false without a name. Every binding and p
 {{- end -}}
 
 {{/* The host directory of the NVIDIA driver the agent reads and puts into claims: gpuOperator's
-when that is on, else agent.driverRoot; "" with mock GPUs (nothing of a driver is read then). */}}
+when that is on, else agent.driverRoot; "" with mock GPUs and under nvidiaDriver (nothing of a
+driver is read then: NVIDIA's kubelet plugin puts the driver into its own CDI spec). */}}
 {{- define "vgpu-bridge.driverRoot" -}}
 {{- $a := .Values.agent -}}
-{{- if not $a.mockGpus -}}
+{{- if not (or $a.mockGpus .Values.nvidiaDriver.enabled) -}}
 {{- if $a.gpuOperator.enabled }}{{ $a.gpuOperator.driverRoot }}{{ else }}{{ $a.driverRoot }}{{ end -}}
 {{- end -}}
 {{- end -}}

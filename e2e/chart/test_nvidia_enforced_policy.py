@@ -1,0 +1,220 @@
+"""The chart's nvidiaEnforced admission policies (nvidiaDriver.enabled) on the real API server:
+a ResourceClaim or ResourceClaimTemplate that asks for NVIDIA's gpu.nvidia.com (exactly, or in a
+firstAvailable subrequest) without an `exactly` request of our enforcer's DeviceClass is refused,
+naming the field and why (NVIDIA's driver enforces no limit: no share without its limits), in
+every namespace but allowedNamespaces and for every user, kube-scheduler included (its
+extended-resource claims for nvidia.com/gpu pods the webhook did not translate would be cards
+without limits). Claims with the enforcer, of other classes, and admin-access requests pass.
+
+Creates are server-side dry runs: admission runs in full, nothing is stored."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from e2e.chart.cluster_api import Discovery, Identity, request_as, server_side_apply
+from e2e.chart.rendering import Helm, Json
+from e2e.cluster import KubeClient
+from e2e.waiting import wait_for
+
+pytestmark = pytest.mark.e2e
+
+RESOURCE = "/apis/resource.k8s.io/v1"
+NVIDIA_CLASS = "gpu.nvidia.com"
+ENFORCER = "enforcer.vgb.io"
+ADMIN = Identity("admin", ("system:masters", "system:authenticated"))
+SCHEDULER = Identity("system:kube-scheduler", ("system:authenticated",))
+POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+ADMIN_ACCESS_LABEL = {"resource.kubernetes.io/admin-access": "true"}
+
+
+@dataclass(frozen=True)
+class Installed:
+    served: str
+    allowed: str
+    admin: str  # labelled for admin-access claims
+
+
+def make_namespace(kube: KubeClient, prefix: str, labels: dict[str, str] | None = None) -> str:
+    name = f"{prefix}-{secrets.token_hex(3)}"
+    metadata: Json = {"name": name, "labels": labels or {}}
+    kube.create(
+        "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
+    )
+    return name
+
+
+@pytest.fixture(scope="module")
+def installed(helm: Helm, kube: KubeClient) -> Iterator[Installed]:
+    """The nvidiaEnforced policies and bindings, created for real as the chart renders them with
+    one allowed namespace (the bindings then cover every other one)."""
+    discovery = Discovery(kube)
+    served = make_namespace(kube, "team-nv")
+    allowed = make_namespace(kube, "nv-allowed")
+    admin = make_namespace(kube, "nv-admin", ADMIN_ACCESS_LABEL)
+    release = f"vb-{secrets.token_hex(3)}"
+    values = {
+        "nvidiaDriver": {"enabled": True},
+        "admissionPolicies": {"nvidiaEnforced": {"allowedNamespaces": [allowed]}},
+    }
+    objects = helm.template(values, release=release, namespace=f"vb-{secrets.token_hex(3)}")
+    wanted = [o for o in objects
+              if o["kind"] in POLICY_KINDS and "-enforced" in o["metadata"]["name"]]  # fmt: skip
+    assert len(wanted) == 4, [o["metadata"]["name"] for o in wanted]
+    paths = [discovery.path(obj) for obj in wanted]
+    for path, obj in zip(paths, wanted, strict=True):
+        server_side_apply(kube, path, obj, dry_run=False)
+    yield Installed(served=served, allowed=allowed, admin=admin)
+    for path in reversed(paths):
+        kube.delete(path)
+    for namespace in (served, allowed, admin):
+        kube.delete(f"/api/v1/namespaces/{namespace}")
+
+
+def gpu_request(*, first_available: bool = False) -> Json:
+    if first_available:
+        subrequests = [
+            {"name": "small", "deviceClassName": NVIDIA_CLASS,
+             "capacity": {"requests": {"memory": "10Gi"}}},
+            {"name": "other", "deviceClassName": "other.example.com"},
+        ]  # fmt: skip
+        return {"name": "gpu", "firstAvailable": subrequests}
+    exactly = {"deviceClassName": NVIDIA_CLASS, "capacity": {"requests": {"memory": "10Gi"}}}
+    return {"name": "gpu", "exactly": exactly}
+
+
+ENFORCER_REQUEST = {
+    "name": "vgpu-limits",
+    "exactly": {"deviceClassName": ENFORCER, "allocationMode": "ExactCount", "count": 1},
+}
+
+
+def a_claim(*requests: Json) -> Json:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": f"claim-{secrets.token_hex(3)}"},
+        "spec": {"devices": {"requests": list(requests)}},
+    }
+
+
+def a_template(*requests: Json) -> Json:
+    claim = a_claim(*requests)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": claim["metadata"],
+        "spec": {"spec": claim["spec"]},
+    }
+
+
+def create(
+    kube: KubeClient, namespace: str, resource: str, body: Json, *, identity: Identity = ADMIN
+) -> tuple[int, Json]:
+    """A server-side dry-run create; (status, body)."""
+    path = f"{RESOURCE}/namespaces/{namespace}/{resource}"
+    return request_as(kube, identity, "POST", path, body=body, query={"dryRun": "All"})
+
+
+def wait_until_refused(kube: KubeClient, installed: Installed) -> None:
+    """The policies reach admission through an informer: wait for the first refusal."""
+
+    def refused() -> bool | None:
+        status, _ = create(kube, installed.served, "resourceclaims", a_claim(gpu_request()))
+        return True if status in (403, 422) else None
+
+    wait_for(refused, timeout_s=30, what="the nvidiaEnforced policy to apply")
+
+
+def refusal(answer: tuple[int, Json]) -> str:
+    status, body = answer
+    assert status in (403, 422), (status, body)
+    return str(body.get("message", ""))
+
+
+def test_a_share_of_nvidias_class_without_the_enforcer_is_refused_naming_the_request(
+    kube: KubeClient, installed: Installed
+) -> None:
+    wait_until_refused(kube, installed)
+    message = refusal(create(kube, installed.served, "resourceclaims", a_claim(gpu_request())))
+    expected = (
+        f"spec.devices.requests[gpu]: asks for DeviceClass {NVIDIA_CLASS} without a request "
+        f"of DeviceClass {ENFORCER}"
+    )
+    assert expected in message
+    assert "enforces no memory or SM limit" in message
+
+
+def test_a_first_available_alternative_of_nvidias_class_is_refused_too(
+    kube: KubeClient, installed: Installed
+) -> None:
+    wait_until_refused(kube, installed)
+    body = a_claim(gpu_request(first_available=True))
+    assert "spec.devices.requests[gpu]" in refusal(
+        create(kube, installed.served, "resourceclaims", body)
+    )
+
+
+def test_a_claim_template_without_the_enforcer_is_refused(
+    kube: KubeClient, installed: Installed
+) -> None:
+    wait_until_refused(kube, installed)
+    body = a_template(gpu_request())
+    message = refusal(create(kube, installed.served, "resourceclaimtemplates", body))
+    assert "spec.spec.devices.requests[gpu]: asks for DeviceClass gpu.nvidia.com" in message
+
+
+def test_the_enforcer_only_as_a_first_available_alternative_does_not_count(
+    kube: KubeClient, installed: Installed
+) -> None:
+    """An alternative may be passed over by the allocator: the enforcer must be `exactly`."""
+    wait_until_refused(kube, installed)
+    maybe = {"name": "vgpu-limits", "firstAvailable": [
+        {"name": "other", "deviceClassName": "other.example.com"},
+        {"name": "limits", "deviceClassName": ENFORCER},
+    ]}  # fmt: skip
+    refusal(create(kube, installed.served, "resourceclaims", a_claim(gpu_request(), maybe)))
+
+
+def test_kube_schedulers_extended_resource_claims_are_refused(
+    kube: KubeClient, installed: Installed
+) -> None:
+    """A pod still asking nvidia.com/gpu would get a card without limits: it stays pending."""
+    wait_until_refused(kube, installed)
+    body = a_claim({"name": "container-0-request-0",
+                    "exactly": {"deviceClassName": NVIDIA_CLASS, "count": 1}})  # fmt: skip
+    refusal(create(kube, installed.served, "resourceclaims", body, identity=SCHEDULER))
+
+
+def test_shares_with_the_enforcer_and_claims_of_other_classes_are_admitted(
+    kube: KubeClient, installed: Installed
+) -> None:
+    wait_until_refused(kube, installed)
+    other = {"name": "gpu", "exactly": {"deviceClassName": "other.example.com"}}
+    cases = [
+        (installed.served, "resourceclaims", a_claim(gpu_request(), ENFORCER_REQUEST)),
+        (installed.served, "resourceclaims",
+         a_claim(gpu_request(first_available=True), ENFORCER_REQUEST)),
+        (installed.served, "resourceclaimtemplates", a_template(gpu_request(), ENFORCER_REQUEST)),
+        (installed.served, "resourceclaims", a_claim(other)),
+        (installed.allowed, "resourceclaims", a_claim(gpu_request())),
+    ]  # fmt: skip
+    for namespace, resource, body in cases:
+        status, answer = create(kube, namespace, resource, body)
+        assert status == 201, (namespace, resource, answer)
+
+
+def test_an_admin_access_request_books_nothing_and_is_admitted(
+    kube: KubeClient, installed: Installed
+) -> None:
+    """Admin access (monitoring) is allowed only in namespaces labelled for it and takes no
+    share; the policy leaves it to that label."""
+    wait_until_refused(kube, installed)
+    body = a_claim({"name": "watch",
+                    "exactly": {"deviceClassName": NVIDIA_CLASS, "adminAccess": True}})  # fmt: skip
+    status, answer = create(kube, installed.admin, "resourceclaims", body)
+    assert status == 201, answer
