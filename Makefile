@@ -60,6 +60,20 @@ e2e-kai: venv cluster-bin-pinned
 	$(if $(KAI_SOURCE),$(PY) -m e2e.kai build --source $(KAI_SOURCE) $(if $(KAI_VERSION),--version $(KAI_VERSION)))
 	KAI_REQUIRED=1 $(PY) -m pytest e2e/kai -q -m needs_kai_build
 
+# NVIDIA's own DRA driver with our enforcement on top (issue 37), on kind (e2e/kind/nvidia): NVIDIA's
+# gpu-kubelet-plugin and the mock NVML built from checkouts you provide (NVIDIA_DRA_SOURCE=DIR of
+# kubernetes-sigs/dra-driver-nvidia-gpu, NVML_MOCK_SOURCE=DIR of NVIDIA/k8s-test-infra; offline from
+# their vendor dirs, cached by a digest of their sources), the mock driver root on the host, NVIDIA's
+# plugin as a DaemonSet with --consumable-shares=100, our chart with nvidiaDriver.enabled, then
+# e2e/kind/nvidia/scenarios.py. Not in `make test`: CI has no such checkouts. Root, under the node-tier lock.
+.PHONY: e2e-nvidia
+e2e-nvidia: venv cluster-bin-pinned helm-bin
+	$(if $(and $(NVIDIA_DRA_SOURCE),$(NVML_MOCK_SOURCE)),,$(error make e2e-nvidia needs NVIDIA_DRA_SOURCE=DIR and NVML_MOCK_SOURCE=DIR))
+	$(PY) -m e2e.kind.nvidia build --nvidia-source $(NVIDIA_DRA_SOURCE) --nvml-mock-source $(NVML_MOCK_SOURCE)
+	NVIDIA_DRA_SOURCE=$(NVIDIA_DRA_SOURCE) NVML_MOCK_SOURCE=$(NVML_MOCK_SOURCE) flock /tmp/vgpu-node-tier.lock bash -c \
+		'$(PY) -m e2e.kind.nvidia up && $(PY) -m pytest e2e/kind/nvidia/scenarios.py -q; \
+		status=$$?; $(PY) -m e2e.kind.nvidia down || status=1; exit $$status'
+
 # The local control plane's one multi-call binary (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler), built from e2e/cluster/gotools into ~/.cache/vgpu-bridge/k8s-<version>/bin
 # (VGPU_BRIDGE_CACHE moves it, K8S_VERSION picks the release); reused while its sources are unchanged.

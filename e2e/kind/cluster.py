@@ -181,8 +181,11 @@ def _kind(kind: Kind, *args: str) -> str:
     return run([str(kind.kind_binary), *args], env=dockerd.docker_env())
 
 
-def create_cluster(kind: Kind, node_image: str) -> None:
-    """``kind create cluster`` (deleting a left-over one first), networking, nodes Ready."""
+def create_cluster(
+    kind: Kind, node_image: str, configure: Callable[[Json], None] | None = None
+) -> None:
+    """``kind create cluster`` (deleting a left-over one first), networking, nodes Ready;
+    ``configure`` may change the kind config first (e.g. another tier's mounts and labels)."""
     local = STOCK_IMAGE_ENV not in os.environ
     kind.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
     if kind.name in _kind(kind, "get", "clusters").split():
@@ -193,6 +196,8 @@ def create_cluster(kind: Kind, node_image: str) -> None:
         v1=cgroup_v1(),
         restrict_oom=dockerd.host_lacks_cap_sys_resource(),
     )
+    if configure is not None:
+        configure(config)
     path = kind.kubeconfig.parent / "kind-config.generated.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     _kind(kind, "create", "cluster", "--config", str(path), "--kubeconfig", str(kind.kubeconfig))
