@@ -14,13 +14,13 @@ whose Go module the module proxy refuses to serve here (docs/kai.md).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
 from e2e.cluster import KubeClient
 from e2e.cluster.client import ApiError, Json
 from e2e.dra_objects import quantity
+from e2e.kai.gpu_counting import claim_gpus, node_gpus
 from e2e.kai.webhooks import KaiAdmissionRecorder, create_with_warnings
 from e2e.waiting import wait_for
 from e2e.webhook.our_driver import Card, shareable_card
@@ -200,7 +200,7 @@ def test_claims_carry_what_kai_accounting_counts_one_gpu_per_share(
         ]
 
     made = wait_for(claims, timeout_s=30, what="claims for both pods")
-    assert sum(_kai_gpu_count(c["spec"]) for c in made) == 2
+    assert sum(claim_gpus(c["spec"]) for c in made) == 2
     memory = sum(
         quantity(r["exactly"]["capacity"]["requests"]["memory"])
         for c in made
@@ -208,28 +208,8 @@ def test_claims_carry_what_kai_accounting_counts_one_gpu_per_share(
     )
     assert memory == quantity("16Gi")  # a fifth of one card, counted as two whole GPUs
     slices = kube.items(f"{RESOURCE}/resourceslices")
-    node_gpus = {
-        node: sum(
-            len(s["spec"]["devices"])
-            for s in slices
-            if s["spec"].get("nodeName") == node and "gpu" in s["spec"]["driver"].lower()
-        )
-        for node in kai_cards
-    }
-    assert node_gpus == {node: len(cards) for node, cards in kai_cards.items()}
-
-
-def _kai_gpu_count(spec: Json) -> int:
-    """`IsGPUDeviceClass` and the count rule of kai.md §1.5."""
-    total = 0
-    for request in requests_of(spec):
-        exactly: dict[str, Any] | None = request.get("exactly")
-        if exactly is None or "gpu" not in exactly["deviceClassName"].lower():
-            continue  # firstAvailable counts 0 in KAI
-        count = int(exactly.get("count") or 0)
-        all_devices = exactly.get("allocationMode") == "All"
-        total += 1 if all_devices or count <= 0 else count
-    return total
+    gpus = {node: node_gpus(slices, node) for node in kai_cards}
+    assert gpus == {node: len(cards) for node, cards in kai_cards.items()}
 
 
 def test_updates_from_kai_podgrouper_and_binder_are_left_alone(
