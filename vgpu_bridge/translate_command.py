@@ -15,11 +15,14 @@ from typing import Any, TextIO
 from vgpu_bridge.adapters import AdapterRegistry, default_registry
 from vgpu_bridge.atomic_files import write_atomic
 from vgpu_bridge.core import (
+    ENFORCER_DRIVER,
+    NVIDIA,
     PROFILES,
     InvalidRequest,
     Inventory,
     TranslationContext,
     TranslatorConfig,
+    nvidia_profile,
     profile_named,
 )
 from vgpu_bridge.core.config import RESOURCE_NAME_FIELDS, hami_setting
@@ -59,6 +62,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--scheduler", default="auto", choices=["auto", *registry.names()])
     parser.add_argument("--profile", default="default", choices=sorted(PROFILES))
+    parser.add_argument(
+        "--nvidia-consumable-shares", type=_consumable_shares, metavar="N|memory|unlimited",
+        help="--profile nvidia: the --consumable-shares NVIDIA's DRA driver runs with "
+        "(default 100: gpucores are booked as shares of 100)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--enforcer-driver", type=_enforcer_driver, metavar="NAME",
+        help=f"--profile nvidia: our enforcer's driver and DeviceClass (default {ENFORCER_DRIVER})",
+    )  # fmt: skip
     parser.add_argument("--inventory", help="ResourceSlices (YAML/JSON) that tell card sizes")
     parser.add_argument(
         "--card-memory", action="append", default=[], metavar="SIZE",
@@ -85,7 +97,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kai-version", help="KAI Scheduler build in the cluster, e.g. v0.18.0")
 
 
+def _consumable_shares(value: str) -> str:
+    """NVIDIA's --consumable-shares value, checked as the profile reads it."""
+    try:
+        nvidia_profile(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def _enforcer_driver(value: str) -> str:
+    try:
+        nvidia_profile(enforcer_driver=value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
 def _check_usage(args: argparse.Namespace) -> None:
+    if args.profile != NVIDIA.name:
+        for flag in ("nvidia_consumable_shares", "enforcer_driver"):
+            if getattr(args, flag) is not None:
+                option = "--" + flag.replace("_", "-")
+                raise FileProblem(f"{option} applies to --profile {NVIDIA.name} only")
     if args.in_place and STDIN in args.filename:
         raise FileProblem("--in-place: standard input (-f -) has no file to rewrite")
     if args.in_place and args.output == "json":
@@ -108,7 +142,11 @@ def _card_sizes(values: list[str]) -> frozenset[int]:
 
 
 def _context(args: argparse.Namespace, stdin: TextIO) -> TranslationContext:
-    profile = profile_named(args.profile)
+    profile = profile_named(
+        args.profile,
+        nvidia_consumable_shares=args.nvidia_consumable_shares or "100",
+        enforcer_driver=args.enforcer_driver or ENFORCER_DRIVER,
+    )
     config = TranslatorConfig(
         default_memory=args.default_memory,
         default_cores=args.default_cores,

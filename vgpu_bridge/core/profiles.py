@@ -175,9 +175,9 @@ def _shares_per_card(consumable_shares: str) -> int | None:
         if 1 <= shares <= MAX_SHARES_PER_CARD:
             return shares
     raise ValueError(
-        f"consumable shares {consumable_shares[:40]!r}: must be NVIDIA's --consumable-shares "
-        f"value, memory, unlimited or a whole number of shares 1..{MAX_SHARES_PER_CARD} "
-        "(disabled does not share a card)"
+        f"consumable shares {consumable_shares[:40]!r}: not a --consumable-shares mode in which "
+        f"NVIDIA's driver shares a card: memory, unlimited or a whole number of shares "
+        f"1..{MAX_SHARES_PER_CARD} (its default, disabled, shares none)"
     )
 
 
