@@ -60,14 +60,8 @@ def claim_shares(
     gpus: Mapping[str, Gpu],
 ) -> ClaimShares:
     """The shares of our driver in `claim`, in allocation order; ClaimError when unusable."""
+    allocation, ref = checked_allocation(claim, uid=uid, node=node)
     meta = claim.get("metadata") or {}
-    ref = f"ResourceClaim {meta.get('namespace')}/{meta.get('name')}"
-    if meta.get("uid") != uid:
-        raise ClaimError(f"{ref} has uid {meta.get('uid')}, not {uid}: it was replaced")
-    allocation = (claim.get("status") or {}).get("allocation")
-    if not allocation:
-        raise ClaimError(f"{ref} is not allocated")
-    _check_node(allocation, node, ref)
     devices = allocation.get("devices") or {}
     shares = tuple(
         _share(result, index, node=node, profile=profile, gpus=gpus, ref=ref)
@@ -78,6 +72,20 @@ def claim_shares(
         raise ClaimError(f"{ref} has no device of driver {profile.driver}: not ours to prepare")
     priority = _priority(devices.get("config") or [], profile, ref)
     return ClaimShares(uid, meta.get("namespace", ""), meta.get("name", ""), shares, priority)
+
+
+def checked_allocation(claim: Json, *, uid: str, node: str) -> tuple[Json, str]:
+    """The claim's allocation, and how errors name the claim; ClaimError unless `claim` is the
+    one the kubelet named (`uid`), allocated, and on `node` where its allocation names a node."""
+    meta = claim.get("metadata") or {}
+    ref = f"ResourceClaim {meta.get('namespace')}/{meta.get('name')}"
+    if meta.get("uid") != uid:
+        raise ClaimError(f"{ref} has uid {meta.get('uid')}, not {uid}: it was replaced")
+    allocation = (claim.get("status") or {}).get("allocation")
+    if not allocation:
+        raise ClaimError(f"{ref} is not allocated")
+    _check_node(allocation, node, ref)
+    return allocation, ref
 
 
 def _check_node(allocation: Json, node: str, ref: str) -> None:

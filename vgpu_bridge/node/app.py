@@ -27,7 +27,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -50,7 +50,8 @@ from vgpu_bridge.node.driver_root import (
     preload_nvml,
     still_installed,
 )
-from vgpu_bridge.node.gpus import Gpu, GpuDiscoveryError, mock_gpus
+from vgpu_bridge.node.enforcer import enforcer_device
+from vgpu_bridge.node.gpus import Cards, Gpu, GpuDiscoveryError, cards_now, mock_gpus
 from vgpu_bridge.node.grpc import PluginServer
 from vgpu_bridge.node.hami_metrics import SYNC_PERIOD_S as HAMI_SYNC_PERIOD_S
 from vgpu_bridge.node.hami_metrics import HamiSeries, PodNames
@@ -59,6 +60,7 @@ from vgpu_bridge.node.hostpids import PERIOD_S as HOST_PIDS_PERIOD_S
 from vgpu_bridge.node.hostpids import HostPidFiles
 from vgpu_bridge.node.metrics import CallMetrics, MetricsServer, serve_metrics
 from vgpu_bridge.node.no_gpu import wait_for_gpus
+from vgpu_bridge.node.nvidia_slices import NvidiaCards, slices_reader
 from vgpu_bridge.node.pod_resources import PodResources
 from vgpu_bridge.node.publisher import SlicePublisher
 from vgpu_bridge.node.settings import Settings
@@ -115,6 +117,8 @@ class Agent:
     driver_stack: DriverStack | None = None  # the driver files specs carry; None: no root
     # NVIDIA's device plugin's nvidia.com/gpu on our Node, or None (NVML cards only)
     device_plugin_on_node: Callable[[], str | None] | None = None
+    # the cards metrics show: `gpus`, or in enforcer mode NVIDIA's, read when asked
+    cards: Cards = ()
 
     def start(self) -> MetricsServer | None:
         """Checkpoint recovered, DRA then registration socket, then /metrics and /healthz."""
@@ -125,7 +129,7 @@ class Agent:
             registry=self.registry,
             health=self.health,
             state=self.state,
-            gpus=self.gpus,
+            gpus=self.cards or self.gpus,
             node=self.settings.node_name,
             vgpu_dir=self.settings.vgpu_dir,
             host_pids=self.host_pids.found,
@@ -138,7 +142,7 @@ class Agent:
     def _hami_series(self) -> HamiSeries | None:
         if self.pod_names is None:
             return None
-        return HamiSeries(self.pod_names, self.gpus, node=self.settings.node_name)
+        return HamiSeries(self.pod_names, self.cards or self.gpus, node=self.settings.node_name)
 
     def close(self, *, grace_s: float = 5.0) -> None:
         """Sockets removed (registration first), then the checkpoint's lock released."""
@@ -164,30 +168,41 @@ def build(
     driver_stack: DriverStack | None = None,
 ) -> Agent:
     """Every part of the agent from its settings; nothing is started, nothing is written. The
-    driver files are `driver_stack` when given, else found under --driver-root."""
+    driver files are `driver_stack` when given, else found under --driver-root. In enforcer
+    mode (`--enforce-driver`) `gpus` is empty: the cards are NVIDIA's, read from its slices."""
     profile = profile_for(settings)
     registry = CollectorRegistry()
     driver_stack = driver_stack or find_driver_stack(settings, gpus)
+    nvidia = None
+    if settings.enforcer_mode:
+        nvidia = NvidiaCards(slices_reader(api, node=settings.node_name), node=settings.node_name)
     layout = CdiLayout(cdi_dir=settings.cdi_dir, vgpu_dir=settings.vgpu_dir,
-                       driver=profile.driver, driver_stack=driver_stack)  # fmt: skip
+                       driver=profile.driver, driver_stack=driver_stack,
+                       enforcer=nvidia is not None)  # fmt: skip
     state = DeviceState(api, node=settings.node_name, profile=profile, gpus=gpus, layout=layout,
                         checkpoint_file=settings.checkpoint_file,
                         observer=CallMetrics(registry).observe,
-                        removals_per_pass=settings.removals_per_pass)  # fmt: skip
+                        removals_per_pass=settings.removals_per_pass,
+                        nvidia_cards=nvidia)  # fmt: skip
     server = PluginServer(state, driver=profile.driver, dra_socket=settings.dra_socket,
                           registration_socket=settings.registration_socket)  # fmt: skip
-    publisher = SlicePublisher(api, node=settings.node_name, profile=profile, gpus=gpus)
+    fixed = [enforcer_device(settings.enforce_driver)] if nvidia is not None else []
+    publisher = SlicePublisher(api, node=settings.node_name, profile=profile, gpus=gpus,
+                               fixed_devices=fixed)  # fmt: skip
+    cards = gpus if nvidia is None else node_cards(nvidia, state)
 
     def claims() -> list[str]:
         return [claim.uid for claim in state.snapshot()]
 
     host_pids = HostPidFiles(claims, vgpu_dir=settings.vgpu_dir)
-    tenant_dirs = TenantDirs(layout, claims=claims, gpu_uuids={gpu.uuid for gpu in gpus},
+    tenant_dirs = TenantDirs(layout, claims=claims, gpu_uuids=CardUuids(cards_now(cards)),
                              removals_per_pass=settings.removals_per_pass)  # fmt: skip
     health = Health(sockets=server.problem, publications=lambda: publisher.last,
                     max_silence_s=settings.max_publication_silence_s,
                     sweep_steps=tenant_dirs.steps)  # fmt: skip
-    device_health = health_watcher(settings, publisher, gpus=gpus, driver=profile.driver)
+    device_health = None  # in enforcer mode NVIDIA's plugin watches its cards' health
+    if nvidia is None:
+        device_health = health_watcher(settings, publisher, gpus=gpus, driver=profile.driver)
     if device_health is not None:
         registry.register(DeviceHealthCollector(lambda: device_health.taints, gpus=gpus,
                                                 node=settings.node_name))  # fmt: skip
@@ -196,7 +211,43 @@ def build(
         kubelet = PodResources(settings.pod_resources_socket)
         pod_names = PodNames(api, state.snapshot, pod_resources=kubelet)
     return Agent(settings, profile, gpus, registry, state, server, publisher, health, host_pids,
-                 tenant_dirs, device_health, pod_names, driver_stack)  # fmt: skip
+                 tenant_dirs, device_health, pod_names, driver_stack, cards=cards)  # fmt: skip
+
+
+def node_cards(nvidia: NvidiaCards, state: DeviceState) -> Callable[[], tuple[Gpu, ...]]:
+    """Enforcer mode's cards, for metrics and the priority dir: those NVIDIA's slice publishes
+    (read again when older than its max age), and the card of every prepared share besides,
+    so that a card whose slice cannot be read now keeps its series and its priority board."""
+
+    def now() -> tuple[Gpu, ...]:
+        published = {card.uuid: card.gpu for card in nvidia.cards()}
+        for claim in state.snapshot():
+            for device in claim.devices:
+                if device.uuid not in published:
+                    published[device.uuid] = Gpu(index=len(published), uuid=device.uuid,
+                                                 product_name="", memory=0)  # fmt: skip
+        return tuple(published.values())
+
+    return now
+
+
+class CardUuids(Collection[str]):
+    """The uuids of the node's cards as they are now (a priority board of any other is removed)."""
+
+    def __init__(self, cards: Callable[[], Sequence[Gpu]]) -> None:
+        self._cards = cards
+
+    def _now(self) -> set[str]:
+        return {gpu.uuid for gpu in self._cards()}
+
+    def __contains__(self, uuid: object) -> bool:
+        return uuid in self._now()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._now())
+
+    def __len__(self) -> int:
+        return len(self._now())
 
 
 def health_source(settings: Settings, gpus: Sequence[Gpu]) -> HealthSource:
@@ -317,6 +368,7 @@ def run(agent: Agent, *, stop: threading.Event) -> int:
     stop_on_signals(stop)
     stack = agent.driver_stack
     log.info("node agent started", node=agent.settings.node_name, driver=agent.profile.driver,
+             enforces=agent.settings.enforce_driver or None,
              gpus=len(agent.gpus), mock=agent.settings.mock_gpus is not None,
              driver_root=str(stack.root) if stack else None,
              driver_version=stack.version if stack else None,
@@ -337,6 +389,8 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
     stop = stop or threading.Event()
     gpus = mock_gpus(settings.mock_gpus) if settings.mock_gpus else None  # logs nothing
     configure_json_logging(level=settings.log_level)
+    if settings.enforcer_mode:  # no card of ours: NVIDIA's plugin publishes them
+        return run(build(settings, KubeApi.connect(settings.kubeconfig), gpus=()), stop=stop)
     shareable = None
     if gpus is None:
         stop_on_signals(stop)

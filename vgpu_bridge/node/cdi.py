@@ -76,6 +76,8 @@ CLAIM_KEYS = ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "CUDA_TASK_PRIORITY")
 # A GPU UUID as libvgpu accepts it in a key (NVML's are "GPU-" and 36 hex digits and dashes)
 GPU_UUID = re.compile(r"GPU-[A-Za-z0-9-]{1,59}")
 MEMORY_VALUE = re.compile(r"([0-9]+)m")
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+UUID_ANNOTATION = "gpu-uuid"  # enforcer mode: a CDI device annotation (`uuid_annotation`)
 
 
 def claim_dir(vgpu_dir: Path, claim_uid: str) -> Path:
@@ -91,6 +93,8 @@ class CdiLayout:
     vgpu_dir: Path  # host: libvgpu.so, ld.so.preload, claims/<uid>/ (shared regions), priority/
     driver: str
     driver_stack: DriverStack | None = None  # None: no driver files (no --driver-root)
+    # enforcer mode: another driver's spec gives the container its cards (no visible devices)
+    enforcer: bool = False
 
     @property
     def vendor(self) -> str:
@@ -142,6 +146,11 @@ def device_name(claim_uid: str, index: int) -> str:
     return f"{claim_uid}-{index}"
 
 
+def uuid_annotation(driver: str) -> str:
+    """The CDI device annotation that names an enforced share's card (`<driver>/gpu-uuid`)."""
+    return f"{driver}/{UUID_ANNOTATION}"
+
+
 def build_spec(claim: ClaimShares, layout: CdiLayout) -> Json:
     """The claim's CDI spec (pure)."""
     devices = []
@@ -154,7 +163,10 @@ def build_spec(claim: ClaimShares, layout: CdiLayout) -> Json:
         }
         if share.gpu.device_node is not None:
             edits["deviceNodes"] = [_device_node(share.gpu.device_node, layout)]
-        devices.append({"name": device_name(claim.uid, index), "containerEdits": edits})
+        device: Json = {"name": device_name(claim.uid, index), "containerEdits": edits}
+        if layout.enforcer:  # the card's uuid, for the limits file, where no container reads it
+            device["annotations"] = {uuid_annotation(layout.driver): share.gpu.uuid}
+        devices.append(device)
     spec: Json = {
         "cdiVersion": CDI_VERSION,
         "kind": layout.kind,
@@ -170,7 +182,7 @@ def build_spec(claim: ClaimShares, layout: CdiLayout) -> Json:
 
 def _common_edits(claim: ClaimShares, layout: CdiLayout) -> Json:
     shares = claim.shares
-    env = [f"NVIDIA_VISIBLE_DEVICES={','.join(s.gpu.uuid for s in shares)}"]
+    env = [] if layout.enforcer else [f"{VISIBLE_DEVICES}={','.join(s.gpu.uuid for s in shares)}"]
     if shares:
         env.append(f"CUDA_DEVICE_SM_LIMIT={shares[0].cores}")
     env.append(f"CUDA_DEVICE_MEMORY_SHARED_CACHE={CONTAINER_SHARED_DIR}/{SHARED_REGION_FILE}")
@@ -228,7 +240,7 @@ def limits_text(spec: Json) -> str:
     the priority. ValueError for a spec whose GPUs libvgpu could not be told apart."""
     devices = spec.get("devices") or []
     common = _env(spec.get("containerEdits") or {})
-    uuids = common.get("NVIDIA_VISIBLE_DEVICES", "").split(",") if devices else []
+    uuids = _uuids(devices, common)
     if len(uuids) != len(devices):
         raise ValueError(f"the spec names {len(uuids)} GPU UUIDs for {len(devices)} devices")
     per_gpu: dict[str, tuple[int, int]] = {}
@@ -253,6 +265,21 @@ def limits_text(spec: Json) -> str:
     if len(text.encode()) > LIMITS_MAX_BYTES:
         raise ValueError(f"the limits file would be {len(text)} bytes, over {LIMITS_MAX_BYTES}")
     return text
+
+
+def _uuids(devices: list[Json], common: dict[str, str]) -> list[str]:
+    """The GPU of each device: NVIDIA_VISIBLE_DEVICES in order (our own cards), else each
+    device's `<driver>/gpu-uuid` annotation (enforcer mode, where the variable is not ours)."""
+    if not devices:
+        return []
+    if VISIBLE_DEVICES in common:
+        return common[VISIBLE_DEVICES].split(",")
+    uuids = []
+    for device in devices:
+        annotations = device.get("annotations") or {}
+        named = [str(v) for k, v in annotations.items() if k.endswith(f"/{UUID_ANNOTATION}")]
+        uuids += named[:1]
+    return uuids
 
 
 def _env(edits: Json) -> dict[str, str]:

@@ -12,7 +12,7 @@ card never renames its neighbours' devices (see docs/mig.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,18 @@ class Gpu:
     @property
     def device_node(self) -> str | None:
         return None if self.minor is None else f"/dev/nvidia{self.minor}"
+
+
+Cards = Sequence[Gpu] | Callable[[], Sequence[Gpu]]
+"""The node's cards: fixed (ours, read at start), or read when asked (NVIDIA's, enforcer mode)."""
+
+
+def cards_now(cards: Cards) -> Callable[[], Sequence[Gpu]]:
+    """What gives the cards as they are now."""
+    if callable(cards):
+        return cards
+    fixed = tuple(cards)
+    return lambda: fixed
 
 
 MIG_ENABLED = "mig-enabled"  # the card's current MIG mode is on: only its MIG instances run CUDA

@@ -54,7 +54,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from vgpu_bridge.kube import KubeApi, KubeError, api_path
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.node.checkpoint import PreparedClaim, PreparedDevice
-from vgpu_bridge.node.gpus import Gpu
+from vgpu_bridge.node.gpus import Cards, Gpu, cards_now
 from vgpu_bridge.node.pod_resources import (
     ClaimKey,
     ContainerUse,
@@ -96,7 +96,11 @@ class Consumer:
     def takes(self, device: PreparedDevice) -> bool:
         if self.devices:
             return (device.pool_name, device.device_name) in self.devices
-        return not self.requests or bool(self.requests.intersection(device.request_names))
+        # a device without request names goes to every container of the claim (the kubelet's
+        # rule): an enforced NVIDIA share's limits reach whichever request a container names
+        if not self.requests or not device.request_names:
+            return True
+        return bool(self.requests.intersection(device.request_names))
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,9 +360,9 @@ def _kubelet_consumers(uses: Sequence[ContainerUse], entry: _ClaimEntry) -> list
 class HamiSeries:
     """HAMi's families from one scrape's readings (see the module's docstring)."""
 
-    def __init__(self, names: PodNames, gpus: Sequence[Gpu], *, node: str) -> None:
+    def __init__(self, names: PodNames, gpus: Cards, *, node: str) -> None:
         self._names = names
-        self._gpus = tuple(gpus)
+        self._gpus = cards_now(gpus)
         self._node = node
 
     def families(self, readings: Sequence[ClaimReading]) -> Iterator[Metric]:
@@ -383,7 +387,7 @@ class HamiSeries:
             "memory of the card's prepared shares over the card's memory (0-1)",
             ["node", "device_uuid", "device_index", "zone"],
         )
-        for gpu in self._gpus:
+        for gpu in self._gpus():
             devices = [d for c in claims for d in c.devices if d.uuid == gpu.uuid]
             allocated = sum(d.memory for d in devices)
             index = str(gpu.index)

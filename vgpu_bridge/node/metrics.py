@@ -18,7 +18,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from socketserver import ThreadingMixIn
 from typing import Any, NamedTuple
@@ -33,7 +33,7 @@ from vgpu_bridge.node.cdi import SHARED_REGION_FILE, claim_dir
 from vgpu_bridge.node.checkpoint import PreparedClaim
 from vgpu_bridge.node.claimdirs import DirUsage, SweepStep
 from vgpu_bridge.node.files import not_deleted, skipped
-from vgpu_bridge.node.gpus import Gpu
+from vgpu_bridge.node.gpus import Cards, cards_now
 from vgpu_bridge.node.hami_metrics import ClaimReading, HamiSeries
 from vgpu_bridge.node.health import Health, with_healthz
 from vgpu_bridge.node.hostpids import HostPidTable
@@ -85,7 +85,7 @@ class NodeCollector(Collector):
     def __init__(
         self,
         state: DeviceState,
-        gpus: Sequence[Gpu],
+        gpus: Cards,
         *,
         node: str,
         vgpu_dir: Path,
@@ -100,7 +100,7 @@ class NodeCollector(Collector):
         self._host_pids = host_pids
         self._proc = proc
         self._state = state
-        self._gpus = tuple(gpus)
+        self._gpus = cards_now(gpus)
         self._node = node
         self._vgpu_dir = vgpu_dir
 
@@ -117,7 +117,7 @@ class NodeCollector(Collector):
             labels=card,
         )
         shares = GaugeMetricFamily("vgpu_bridge_gpu_shares", "prepared shares", labels=card)
-        for gpu in self._gpus:
+        for gpu in self._gpus():
             devices = [d for c in claims for d in c.devices if d.uuid == gpu.uuid]
             labels = [self._node, gpu.device_name, gpu.uuid, gpu.product_name]
             total.add_metric(labels, gpu.memory)
@@ -359,7 +359,7 @@ def serve_metrics(
     registry: CollectorRegistry,
     health: Health,
     state: DeviceState,
-    gpus: Sequence[Gpu],
+    gpus: Cards,
     node: str,
     vgpu_dir: Path,
     host_pids: Callable[[str], HostPidTable],

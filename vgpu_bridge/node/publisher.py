@@ -63,8 +63,11 @@ class SlicePublisher:
         profile: DriverProfile,
         gpus: Sequence[Gpu],
         clock: Callable[[], float] = time.monotonic,
+        fixed_devices: Sequence[Json] = (),
     ) -> None:
+        """`fixed_devices`: published beside the GPUs, always (enforcer mode's one device)."""
         self._api = api
+        self._fixed_devices = tuple(fixed_devices)
         self._node = node
         self._profile = profile
         self._gpus = tuple(gpus)
@@ -147,7 +150,7 @@ class SlicePublisher:
             "published slices",
             node=self._node,
             generation=generation + 1,
-            devices=len(self._gpus),
+            devices=len(self._fixed_devices) + len(self._gpus),
             tainted=sorted(self._taints),
             created=created,
             updated=updated,
@@ -172,6 +175,7 @@ class SlicePublisher:
             generation=generation,
             node_uid=node_uid,
             taints=self._taints,
+            fixed_devices=self._fixed_devices,
         )
 
 

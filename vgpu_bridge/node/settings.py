@@ -8,7 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from vgpu_bridge.core.profiles import DEFAULT, DRIVER_NAME_MAX_LENGTH, DRIVER_NAME_PATTERN
+from vgpu_bridge.core.profiles import (
+    DEFAULT,
+    DRIVER_NAME_MAX_LENGTH,
+    DRIVER_NAME_PATTERN,
+    ENFORCER_DRIVER,
+    NVIDIA_DRIVER,
+)
 from vgpu_bridge.flag_settings import (
     FlagSettings,
     SettingsError,
@@ -21,9 +27,7 @@ from vgpu_bridge.node.claimdirs import MAX_REMOVALS_PER_PASS
 
 KUBELET_PLUGINS = Path("/var/lib/kubelet/plugins")
 DRIVER_ROOT_MAX_LENGTH = 1024
-NVIDIA_DRIVER = "gpu.nvidia.com"  # the one driver whose shares the agent can enforce
-ENFORCER_DRIVER = "enforcer.vgb.io"  # the agent's driver name in enforcer mode (shared.md)
-ENFORCEABLE_DRIVERS = (NVIDIA_DRIVER,)
+ENFORCEABLE_DRIVERS = (NVIDIA_DRIVER,)  # whose shares the agent can hold to their limits
 # what only our own cards use: NVIDIA's plugin publishes and prepares the cards in enforcer mode
 OWN_CARD_FLAGS = ("mock_gpus", "driver_root", "driver_root_mount")
 

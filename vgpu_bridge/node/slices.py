@@ -132,11 +132,13 @@ def build_slices(
     generation: int,
     node_uid: str | None = None,
     taints: Mapping[str, DeviceTaint] | None = None,
+    fixed_devices: Sequence[Json] = (),
 ) -> list[Json]:
     """The pool of `node` as ResourceSlices; an empty pool (one slice, no devices) for no GPUs.
-    `taints`: the taint of each unhealthy card, by uuid."""
+    `taints`: the taint of each unhealthy card, by uuid. `fixed_devices` come first, as given
+    (enforcer mode: the node's one enforcer device, and no GPU)."""
     taints = taints or {}
-    devices = [
+    devices = [dict(entry) for entry in fixed_devices] + [
         device(gpu, profile, [taints[gpu.uuid]] if gpu.uuid in taints else [])
         for gpu in sorted(gpus, key=lambda g: g.index)
     ]

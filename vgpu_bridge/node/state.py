@@ -41,8 +41,10 @@ from vgpu_bridge.node.cdi import (
     write_spec,
 )
 from vgpu_bridge.node.checkpoint import CheckpointCorrupt, PreparedClaim, PreparedDevice
+from vgpu_bridge.node.enforcer import ENFORCER_DEVICE, EnforcedClaim, enforced_shares
 from vgpu_bridge.node.files import remove, remove_temp_files
 from vgpu_bridge.node.gpus import Gpu
+from vgpu_bridge.node.nvidia_slices import NvidiaCards
 
 Json = dict[str, Any]
 CLAIMS = "/apis/resource.k8s.io/v1"
@@ -90,6 +92,21 @@ class Prepared:
     error: str | None = None
 
 
+def answered(devices: tuple[PreparedDevice, ...]) -> tuple[PreparedDevice, ...]:
+    """The devices as the kubelet gets them: each (requests, pool, device, share, CDI ids)
+    once. Our own shares are distinct already; an enforced claim's entries (one per NVIDIA
+    share, for metrics) are one enforcer device."""
+    seen: set[tuple[object, ...]] = set()
+    unique = []
+    for device in devices:
+        key = (device.request_names, device.pool_name, device.device_name, device.share_id,
+                   device.cdi_device_ids)  # fmt: skip
+        if key not in seen:
+            seen.add(key)
+            unique.append(device)
+    return tuple(unique)
+
+
 class DeviceState:
     def __init__(
         self,
@@ -102,10 +119,13 @@ class DeviceState:
         checkpoint_file: Path,
         observer: Observer | None = None,
         removals_per_pass: int | None = None,
+        nvidia_cards: NvidiaCards | None = None,
     ) -> None:
         """`removals_per_pass`: what one Unprepare call may delete (`--removals-per-pass`;
-        None: `claimdirs.MAX_REMOVALS_PER_PASS`)."""
+        None: `claimdirs.MAX_REMOVALS_PER_PASS`). `nvidia_cards`: enforcer mode (`enforcer`),
+        the cards of NVIDIA's slice; None: our own `gpus`."""
         self._api = api
+        self._nvidia_cards = nvidia_cards
         self._observer = observer
         self._removals_per_pass = removals_per_pass
         self._node = node
@@ -267,7 +287,7 @@ class DeviceState:
                     else:
                         self._ensure_spec(hit)
                         decision = "already prepared"
-                    results[ref.uid] = Prepared(devices=hit.devices)
+                    results[ref.uid] = Prepared(devices=answered(hit.devices))
                 except ClaimError as error:
                     results[ref.uid], decision = Prepared(error=str(error)), "refused"
                 self._record("prepare", ref, decision, started, results[ref.uid].error)
@@ -435,9 +455,16 @@ class DeviceState:
 
     def plan(self, claim: Json, ref: ClaimRef) -> PreparedClaim:
         """What preparing `claim` means on this node, without writing anything."""
-        shares = claim_shares(
-            claim, uid=ref.uid, node=self._node, profile=self._profile, gpus=self._gpus
-        )
+        if self._nvidia_cards is not None:
+            enforced = enforced_shares(claim, uid=ref.uid, node=self._node,
+                                       driver=self._profile.driver,
+                                       card=self._nvidia_cards.card)  # fmt: skip
+            shares, devices = enforced.shares, self._enforcer_devices(enforced)
+        else:
+            shares = claim_shares(
+                claim, uid=ref.uid, node=self._node, profile=self._profile, gpus=self._gpus
+            )
+            devices = self._devices(shares)
         spec = build_spec(shares, self._layout)
         try:
             limits_text(spec)  # libvgpu must be able to tell this claim's GPUs apart
@@ -447,7 +474,7 @@ class DeviceState:
             uid=ref.uid,
             namespace=ref.namespace,
             name=ref.name,
-            devices=self._devices(shares),
+            devices=devices,
             priority=shares.priority,
             cdi_spec=spec_text(spec),
         )
@@ -473,6 +500,28 @@ class DeviceState:
                 cores=share.cores,
             )
             for index, share in enumerate(shares.shares)
+        )
+
+    def _enforcer_devices(self, enforced: EnforcedClaim) -> tuple[PreparedDevice, ...]:
+        """One entry per enforced share (metrics count each card's shares from them), all the
+        same device to the kubelet (`answered`): this node's enforcer with every CDI device of
+        the spec and NO request name, so that every container that lists the claim gets the
+        limits, whichever of its requests it names (the kubelet gives a device without request
+        names to all of them)."""
+        shares = enforced.shares
+        ids = tuple(self._layout.device_id(shares.uid, i) for i in range(len(shares.shares)))
+        return tuple(
+            PreparedDevice(
+                request_names=(),
+                pool_name=self._node,
+                device_name=ENFORCER_DEVICE,
+                share_id=enforced.share_id,
+                cdi_device_ids=ids,
+                uuid=share.gpu.uuid,
+                memory=share.memory,
+                cores=share.cores,
+            )
+            for share in shares.shares
         )
 
     def _ensure_spec(self, claim: PreparedClaim) -> None:

@@ -1,0 +1,243 @@
+"""The cards NVIDIA's DRA driver (`gpu.nvidia.com`) publishes on this node, for the enforcer.
+
+In enforcer mode (`--enforce-driver gpu.nvidia.com`) no card is ours: a claim's allocation names
+NVIDIA's devices (`gpu-<minor>` in the pool named after the node), and only NVIDIA's
+ResourceSlice says which card that is (its `uuid` attribute, the key of the limits file), how
+much memory it has (capacity `memory`) and, in NVIDIA's `--consumable-shares=<N>` mode, into how
+many shares it is cut (capacity `shares`, value N). Facts: docs/reference/nvidia-dra-driver.md
+§1.2-1.4.
+
+`cards_in_slices` reads the slices (pure); `NvidiaCards` keeps what it read, so that a Prepare
+normally makes no API call: the list (`spec.nodeName`, `spec.driver` field selectors, paged) is
+read again when a device is not known or the cache is older than MAX_AGE_S, at most once per
+MIN_REFRESH_S on misses (a burst of claims for a card published a moment ago reads once). Only
+the newest generation of the node's pool counts, and at most MAX_DEVICES devices of it; a
+device that is not a usable card (no uuid, no memory, a MIG or VFIO device) is kept with the
+reason, which a claim that names it gets as its error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from vgpu_bridge.core.profiles import MAX_SHARES_PER_CARD, NVIDIA_DRIVER
+from vgpu_bridge.core.quantity import QuantityError, parse_quantity
+from vgpu_bridge.kube import KubeApi
+from vgpu_bridge.node.gpus import Gpu
+from vgpu_bridge.node.publisher import SLICES
+
+Json = dict[str, Any]
+MAX_AGE_S = 30.0  # a card's uuid and size do not change while it is published; its taints may
+MIN_REFRESH_S = 1.0
+MAX_DEVICES = 1024  # NVIDIA puts every GPU, MIG and VFIO device of a node in one slice
+MAX_CARD_BYTES = 2**50  # a bound (1 PiB) far above any card; a bigger value is no card's
+MAX_TEXT = 64  # attribute strings as the API server bounds them
+FULL_GPU_NAME = re.compile(r"gpu-([0-9]{1,6})")  # NVIDIA's full GPU: gpu-<minor>
+GPU_TYPE = "gpu"
+UUID_ATTRIBUTE = "uuid"
+TYPE_ATTRIBUTE = "type"
+PRODUCT_ATTRIBUTE = "productName"
+MEMORY_CAPACITY = "memory"
+SHARES_CAPACITY = "shares"
+
+
+class CardProblem(ValueError):
+    """A device of NVIDIA's slice that the enforcer cannot hold to a share; says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class NvidiaCard:
+    """One full GPU as NVIDIA's slice publishes it."""
+
+    device: str  # gpu-<minor>
+    uuid: str
+    product_name: str
+    memory: int  # bytes, the card's `memory` capacity
+    shares: int | None  # N of the `<N>` mode (capacity `shares`); None in `memory`/`unlimited`
+
+    @property
+    def gpu(self) -> Gpu:
+        """The card as the rest of the agent knows cards (no device node: NVIDIA's spec has it)."""
+        minor = FULL_GPU_NAME.fullmatch(self.device)
+        index = int(minor.group(1)) if minor else 0
+        return Gpu(index=index, uuid=self.uuid, product_name=self.product_name,
+                   memory=self.memory)  # fmt: skip
+
+
+Found = NvidiaCard | CardProblem
+
+
+def cards_in_slices(slices: Iterable[Json], *, node: str) -> dict[str, Found]:
+    """NVIDIA's devices in the newest generation of the pool named `node`, by device name: each
+    a card, or the problem that keeps it from being one."""
+    pool = [s for s in slices if _pool(s).get("name") == node]
+    newest = max((_generation(s) for s in pool), default=0)
+    found: dict[str, Found] = {}
+    for entry in (d for s in pool if _generation(s) == newest for d in _devices(s)):
+        if len(found) >= MAX_DEVICES:
+            break
+        name = entry.get("name")
+        if isinstance(name, str) and name not in found:
+            found[name] = _card(name, entry)
+    return found
+
+
+def _pool(slice_: Json) -> Json:
+    pool = (slice_.get("spec") or {}).get("pool")
+    return pool if isinstance(pool, dict) else {}
+
+
+def _generation(slice_: Json) -> int:
+    generation = _pool(slice_).get("generation")
+    return generation if isinstance(generation, int) else 0
+
+
+def _devices(slice_: Json) -> list[Json]:
+    devices = (slice_.get("spec") or {}).get("devices")
+    return [d for d in devices if isinstance(d, dict)] if isinstance(devices, list) else []
+
+
+def _card(name: str, entry: Json) -> Found:
+    try:
+        return _read_card(name, entry)
+    except CardProblem as problem:
+        return problem
+
+
+def _read_card(name: str, entry: Json) -> NvidiaCard:
+    where = f"device {name[:MAX_TEXT]!r} of {NVIDIA_DRIVER}'s slice"
+    kind = _attribute(entry, TYPE_ATTRIBUTE)
+    if kind == "mig":
+        raise CardProblem(f"{where}: MIG devices of {NVIDIA_DRIVER} are not enforced")
+    if kind != GPU_TYPE:
+        raise CardProblem(f"{where}: attribute type is {kind!r}, not {GPU_TYPE!r}: not enforced")
+    uuid = _attribute(entry, UUID_ATTRIBUTE)
+    if not uuid:
+        raise CardProblem(f"{where}: no string attribute {UUID_ATTRIBUTE}")
+    memory = _capacity(entry, MEMORY_CAPACITY, where, maximum=MAX_CARD_BYTES)
+    if memory is None:
+        raise CardProblem(f"{where}: no capacity {MEMORY_CAPACITY}")
+    shares = _capacity(entry, SHARES_CAPACITY, where, maximum=MAX_SHARES_PER_CARD)
+    product = _attribute(entry, PRODUCT_ATTRIBUTE) or ""
+    return NvidiaCard(name, uuid, product, memory, shares)
+
+
+def _attribute(entry: Json, name: str) -> str | None:
+    """A string attribute, by its plain or its qualified name (`gpu.nvidia.com/uuid`)."""
+    attributes = entry.get("attributes")
+    if not isinstance(attributes, dict):
+        return None
+    value = attributes.get(name, attributes.get(f"{NVIDIA_DRIVER}/{name}"))
+    text = value.get("string") if isinstance(value, dict) else None
+    return text[:MAX_TEXT] if isinstance(text, str) else None
+
+
+def _capacity(entry: Json, name: str, where: str, *, maximum: int) -> int | None:
+    """A capacity's value as a whole number 1..maximum; None when the device has none."""
+    capacities = entry.get("capacity")
+    if not isinstance(capacities, dict):
+        return None
+    capacity = capacities.get(name, capacities.get(f"{NVIDIA_DRIVER}/{name}"))
+    if capacity is None:
+        return None
+    value = capacity.get("value") if isinstance(capacity, dict) else None
+    try:
+        number = parse_quantity(value)
+    except QuantityError as error:
+        raise CardProblem(f"{where}: capacity {name}: {error}") from None
+    if not Decimal(1) <= number <= maximum or number != number.to_integral_value():
+        raise CardProblem(f"{where}: capacity {name} {str(value)[:MAX_TEXT]!r} is not 1..{maximum}")
+    return int(number)
+
+
+class NvidiaCards:
+    """NVIDIA's cards on this node, read from its slices and kept (module doc)."""
+
+    def __init__(
+        self,
+        read: Callable[[], list[Json]],
+        *,
+        node: str,
+        max_age_s: float = MAX_AGE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`read` lists NVIDIA's slices on this node (`slices_reader`)."""
+        self._read = read
+        self._node = node
+        self._max_age_s = max_age_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._found: Mapping[str, Found] = {}
+        self._read_at: float | None = None  # the last read that succeeded
+        self._tried_at: float | None = None  # the last read, whatever its outcome
+
+    def card(self, device: str) -> NvidiaCard:
+        """The card published as `device`; CardProblem when it is none, or no card of this
+        node's pool (after reading the slices again, when that is allowed). API errors raise."""
+        with self._lock:
+            found = self._found.get(device) if self._fresh() else None
+            if found is None and not self._tried_within(MIN_REFRESH_S):
+                self._refresh_for_prepare()
+                found = self._found.get(device)
+        if found is None:
+            raise CardProblem(
+                f"device {device[:MAX_TEXT]!r} is not in {NVIDIA_DRIVER}'s slice of node "
+                f"{self._node}"
+            )
+        if isinstance(found, CardProblem):
+            raise found
+        return found
+
+    def cards(self) -> tuple[NvidiaCard, ...]:
+        """The node's usable cards as last read (read again when older than the max age);
+        what was read before when the API cannot be read now."""
+        with self._lock:
+            if not self._fresh() and not self._tried_within(MIN_REFRESH_S):
+                # the API failing: metrics show the cards known; a Prepare reports the error
+                with contextlib.suppress(Exception):
+                    self._refresh()
+            found = list(self._found.values())
+        return tuple(sorted((c for c in found if isinstance(c, NvidiaCard)),
+                            key=lambda c: c.device))  # fmt: skip
+
+    def _fresh(self) -> bool:
+        return self._read_at is not None and self._clock() - self._read_at < self._max_age_s
+
+    def _tried_within(self, seconds: float) -> bool:
+        return self._tried_at is not None and self._clock() - self._tried_at < seconds
+
+    def _refresh_for_prepare(self) -> None:
+        """Read again; a failure is the claim's error (the kubelet retries), not the call's."""
+        try:
+            self._refresh()
+        except Exception as error:  # the API unreachable after retries, or refusing
+            raise CardProblem(
+                f"reading {NVIDIA_DRIVER}'s ResourceSlices of node {self._node}: {error}"
+            ) from None
+
+    def _refresh(self) -> None:
+        self._tried_at = self._clock()  # a failing API is not asked again at once
+        self._found = cards_in_slices(self._read(), node=self._node)
+        self._read_at = self._tried_at
+
+
+def slices_reader(api: KubeApi, *, node: str) -> Callable[[], list[Json]]:
+    """What lists NVIDIA's ResourceSlices on `node`: field selectors, paged, each slice kept
+    with its pool and devices only."""
+    selector = f"spec.nodeName={node},spec.driver={NVIDIA_DRIVER}"
+
+    def keep(item: Json) -> Json:
+        spec = item.get("spec") or {}
+        return {"spec": {"pool": spec.get("pool"), "devices": spec.get("devices")}}
+
+    def read() -> list[Json]:
+        return api.list_all(SLICES, keep=keep, fieldSelector=selector).items
+
+    return read
