@@ -59,16 +59,22 @@ class LaunchedAgent:
 
 
 def launch_agent(
-    node: RealNode, cluster: LocalCluster, environ: dict[str, str], args: list[str]
+    node: RealNode,
+    cluster: LocalCluster,
+    environ: dict[str, str],
+    args: list[str],
+    *,
+    driver: str = DEFAULT.driver,
 ) -> LaunchedAgent:
     """Start ``vgpu-bridge node`` for ``node`` with the tier's directories, ``environ`` and the
-    extra ``args``, recorded with the node's components (so ``down`` stops it); no waiting."""
+    extra ``args``, its DRA socket in the kubelet's plugin dir of ``driver`` (the name it runs
+    as), recorded with the node's components (so ``down`` stops it); no waiting."""
     layout = node.layout
     metrics_port = free_port()
     command = [
         "-m", "vgpu_bridge.cli", "node",
         "--node-name", node.name,
-        "--plugin-dir", str(layout.kubelet_dir / "plugins" / DEFAULT.driver),
+        "--plugin-dir", str(layout.kubelet_dir / "plugins" / driver),
         "--registry-dir", str(layout.kubelet_dir / "plugins_registry"),
         "--cdi-dir", str(layout.cdi_dir),
         "--vgpu-dir", str(vgpu_dir(layout)),
@@ -98,12 +104,18 @@ def launch_agent(
 
 
 def wait_published(
-    node: RealNode, cluster: LocalCluster, agent: LaunchedAgent, *, published: int
+    node: RealNode,
+    cluster: LocalCluster,
+    agent: LaunchedAgent,
+    *,
+    published: int,
+    driver: str = DEFAULT.driver,
 ) -> None:
-    """Until the kubelet has registered ``agent`` and it publishes ``published`` devices."""
+    """Until the kubelet has registered ``agent`` and it publishes ``published`` devices as
+    ``driver``."""
     client = cluster.client()
     wait_started(
-        lambda: agent.registered() and published_devices(client, node.name) == published,
+        lambda: agent.registered() and published_devices(client, node.name, driver) == published,
         what="the agent registered by the kubelet and its ResourceSlice",
         component=agent.component,
     )
@@ -150,7 +162,7 @@ def _registrations(log: Path) -> int:
         return 0
 
 
-def published_devices(client: KubeClient, node_name: str) -> int:
-    selector = f"spec.nodeName={node_name},spec.driver={DEFAULT.driver}"
+def published_devices(client: KubeClient, node_name: str, driver: str = DEFAULT.driver) -> int:
+    selector = f"spec.nodeName={node_name},spec.driver={driver}"
     slices = client.items(f"{RESOURCE}/resourceslices", fieldSelector=selector)
     return sum(len(s["spec"].get("devices", [])) for s in slices)
