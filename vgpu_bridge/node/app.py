@@ -16,6 +16,13 @@ every 30 s the sweep of what containers can write
 (`claimdirs.py`: the trash emptied, the priority dir cleaned, each claim dir measured; again
 after 1 s while a deletion stopped at its pass's budget); with
 `--hami-metrics true`, every 10 s the pods and containers using each claim (`hami_metrics.py`).
+
+Enforcer mode (`--enforce-driver gpu.nvidia.com`): no card is ours, so no NVML, no mock GPUs, no
+driver root, no device-plugin look and no device health (NVIDIA's plugin has all of these); the
+agent publishes one `enforcer` device in its node's pool, and its Prepare holds each NVIDIA share
+of a claim to its limits (`enforcer.py`), the cards read from NVIDIA's slice (`nvidia_slices.py`),
+which metrics show too (`node_cards`). Everything else (checkpoint, sockets, sweep, host pids,
+/metrics, HAMi's series) runs as above.
 """
 
 from __future__ import annotations

@@ -27,6 +27,15 @@ native/vgpu/src/limits_file.c): the line `vgpu-bridge-limits 2`, then per GPU of
 `CUDA_DEVICE_MEMORY_LIMIT_<uuid>=<MiB>m` and `CUDA_DEVICE_SM_LIMIT_<uuid>=<percent>` (two shares
 of one GPU in one claim add up, cores at most 100), then `CUDA_DEVICE_MEMORY_SHARED_CACHE` and
 `CUDA_TASK_PRIORITY` as the spec sets them; at most LIMITS_MAX_BYTES in all.
+
+Enforcer mode (`CdiLayout.enforcer`, `enforcer.py`): the cards are NVIDIA's DRA driver's, and its
+own spec gives the container the card's device node, the driver's files and
+`NVIDIA_VISIBLE_DEVICES=void`. Ours then carries only the limits: no device node, no driver file,
+no `NVIDIA_VISIBLE_DEVICES` (a second value of it would depend on the order the runtime applies
+the two specs, and a legacy NVIDIA runtime hook would read a UUID there as a card to add). Each
+device names its card in the CDI device annotation `<driver>/gpu-uuid` instead (annotations are
+metadata of the spec: no container sees them), from which the limits file is written; specs of
+our own mode, and those written before, keep naming them in `NVIDIA_VISIBLE_DEVICES`.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ Calls are serialised, like the Go helper does, but no call walks a tenant's file
 lock: a claim's dir is renamed into the trash under it and deleted after (`claimdirs`).
 Every claim uid, namespace and name the kubelet sends is checked (`names`) before it becomes a
 host path or an API path; a bad one is that claim's error.
+In enforcer mode (`nvidia_cards` given) the shares are NVIDIA's (`enforcer.enforced_shares`); the
+checkpoint keeps one entry per share (metrics count them by card) and the kubelet gets one
+device, this node's enforcer, without request names (`answered`); all else is as above.
 """
 
 from __future__ import annotations
