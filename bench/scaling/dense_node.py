@@ -190,6 +190,7 @@ def region(uuid: str, *, memory_limit: int, used: int, host_pid: int) -> bytes:
 
 def _write_regions(agent: AgentProcess, claims: Sequence[Json], settings: DenseNode) -> None:
     share = settings.share_mib * 2**20
+    assert agent.gpus is not None, "the dense node's agent runs with mock cards"
     for index, claim in enumerate(claims):
         uuid = agent.gpus[index // settings.shares_per_card]["uuid"]
         path = agent.layout.shared_dir(claim["metadata"]["uid"]) / SHARED_REGION_FILE
