@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from vgpu_bridge.adapters import AdapterRegistry
 from vgpu_bridge.core import (
+    ENFORCER_REQUEST,
     DriverProfile,
     InvalidRequest,
     Inventory,
@@ -26,6 +27,7 @@ from vgpu_bridge.kube import KubeApi, dns_label_problem, dns_subdomain_problem
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook import review
 from vgpu_bridge.webhook.claim_lookup import CLAIM_RESOURCES, Claimed, ClaimLookup
+from vgpu_bridge.webhook.enforced import unenforced_resource_names, unenforced_resources
 from vgpu_bridge.webhook.fastpath import (
     gpu_key_markers,
     lists_resource,
@@ -90,6 +92,11 @@ class Admitter:
     def _renamed(self) -> frozenset[str]:
         """HAMi's resource names as configured, made once for `may_ask_for_gpus`."""
         return frozenset(self.config.resource_names())
+
+    @cached_property
+    def _unenforced_names(self) -> tuple[str, ...]:
+        """Extended resources that would get a share without our enforcer (profile nvidia)."""
+        return unenforced_resource_names(self.profile, self.config)
 
     @cached_property
     def _excluded(self) -> frozenset[str]:
@@ -221,16 +228,19 @@ class Admitter:
         if self._opted_out(request) or not may_ask_for_gpus(
             request.kind, request.object, resource_names=self._renamed
         ):
+            unenforced = self._unenforced_resource_reasons(request.object)
+            if unenforced:
+                return _denied(request.uid, unenforced)
             counts = self._quota_counts(request, request.object)
             if not counts and not _names_claims(request.object):
                 return _Outcome("unchanged", review.allow(request.uid))  # as _untranslated's
             obj = {**request.object, "metadata": {**meta, "namespace": namespace}}
-            claims = ClaimLookup(self.api, self.profile.device_class)
+            claims = self._claim_lookup()
             return self._untranslated(request, namespace, obj, claims, quick=quick, counts=counts)
         if quick:
             return None
         obj = {**request.object, "metadata": {**meta, "namespace": namespace}}
-        claims = ClaimLookup(self.api, self.profile.device_class)
+        claims = self._claim_lookup()
         adapter = self.registry.pick(obj, self.settings.scheduler)
         context = TranslationContext(
             config=self.config, profile=self.profile, inventory=self.inventory()
@@ -240,6 +250,9 @@ class Admitter:
         except InvalidRequest as exc:
             return _denied(request.uid, exc.lines(), adapter.name)
         if not plan.changes_object:
+            unenforced = self._unenforced_resource_reasons(obj)
+            if unenforced:
+                return _denied(request.uid, unenforced, adapter.name)
             return self._untranslated(
                 request, namespace, obj, claims, adapter=adapter.name, warnings=list(plan.warnings)
             )
@@ -256,6 +269,24 @@ class Admitter:
         warnings = [*plan.warnings, *self.legacy_warnings]
         body = review.allow(request.uid, patch=plan.patch, warnings=warnings)
         return _Outcome("translated", body, adapter.name, names, plan, warnings=warnings)
+
+    def _claim_lookup(self) -> ClaimLookup:
+        """One admission's reads of claims; under the nvidia profile a claim of NVIDIA's class
+        without our enforcer's request reads as `Claimed.UNENFORCED`."""
+        return ClaimLookup(
+            self.api, self.profile.device_class, enforcer_class=self.profile.enforcer_driver
+        )
+
+    def _unenforced_resource_reasons(self, obj: Mapping[str, Any]) -> list[str]:
+        """Why an object left untranslated is refused under the nvidia profile: it asks for
+        NVIDIA's class as an extended resource (webhook.enforced). Pure; [] elsewhere."""
+        if not self._unenforced_names:
+            return []
+        enforcer = str(self.profile.enforcer_driver)
+        problems = unenforced_resources(
+            obj, self._unenforced_names, device_class=self.profile.device_class, enforcer=enforcer
+        )
+        return InvalidRequest(object_ref(obj), problems).lines() if problems else []
 
     def _untranslated(
         self,
@@ -277,15 +308,57 @@ class Admitter:
         claimed = request.kind == "Pod" and bool(_claim_refs(pod))
         problems = self._guardrail_problems(pod) if claimed else Problems()
         shared = [(t, n) for t in pod_templates(pod) if (n := several_claims(t))] if claimed else []
-        if quick and ((claimed and (problems or shared)) or counts):
+        enforced = claimed and self.profile.enforcer_driver is not None
+        if quick and ((claimed and (problems or shared or enforced)) or counts):
             return None  # reading its claims or quotas may take the API
         reasons = self._claimed_pod_reasons(namespace, pod, problems, claims)
         reasons = reasons or self._shared_claim_reasons(pod, shared, namespace, claims)
+        if enforced:
+            reasons = reasons or self._unenforced_claim_reasons(namespace, pod, claims)
         reasons = reasons or self._quota_reasons(request, namespace, pod, counts=counts)
         if reasons:  # e.g. a pod made from a translated template still books its share
             return _denied(request.uid, reasons, adapter)
         body = review.allow(request.uid, warnings=warnings or ())
         return _Outcome("unchanged", body, adapter, warnings=warnings or [])
+
+    def _unenforced_claim_reasons(
+        self, namespace: object, pod: dict[str, Any], claims: ClaimLookup
+    ) -> list[str]:
+        """Why a pod we do not translate is refused under the nvidia profile: it names a claim or
+        template of NVIDIA's class without our enforcer's request (a share no one would hold to
+        its limits), or one that cannot be read to tell (it could be made so after the pod)."""
+        problem = dns_label_problem(namespace) if namespace else "required"
+        if problem or not isinstance(namespace, str):
+            why = [FieldError("metadata.namespace", f"{problem}, so its claims cannot be read")]
+            return InvalidRequest(object_ref(pod), why).lines()
+        found = []
+        for path, resource, name in _claim_refs(pod):
+            reason = self._unenforced_claim_reason(
+                claims.claimed(resource, namespace, name), resource, name
+            )
+            if reason:
+                found.append(FieldError(path, reason))
+        return InvalidRequest(object_ref(pod), found).lines() if found else []
+
+    def _unenforced_claim_reason(self, claimed: Claimed, resource: str, name: str) -> str | None:
+        kind = {"resourceclaims": "ResourceClaim"}.get(resource, "ResourceClaimTemplate")
+        device_class, enforcer = self.profile.device_class, self.profile.enforcer_driver
+        if claimed is Claimed.UNNAMEABLE:
+            problem = dns_subdomain_problem(name)
+            return f"{problem}, so whether it asks for {device_class} with our enforcer is unknown"
+        if claimed is Claimed.MISSING:
+            return (
+                f"{kind} {name} does not exist, so whether it asks for {device_class} without a "
+                f"request of class {enforcer} cannot be checked; create it before the pod"
+            )
+        if claimed is not Claimed.UNENFORCED:
+            return None
+        return (
+            f"{kind} {name} asks for devices of class {device_class} without a request of class "
+            f"{enforcer}: NVIDIA's DRA driver enforces no memory or SM limit, and no share "
+            f"without its limits is admitted; add the request {ENFORCER_REQUEST} (exactly "
+            f"deviceClassName {enforcer}) or ask for GPUs the HAMi way"
+        )
 
     def _claimed_pod_reasons(
         self, namespace: object, pod: dict[str, Any], problems: Problems, claims: ClaimLookup
@@ -453,7 +526,7 @@ class Admitter:
             problem = dns_subdomain_problem(name)
             if problem:
                 return [f"{path}.{key}: {problem}"]
-            if claims.claimed(resource, namespace, name) is Claimed.OURS:
+            if claims.claimed(resource, namespace, name) in (Claimed.OURS, Claimed.UNENFORCED):
                 return [
                     f"{path}: already claims devices of class {self.profile.device_class}; "
                     "state GPU requests one way"

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from vgpu_bridge import logs
 from vgpu_bridge.adapters import default_registry
-from vgpu_bridge.core import profile_named
 from vgpu_bridge.core.dialects import hami
 from vgpu_bridge.kube import KubeApi, KubeConfigError, KubeError
 from vgpu_bridge.logs import get_logger
@@ -40,7 +39,7 @@ log = get_logger("vgpu_bridge.webhook")
 
 
 def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, Sweeper]:
-    profile = profile_named(settings.profile, our_driver=settings.driver_name)
+    profile = settings.driver_profile()
     config = settings.translator_config()
     inventory = InventoryCache(api, driver=profile.driver, memory_capacity=profile.memory_capacity)
     metrics = WebhookMetrics()

@@ -33,28 +33,48 @@ class Claimed(enum.Enum):
     """What a claim or template a pod names is."""
 
     OURS = "requests devices of our DeviceClass"
+    #: of NVIDIA's DeviceClass (profile nvidia) without a request of our enforcer's: a share
+    #: no one would hold to its limits
+    UNENFORCED = "requests devices of our DeviceClass without our enforcer"
     OTHER = "requests no device of our DeviceClass"
     MISSING = "does not exist (yet)"
     UNNAMEABLE = "its name or namespace is no DNS name, so it is never put into an API path"
 
 
-def requests_class(found: Mapping[str, Any], device_class: str) -> bool:
-    """Whether a claim or template requests devices of `device_class`."""
+def _requests(found: Mapping[str, Any]) -> list[Any]:
     spec = found.get("spec", {})
     spec = spec.get("spec", spec)  # a template wraps the claim spec once more
-    requests = spec.get("devices", {}).get("requests") or []
+    return spec.get("devices", {}).get("requests") or []
+
+
+def requests_class(found: Mapping[str, Any], device_class: str) -> bool:
+    """Whether a claim or template requests devices of `device_class`."""
+    requests = _requests(found)
     classes = {r.get("exactly", {}).get("deviceClassName") for r in requests}
     classes |= {s.get("deviceClassName") for r in requests for s in r.get("firstAvailable") or ()}
     return device_class in classes
+
+
+def requests_exactly(found: Mapping[str, Any], device_class: str) -> bool:
+    """Whether a claim or template has an `exactly` request of `device_class` (one a
+    `firstAvailable` alternative might not be allocated)."""
+    return any(
+        r.get("exactly", {}).get("deviceClassName") == device_class for r in _requests(found)
+    )
 
 
 class ClaimLookup:
     """One admission's reads of claims and templates, each made once (not thread-safe: one
     admission runs on one thread)."""
 
-    def __init__(self, api: KubeApi, device_class: str) -> None:
+    def __init__(
+        self, api: KubeApi, device_class: str, *, enforcer_class: str | None = None
+    ) -> None:
+        """`enforcer_class`: the DeviceClass every claim of `device_class` must also ask for
+        (our enforcer's, profile nvidia); a claim without it is `Claimed.UNENFORCED`."""
         self._api = api
         self._device_class = device_class
+        self._enforcer_class = enforcer_class
         self._seen: dict[tuple[str, str, str], Claimed] = {}
 
     def claimed(self, resource: str, namespace: object, name: object) -> Claimed:
@@ -70,10 +90,16 @@ class ClaimLookup:
             if found is None:
                 self._seen[key] = Claimed.MISSING
             elif requests_class(found, self._device_class):
-                self._seen[key] = Claimed.OURS
+                self._seen[key] = self._enforced(found)
             else:
                 self._seen[key] = Claimed.OTHER
         return self._seen[key]
+
+    def _enforced(self, found: Mapping[str, Any]) -> Claimed:
+        enforcer = self._enforcer_class
+        if enforcer is None or requests_exactly(found, enforcer):
+            return Claimed.OURS
+        return Claimed.UNENFORCED
 
     def _read(self, path: str) -> Json | None:
         try:

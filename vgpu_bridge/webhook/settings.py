@@ -6,7 +6,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from vgpu_bridge.core.config import TranslatorConfig, hami_setting, resource_name_problem
-from vgpu_bridge.core.profiles import DEFAULT, DRIVER_NAME_MAX_LENGTH, DRIVER_NAME_PATTERN
+from vgpu_bridge.core.profiles import (
+    DEFAULT,
+    DRIVER_NAME_MAX_LENGTH,
+    DRIVER_NAME_PATTERN,
+    ENFORCER_DRIVER,
+    DriverProfile,
+    nvidia_profile,
+    profile_named,
+)
 from vgpu_bridge.flag_settings import (
     FlagSettings,
     SettingsError,
@@ -37,13 +45,6 @@ def _hami_name(field: str) -> Any:  # Any: what a dataclass field declaration ta
     )
 
 
-# NVIDIA's driver takes any positive share count; past this a share is too small to be an SM limit
-MAX_SHARES_PER_CARD = 1_000_000
-# the enforcer's name when none is given (core.profiles.ENFORCER_DRIVER, shared.md)
-ENFORCER_DRIVER = "enforcer.vgb.io"
-NVIDIA_DRIVER = "gpu.nvidia.com"
-
-
 def consumable_shares_problem(mode: str) -> str | None:
     """Why `mode` is not a `--consumable-shares` value NVIDIA's driver shares cards under."""
     if mode in ("", "disabled"):
@@ -52,25 +53,20 @@ def consumable_shares_problem(mode: str) -> str | None:
             "ConsumableShares=true, --consumable-shares memory, unlimited or N); without it a "
             "card goes whole to one claim and no share exists to enforce"
         )
-    if mode in ("memory", "unlimited"):
-        return None
-    if not mode.isascii() or not mode.isdigit():
-        return f"must be memory, unlimited or a positive number of shares, got {mode[:40]!r}"
-    if int(mode) < 1:
-        return f"must be a positive number of shares, got {mode}"
-    if int(mode) > MAX_SHARES_PER_CARD:
-        return f"must be at most {MAX_SHARES_PER_CARD} shares, got {mode[:40]}"
-    return None
+    return _nvidia_profile_problem(consumable_shares=mode)
 
 
 def enforcer_driver_problem(driver: str) -> str | None:
-    """Why `driver` cannot name our enforcer: KAI counts a device whose driver name contains
-    "gpu" as a node GPU, and NVIDIA's own name would be two bookkeepers of one driver."""
-    if "gpu" in driver:
-        return (
-            f"must not contain 'gpu' (got {driver}): KAI would count each node's enforcer "
-            "device as one more GPU"
-        )
+    """Why `driver` cannot name our enforcer (core's rule: KAI counts a device or DeviceClass
+    whose name contains "gpu" as a GPU, so the enforcer would be one more GPU per node)."""
+    return _nvidia_profile_problem(enforcer_driver=driver)
+
+
+def _nvidia_profile_problem(**values: str) -> str | None:
+    try:
+        nvidia_profile(**values)
+    except ValueError as error:
+        return str(error)
     return None
 
 
@@ -244,6 +240,16 @@ class Settings(FlagSettings):
             resource_core_name=self.resource_core_name,
             resource_priority_name=self.resource_priority_name,
             allow_privileged=self.allow_privileged,
+        )
+
+    def driver_profile(self) -> DriverProfile:
+        """The profile the webhook's claims are made for (`nvidia` in NVIDIA's mode, with our
+        enforcer)."""
+        return profile_named(
+            self.profile,
+            our_driver=self.driver_name,
+            nvidia_consumable_shares=self.nvidia_consumable_shares,
+            enforcer_driver=self.enforcer_driver,
         )
 
     def limits(self) -> Limits:

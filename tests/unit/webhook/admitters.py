@@ -8,7 +8,7 @@ from typing import Any
 
 from tests.unit.recording_api import RecordingApi
 from vgpu_bridge.adapters import default_registry
-from vgpu_bridge.core import DEFAULT, Inventory, TranslatorConfig
+from vgpu_bridge.core import DEFAULT, DriverProfile, Inventory, TranslatorConfig
 from vgpu_bridge.webhook.admission import Admitter
 from vgpu_bridge.webhook.metrics import WebhookMetrics
 from vgpu_bridge.webhook.quotas import QuotaGate
@@ -23,12 +23,13 @@ def admitter_over(
     config: TranslatorConfig | None = None,
     store: TemplateStore | None = None,
     quotas: QuotaGate | None = None,
+    profile: DriverProfile = DEFAULT,
 ) -> Admitter:
     settings = Settings(listen="127.0.0.1:0", tls_cert_file="unused", tls_key_file="unused")
     return Admitter(
         settings=settings,
         registry=default_registry(),
-        profile=DEFAULT,
+        profile=profile,
         config=config or TranslatorConfig(),
         inventory=inventory,
         store=store or TemplateStore(recorded.api, grace_s=600),

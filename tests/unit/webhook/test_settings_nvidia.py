@@ -29,11 +29,11 @@ def test_every_mode_nvidia_runs_in_is_taken(mode: str) -> None:
     [
         ("disabled", "NVIDIA's driver must run with ConsumableShares"),
         ("", "NVIDIA's driver must run with ConsumableShares"),
-        ("0", "positive"),
-        ("-4", "memory, unlimited or a positive"),
-        ("1e3", "memory, unlimited or a positive"),
-        ("Memory", "memory, unlimited or a positive"),
-        ("100000000", "at most"),
+        ("0", "1..10000000"),
+        ("-4", "memory, unlimited or a whole number"),
+        ("1e3", "memory, unlimited or a whole number"),
+        ("Memory", "memory, unlimited or a whole number"),
+        ("100000000", "1..10000000"),
     ],
 )
 def test_a_mode_nvidia_cannot_run_in_is_refused_naming_the_setting(mode: str, reason: str) -> None:
@@ -66,3 +66,25 @@ def test_the_enforcer_cannot_share_our_own_driver_name() -> None:
            "VGPU_BRIDGE_DRIVER_NAME": "shared.example.com"}  # fmt: skip
     with pytest.raises(SettingsError, match="enforcer_driver"):
         Settings.from_env(env)
+
+
+@pytest.mark.parametrize(
+    ("mode", "shares", "booked_in"),
+    [("100", 100, "shares"), ("4", 4, "shares"), ("memory", None, None), ("unlimited", None, None)],
+)
+def test_the_webhook_is_built_for_nvidias_class_in_its_mode(
+    mode: str, shares: int | None, booked_in: str | None
+) -> None:
+    """Claims, card sizes (NVIDIA's slices), quotas and Events all read the one profile."""
+    from vgpu_bridge.kube import KubeApi
+    from vgpu_bridge.webhook.app import build
+
+    env = {**TLS, "VGPU_BRIDGE_PROFILE": "nvidia", "VGPU_BRIDGE_NVIDIA_CONSUMABLE_SHARES": mode}
+    admitter, inventory, _ = build(Settings.from_env(env), KubeApi.connect_on_first_use(None))
+    profile = admitter.profile
+    assert (profile.driver, profile.device_class) == ("gpu.nvidia.com", "gpu.nvidia.com")
+    assert (profile.shares_per_card, profile.cores_capacity) == (shares, booked_in)
+    assert profile.enforcer_driver == "enforcer.vgb.io"
+    assert admitter.quotas is not None
+    assert admitter.quotas.profile is profile
+    assert inventory._driver == "gpu.nvidia.com"
