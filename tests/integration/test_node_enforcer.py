@@ -62,6 +62,8 @@ class NvidiaNodeApi(KubeApi):
 
     def list_all(self, path: str, *, keep: Any = None, **query: Any) -> Listed:
         self.asked.append(f"{path}?{query.get('fieldSelector')}")
+        if path == "/apis/resource.k8s.io/v1/resourceclaims":
+            return Listed(copy.deepcopy(list(self.claims.values())), "1")
         assert path == SLICES
         assert query["fieldSelector"] == f"spec.nodeName={NODE},spec.driver=gpu.nvidia.com"
         items = [keep(s) if keep else s for s in copy.deepcopy(self.nvidia)]
@@ -213,6 +215,23 @@ def test_a_restarted_agent_answers_from_its_checkpoint_and_puts_back_a_lost_spec
         assert api.asked == []  # from the checkpoint: no claim, no slice read
         assert _unprepare(running, ("a", A)) == {A: ""}
         assert list(Path(paths.cdi_dir).iterdir()) == []
+
+
+def test_a_corrupt_checkpoint_is_rebuilt_with_the_enforced_claims_of_this_node(
+    dirs: AgentDirs,
+) -> None:
+    other_node = nvidia_claim(uid=B, name="b", node="node-b")
+    api = NvidiaNodeApi(nvidia_claim(uid=A, name="a"), other_node)
+    checkpoint = dirs.root / "plugins" / ENFORCER_DRIVER / "checkpoint.json"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_text("{not json")
+    paths = layout(dirs)
+    with enforcer_agent(dirs, api) as (agent, running):
+        assert [claim.uid for claim in agent.state.snapshot()] == [A]
+        assert paths.limits_path(A).exists()
+        api.asked.clear()
+        assert _prepare(running, ("a", A))[A].devices[0].device_name == "enforcer"
+        assert api.asked == []
 
 
 def test_the_agent_publishes_only_its_enforcer_device_in_the_nodes_pool(dirs: AgentDirs) -> None:
