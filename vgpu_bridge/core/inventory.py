@@ -1,8 +1,8 @@
 """What the cluster's cards look like, learnt from ResourceSlices: memory sizes per driver.
 
-Only full GPUs are cards: a device whose `type` attribute names something else (NVIDIA's driver
-publishes its MIG and VFIO devices in the same slice as `mig`, `vfio`) gives no card size, as a
-percentage of a card is of a full GPU's memory."""
+Only full GPUs are cards: NVIDIA's driver publishes its MIG and VFIO devices in the same slice as
+its GPUs, typed `mig` and `vfio` (its `type` attribute; HAMi's driver types its GPUs `hami-gpu`),
+and those give no card size, as a percentage of a card is of a full GPU's memory."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from typing import Any
 
 from vgpu_bridge.core.errors import FieldError, InvalidRequest, shown
 from vgpu_bridge.core.quantity import QuantityError, parse_quantity
+
+NOT_CARDS = frozenset({"mig", "vfio"})  # `type` attributes of devices that are no full GPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +69,13 @@ def _map(value: object, ref: str, path: str) -> Mapping[str, Any]:
 
 
 def _full_gpu(device: Mapping[str, Any], driver: object) -> bool:
-    """False for a device typed as something other than `gpu` (a MIG or VFIO device)."""
+    """False for a device typed as one of `NOT_CARDS` (a MIG or VFIO device)."""
     attributes = device.get("attributes")
     if not isinstance(attributes, Mapping):
         return True
     typed = attributes.get("type", attributes.get(f"{driver}/type"))
     kind = typed.get("string") if isinstance(typed, Mapping) else None
-    return kind is None or kind == "gpu"
+    return kind not in NOT_CARDS
 
 
 def _memory(device: object, capacity_name: str, ref: str, path: str, driver: object) -> int | None:
