@@ -158,7 +158,9 @@ def _capacity(entry: Json, name: str, where: str, *, maximum: int) -> int | None
 
 
 class NvidiaCards:
-    """NVIDIA's cards on this node, read from its slices and kept (module doc)."""
+    """NVIDIA's cards on this node, read from its slices and kept (module doc). One read runs at
+    a time, and never under the lock that a lookup of a known card takes: a slow API delays
+    only the callers that need a read."""
 
     def __init__(
         self,
@@ -173,19 +175,20 @@ class NvidiaCards:
         self._node = node
         self._max_age_s = max_age_s
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the three fields below
+        self._reading = threading.Lock()  # held while the slices are read
         self._found: Mapping[str, Found] = {}
         self._read_at: float | None = None  # the last read that succeeded
         self._tried_at: float | None = None  # the last read, whatever its outcome
 
     def card(self, device: str) -> NvidiaCard:
         """The card published as `device`; CardProblem when it is none, or no card of this
-        node's pool (after reading the slices again, when that is allowed). API errors raise."""
-        with self._lock:
-            found = self._found.get(device) if self._fresh() else None
-            if found is None and not self._tried_within(MIN_REFRESH_S):
-                self._refresh_for_prepare()
-                found = self._found.get(device)
+        node's pool (after reading the slices again, when that is allowed), or when they
+        cannot be read."""
+        found = self._known(device)
+        if found is None:
+            self._read_again(device)
+            found = self._known(device, fresh_only=False)
         if found is None:
             raise CardProblem(
                 f"device {device[:MAX_TEXT]!r} is not in {NVIDIA_DRIVER}'s slice of node "
@@ -196,36 +199,60 @@ class NvidiaCards:
         return found
 
     def cards(self) -> tuple[NvidiaCard, ...]:
-        """The node's usable cards as last read (read again when older than the max age);
-        what was read before when the API cannot be read now."""
-        with self._lock:
-            if not self._fresh() and not self._tried_within(MIN_REFRESH_S):
-                # the API failing: metrics show the cards known; a Prepare reports the error
-                with contextlib.suppress(Exception):
+        """The node's usable cards as last read; read again first when older than the max age
+        and no read is under way (what was known stays when the API cannot be read now)."""
+        if not self._fresh() and self._reading.acquire(blocking=False):
+            try:
+                with contextlib.suppress(Exception):  # metrics show what is known
                     self._refresh()
+            finally:
+                self._reading.release()
+        with self._lock:
             found = list(self._found.values())
         return tuple(sorted((c for c in found if isinstance(c, NvidiaCard)),
                             key=lambda c: c.device))  # fmt: skip
 
+    def _known(self, device: str, *, fresh_only: bool = True) -> Found | None:
+        with self._lock:
+            if fresh_only and not self._fresh_locked():
+                return None
+            return self._found.get(device)
+
+    def _read_again(self, device: str) -> None:
+        """Read the slices for a Prepare that missed `device`, unless a read finished within
+        MIN_REFRESH_S (a burst of misses reads once); its failure is the claim's error."""
+        with self._reading:
+            with self._lock:
+                recent = self._tried_within(MIN_REFRESH_S)
+                if recent and device in self._found and self._fresh_locked():
+                    return
+            if recent:
+                return
+            try:
+                self._refresh()
+            except Exception as error:  # the API unreachable after retries, or refusing
+                raise CardProblem(
+                    f"reading {NVIDIA_DRIVER}'s ResourceSlices of node {self._node}: {error}"
+                ) from None
+
     def _fresh(self) -> bool:
+        with self._lock:
+            return self._fresh_locked()
+
+    def _fresh_locked(self) -> bool:
         return self._read_at is not None and self._clock() - self._read_at < self._max_age_s
 
     def _tried_within(self, seconds: float) -> bool:
         return self._tried_at is not None and self._clock() - self._tried_at < seconds
 
-    def _refresh_for_prepare(self) -> None:
-        """Read again; a failure is the claim's error (the kubelet retries), not the call's."""
-        try:
-            self._refresh()
-        except Exception as error:  # the API unreachable after retries, or refusing
-            raise CardProblem(
-                f"reading {NVIDIA_DRIVER}'s ResourceSlices of node {self._node}: {error}"
-            ) from None
-
     def _refresh(self) -> None:
-        self._tried_at = self._clock()  # a failing API is not asked again at once
-        self._found = cards_in_slices(self._read(), node=self._node)
-        self._read_at = self._tried_at
+        """Read the slices (the caller holds `_reading`, not `_lock`) and keep what they say."""
+        started = self._clock()
+        with self._lock:
+            self._tried_at = started  # a failing API is not asked again at once
+        found = cards_in_slices(self._read(), node=self._node)
+        with self._lock:
+            self._found, self._read_at = found, started
 
 
 def slices_reader(api: KubeApi, *, node: str) -> Callable[[], list[Json]]:
