@@ -22,6 +22,7 @@ from decimal import Decimal
 from typing import Any
 
 from vgpu_bridge.core import DriverProfile, Plan
+from vgpu_bridge.core.opaque_config import ShareConfigError, parse_share_config
 from vgpu_bridge.core.quantity import QuantityError, parse_quantity
 from vgpu_bridge.core.requests import containers
 from vgpu_bridge.core.workloads import WORKLOAD_KINDS, api_group
@@ -201,16 +202,35 @@ def translated_note(plan: Plan, *, profile: DriverProfile) -> str:
 
 
 def claim_text(spec: Mapping[str, Any], *, profile: DriverProfile) -> str:
-    """A claim spec's device requests in words; alternatives (`firstAvailable`) joined by "or"."""
-    texts = []
+    """A claim spec's device requests in words; alternatives (`firstAvailable`) joined by "or".
+    Under the nvidia profile, the enforcer's request is no card: it is said once, at the end,
+    with the SM limit its config holds (`_enforcer_text`)."""
+    texts, enforced, count = [], False, 0
     for request in _list(_map(spec.get("devices")).get("requests")):
         request = _map(request)
-        if request.get("exactly"):
-            texts.append(_device_text(_map(request["exactly"]), profile))
+        exactly = _map(request.get("exactly"))
+        if exactly and exactly.get("deviceClassName") == profile.enforcer_driver:
+            enforced = True
             continue
-        options = [_device_text(_map(s), profile) for s in _list(request.get("firstAvailable"))]
-        texts.append(" or ".join(options))
-    return " + ".join(texts) or "no devices"
+        if exactly:
+            texts.append(_device_text(exactly, profile))
+            count += _count(exactly)
+            continue
+        options = [_map(s) for s in _list(request.get("firstAvailable"))]
+        texts.append(" or ".join(_device_text(s, profile) for s in options))
+        count += max((_count(s) for s in options), default=0)
+    text = " + ".join(texts) or "no devices"
+    if profile.enforcer_driver is None:
+        return text
+    return f"{text}, {_enforcer_text(spec, profile, enforced=enforced, cards=count)}"
+
+
+def _count(body: Mapping[str, Any]) -> int:
+    """The cards a request asks for; 2 (more than one) for `allocationMode: All`."""
+    if body.get("allocationMode", "ExactCount") != "ExactCount":
+        return 2
+    count = body.get("count", 1)
+    return count if isinstance(count, int) and not isinstance(count, bool) else 1
 
 
 def _device_text(body: Mapping[str, Any], profile: DriverProfile) -> str:
@@ -218,11 +238,54 @@ def _device_text(body: Mapping[str, Any], profile: DriverProfile) -> str:
     cards = f"{count} card{'s' if count != 1 else ''}" if count else "all cards"
     asked = _map(_map(body.get("capacity")).get("requests"))
     memory = _amount(asked.get(profile.memory_capacity))
-    cores = _amount(asked.get(profile.cores_capacity)) if profile.cores_capacity else None
-    memory_text = "whole memory" if memory is None else f"{_number(memory / MIB)} MiB"
-    cores_text = "100% cores" if cores is None else f"{_number(cores)}% cores"
+    if memory is not None:
+        memory_text = f"{_number(memory / MIB)} MiB"
+    else:
+        memory_text = "whole memory" if profile.memory_default_whole_card else "no memory"
     each = " each" if count != 1 else ""
-    return f"{cards}, {memory_text}, {cores_text}{each}"
+    return f"{cards}, {memory_text}, {_cores_text(asked, profile)}{each}"
+
+
+def _cores_text(asked: Mapping[str, Any], profile: DriverProfile) -> str:
+    """The SMs a request books: a percent of ours, NVIDIA's shares as the percent of the card
+    they are (left out: the request policy's default, one share), or none where the driver
+    books no SMs (NVIDIA's memory and unlimited modes)."""
+    if profile.cores_capacity is None:
+        return "SMs not booked"
+    cores = _amount(asked.get(profile.cores_capacity))
+    shares = profile.shares_per_card
+    if shares is None:
+        return "100% cores" if cores is None else f"{_number(cores)}% cores"
+    if cores is None:
+        cores = Decimal(1)  # NVIDIA's request policy: a request without shares books one
+    if cores < 0 or cores != cores.to_integral_value():
+        return f"{_number(cores)} shares"  # the API server refuses it; never a made-up percent
+    return f"{profile.cores_percent(int(cores))}% cores ({int(cores)} of {shares} shares)"
+
+
+def _enforcer_text(
+    spec: Mapping[str, Any], profile: DriverProfile, *, enforced: bool, cards: int
+) -> str:
+    """Who holds the container to its share, and the SM limit the enforcer's config asks for."""
+    them = "them" if cards > 1 else "it"
+    if not enforced:
+        return f"NOT held to {them}: no request of {profile.enforcer_driver}"
+    return f"held to {them} by {profile.enforcer_driver} ({_sm_limit_text(spec, profile)})"
+
+
+def _sm_limit_text(spec: Mapping[str, Any], profile: DriverProfile) -> str:
+    parameters = None
+    for entry in _list(_map(spec.get("devices")).get("config")):
+        opaque = _map(_map(entry).get("opaque"))
+        if opaque.get("driver") == profile.enforcer_driver:
+            parameters = opaque.get("parameters")
+    try:
+        cores = None if parameters is None else parse_share_config(parameters).cores
+    except ShareConfigError:
+        return "SM limit unreadable"
+    if cores is None:
+        return "no SM limit" if profile.shares_per_card is None else "SM limit: its shares"
+    return f"SM limit {cores}%" if cores else "no SM limit"
 
 
 def _number(amount: Decimal) -> str:
