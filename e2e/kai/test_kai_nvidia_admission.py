@@ -14,6 +14,7 @@ enforcer device count as nothing. No KAI binary is needed (placement is for `mak
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import pytest
@@ -28,15 +29,15 @@ from e2e.kai.webhooks import (
     label_namespace,
     our_webhook,
 )
-from e2e.nvidia.slices import NVIDIA_DEVICE_CLASS, NVIDIA_DRIVER, NvidiaCard
-from e2e.volcano.nvidia_cards import (
-    ENFORCER_CLASS,
+from e2e.node.agent import running_agent
+from e2e.nvidia.cluster import (
     ENFORCER_DRIVER,
-    ENFORCER_REQUEST,
-    GPU_REQUEST,
-    h100s,
-    published,
+    nvidia_and_enforcer_classes,
+    publish_nvidia_cards,
+    remove_slices,
+    slices_of,
 )
+from e2e.nvidia.slices import NVIDIA_DEVICE_CLASS, NVIDIA_DRIVER, NvidiaCard
 from e2e.waiting import wait_for
 from e2e.webhook.process import WebhookProcess
 
@@ -44,18 +45,39 @@ pytestmark = [pytest.mark.e2e]
 RESOURCE = "/apis/resource.k8s.io/v1"
 KAI_SHARING = ("gpu-fraction", "gpu-memory", "gpu-fraction-num-devices")
 QUEUE = "kai.scheduler/queue"
+ENFORCER_CLASS = "enforcer.vgb.io"
+#: The claim request names the `nvidia` profile writes: NVIDIA's share and our enforcer.
+GPU_REQUEST, ENFORCER_REQUEST = "gpu", "vgpu-limits"
 #: The value of e2e/kai/webhooks.py's namespace label that selects this module's webhook.
 WEBHOOK = "nvidia"
 
 
 @pytest.fixture(scope="module")
-def nvidia_cards(kube: KubeClient, fake_nodes: list[str]) -> Iterator[dict[str, list[NvidiaCard]]]:
-    """One card size (what `gpu-fraction` needs) and our enforcer on both nodes."""
+def nvidia_cards(
+    kube: KubeClient, e2e_cluster: LocalCluster, fake_nodes: list[str]
+) -> Iterator[dict[str, list[NvidiaCard]]]:
+    """One card size (what `gpu-fraction` needs) on both nodes, NVIDIA's classes, and our agent
+    in enforcer mode on each node, publishing its enforcer device there."""
     layout = {
-        fake_nodes[0]: h100s("kai-0", 2),
-        fake_nodes[1]: h100s("kai-1", 1),
+        node: [NvidiaCard(minor=i, uuid=f"GPU-kai-{n}-{i:04d}") for i in range(2 - n)]
+        for n, node in enumerate(fake_nodes)
     }
-    with published(kube, layout, enforced=list(layout)):
+    enforce = {"VGPU_BRIDGE_ENFORCE_DRIVER": NVIDIA_DRIVER}
+    with ExitStack() as stack:
+        stack.enter_context(nvidia_and_enforcer_classes(kube))
+        for node in layout:  # last out: after the agents have stopped
+            stack.callback(remove_slices, kube, node, NVIDIA_DRIVER, ENFORCER_DRIVER)
+        for node, cards in layout.items():
+            publish_nvidia_cards(kube, node, cards, "100")
+            stack.enter_context(
+                running_agent(
+                    node, e2e_cluster.kubeconfig, None, driver=ENFORCER_DRIVER, extra_env=enforce
+                )
+            )
+        wait_for(
+            lambda: all(slices_of(kube, node, ENFORCER_DRIVER) for node in layout),
+            what="the enforcers' slices",
+        )
         yield layout
 
 

@@ -3,9 +3,11 @@
 
 Each translated claim asks for two devices: a share of NVIDIA's card (`memory`, and `shares` as
 the SM percent) and our node's enforcer device, which is what puts libvgpu's limits into the
-container at Prepare. The cards here are NVIDIA-shaped (e2e/volcano/nvidia_cards.py): two H100s
-on the first node, where our enforcer runs, one on the second node, where it does not. So these
-tests also show a share failing closed: vc-scheduler never places one where no enforcer is.
+container at Prepare. The cards are NVIDIA-shaped (e2e/nvidia/slices.py): two H100s on the first
+node, where our agent runs in enforcer mode (it publishes the enforcer device, and the kubelet
+stand-in prepares the pods Volcano binds through it), one on the second node, where it does not.
+So these tests also show a share failing closed: vc-scheduler never places one where no enforcer
+is, and each share Volcano places gets its limits file.
 """
 
 from __future__ import annotations
@@ -13,26 +15,29 @@ from __future__ import annotations
 import secrets
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 
 from e2e.cluster import KubeClient, KubeletStandIn, LocalCluster
 from e2e.cluster.client import Json
 from e2e.dra_objects import quantity
+from e2e.node.agent import AgentProcess, GrpcPreparer, running_agent
+from e2e.nvidia.cluster import (
+    ENFORCER_DEVICE,
+    ENFORCER_DRIVER,
+    nvidia_and_enforcer_classes,
+    parse_limits,
+    publish_nvidia_cards,
+    remove_slices,
+    slices_of,
+)
 from e2e.nvidia.slices import NVIDIA_DEVICE_CLASS, NVIDIA_DRIVER, NvidiaCard
 from e2e.pods import running_pod
 from e2e.volcano.components import Volcano
-from e2e.volcano.nvidia_cards import (
-    ENFORCER_CLASS,
-    ENFORCER_DEVICE,
-    ENFORCER_DRIVER,
-    ENFORCER_REQUEST,
-    GPU_REQUEST,
-    h100s,
-    published,
-)
 from e2e.volcano.objects import (
     GANG_ANNOTATION,
+    JOBS,
     PODGROUPS,
     QUEUES,
     allocated,
@@ -56,19 +61,37 @@ pytestmark = pytest.mark.e2e
 NAMESPACE_LABEL = "e2e.vgpu-bridge.io/volcano-nvidia-webhook"
 #: Words no PodGroup minResources key may hold: neither share nor enforcer is an extended resource.
 GPU_WORDS = ("gpu", "nvidia", "enforcer", "vgb")
+ENFORCER_CLASS = "enforcer.vgb.io"
+#: The claim request names the `nvidia` profile writes: NVIDIA's share and our enforcer.
+GPU_REQUEST, ENFORCER_REQUEST = "gpu", "vgpu-limits"
+#: Two cards on the node our agent enforces, one on the node it does not run on.
+ENFORCED_CARDS = [NvidiaCard(minor=i, uuid=f"GPU-vc-enforced-{i:04d}") for i in range(2)]
+BARE_CARDS = [NvidiaCard(minor=0, uuid="GPU-vc-bare-0000")]
 
 
 @pytest.fixture(scope="module")
-def nvidia_cards(kube: KubeClient, fake_nodes: list[str]) -> Iterator[dict[str, list[NvidiaCard]]]:
-    """Two 80Gi cards and the enforcer on the first node; one 80Gi card, no enforcer, on the
-    second (a node NVIDIA's driver runs on but our agent does not)."""
-    enforced, bare = fake_nodes[0], fake_nodes[1]
-    layout = {
-        enforced: h100s("vc-enforced", 2),
-        bare: h100s("vc-bare", 1),
-    }
-    with published(kube, layout, enforced=[enforced]):
-        yield layout
+def enforcer(
+    kube: KubeClient, e2e_cluster: LocalCluster, fake_nodes: list[str]
+) -> Iterator[AgentProcess]:
+    """NVIDIA's classes and slices (`--consumable-shares=100`) on both nodes; our agent in
+    enforcer mode on the first only, publishing its enforcer device there."""
+    enforced, bare = fake_nodes
+    enforce = {"VGPU_BRIDGE_ENFORCE_DRIVER": NVIDIA_DRIVER}
+    with nvidia_and_enforcer_classes(kube):
+        try:
+            publish_nvidia_cards(kube, enforced, ENFORCED_CARDS, "100")
+            publish_nvidia_cards(kube, bare, BARE_CARDS, "100")
+            with running_agent(
+                enforced, e2e_cluster.kubeconfig, None, driver=ENFORCER_DRIVER, extra_env=enforce
+            ) as agent:
+                wait_for(
+                    lambda: slices_of(kube, enforced, ENFORCER_DRIVER),
+                    what="the enforcer's slice",
+                )
+                yield agent
+        finally:
+            for node in fake_nodes:
+                remove_slices(kube, node, NVIDIA_DRIVER, ENFORCER_DRIVER)
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +99,7 @@ def nvidia_webhook(
     kube: KubeClient,
     e2e_cluster: LocalCluster,
     volcano: Volcano,
-    nvidia_cards: dict[str, list[NvidiaCard]],
+    enforcer: AgentProcess,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[WebhookProcess]:
     args = ["--profile", "nvidia", "--nvidia-consumable-shares", "100"]
@@ -97,10 +120,21 @@ def nvns(
     namespace: str,
     volcano: Volcano,
     nvidia_webhook: WebhookProcess,
+    enforcer: AgentProcess,
     kubelet_standin: KubeletStandIn,
 ) -> Iterator[str]:
+    """A namespace our `nvidia` webhook translates; the pods Volcano binds are prepared through
+    our enforcer (as the kubelet would), and unprepared when the test's pods are deleted."""
     serve_namespace(kube, namespace, NAMESPACE_LABEL)
+    preparer = GrpcPreparer(enforcer.dra_socket)
+    kubelet_standin.preparer = preparer
     yield namespace
+    for job in kube.items(JOBS.format(ns=namespace)):  # not restarted when its pods go
+        kube.delete(f"{JOBS.format(ns=namespace)}/{job['metadata']['name']}")
+    for pod in kube.items(f"/api/v1/namespaces/{namespace}/pods"):
+        kube.delete(f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}")
+    wait_for(lambda: not claims(kube, namespace), timeout_s=60, what="the claims released")
+    preparer.close()
     assert volcano.alive(), "a Volcano component exited during the test"
     for name, log in {**volcano.logs(), "webhook": nvidia_webhook.log_file}.items():
         text = log.read_text(errors="replace") if log.exists() else ""
@@ -115,9 +149,31 @@ def all_running(kube: KubeClient, ns: str, job: str, count: int) -> list[Json]:
     return wait_for(probe, timeout_s=90, what=f"{count} pods of vcjob {job} Running")
 
 
-def nvidia_share(kube: KubeClient, ns: str, pod: Json) -> tuple[Json, Json]:
+@dataclass(frozen=True)
+class Share:
+    """What one pod got: its claim, NVIDIA's result, and the limits file our enforcer wrote."""
+
+    claim: Json
+    gpu: Json
+    limits: dict[str, str]
+
+    @property
+    def uuid(self) -> str:
+        cards = {card.device_name: card.uuid for card in ENFORCED_CARDS}
+        return cards[self.gpu["device"]]
+
+    @property
+    def memory_limit(self) -> str:
+        return self.limits[f"CUDA_DEVICE_MEMORY_LIMIT_{self.uuid}"]
+
+    @property
+    def sm_limit(self) -> str:
+        return self.limits.get(f"CUDA_DEVICE_SM_LIMIT_{self.uuid}", "0")
+
+
+def nvidia_share(kube: KubeClient, ns: str, pod: Json, agent: AgentProcess) -> Share:
     """The pod's one claim, checked to hold one share of NVIDIA's card and our enforcer device
-    on the pod's node: (NVIDIA's result, the enforcer's result)."""
+    on the pod's node, and what our enforcer prepared for it."""
     [claim] = pod_claims(kube, ns, pod)
     results = claim["status"]["allocation"]["devices"]["results"]
     by_request = {r["request"]: r for r in results}
@@ -136,7 +192,8 @@ def nvidia_share(kube: KubeClient, ns: str, pod: Json) -> tuple[Json, Json]:
     assert [r["name"] for r in claim["status"].get("reservedFor") or []] == [
         pod["metadata"]["name"]
     ]
-    return dict(gpu), dict(enforcer)
+    limits = agent.layout.limits_path(claim["metadata"]["uid"]).read_text()
+    return Share(claim, dict(gpu), parse_limits(limits))
 
 
 def enforcer_config(claim_spec: Json) -> Json:
@@ -161,11 +218,12 @@ def assert_every_container_gets_the_enforcer(pod_spec: Json) -> None:
             assert "request" not in entry, entry
 
 
-def test_vcjob_of_hami_and_volcano_tasks_gets_nvidia_shares_and_the_enforcer(
-    kube: KubeClient, nvns: str, fake_nodes: list[str]
+def test_vcjob_of_hami_and_volcano_tasks_gets_nvidia_shares_held_to_their_limits(
+    kube: KubeClient, nvns: str, fake_nodes: list[str], enforcer: AgentProcess
 ) -> None:
     """4 pods of 30000Mi on the two enforced cards (two per card); the unenforced third card
-    has room but gets none. Each share books its gpucores/vgpu-cores as NVIDIA's shares."""
+    has room but gets none. Each share books its gpucores/vgpu-cores as NVIDIA's shares, and our
+    enforcer holds each pod to its share of its card (by the card's UUID)."""
     worker = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 30000, "nvidia.com/gpucores": 50}
     ps = {"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-memory": 30000, "volcano.sh/vgpu-cores": 25}
     job = vcjob(
@@ -182,14 +240,16 @@ def test_vcjob_of_hami_and_volcano_tasks_gets_nvidia_shares_and_the_enforcer(
 
     pods = all_running(kube, nvns, "train", 4)
     shares_by_task = {"worker": 50, "ps": 25}
-    cards: Counter[tuple[str, str]] = Counter()
+    cards: Counter[str] = Counter()
     for pod in pods:
         assert pod["spec"]["nodeName"] == fake_nodes[0]  # the node without enforcer gets none
-        gpu, _ = nvidia_share(kube, nvns, pod)
-        consumed = gpu["consumedCapacity"]
+        share = nvidia_share(kube, nvns, pod, enforcer)
+        cores = shares_by_task[pod["metadata"]["labels"]["e2e-task"]]
+        consumed = share.gpu["consumedCapacity"]
         assert quantity(consumed["memory"]) == quantity("30000Mi")
-        assert quantity(consumed["shares"]) == shares_by_task[pod["metadata"]["labels"]["e2e-task"]]
-        cards[gpu["device"]] += 1
+        assert quantity(consumed["shares"]) == cores
+        assert (share.memory_limit, share.sm_limit) == ("30000m", str(cores))
+        cards[share.gpu["device"]] += 1
     assert cards == {"gpu-0": 2, "gpu-1": 2}, cards
     group = job_podgroup(kube, nvns, "train")
     assert group is not None
@@ -199,7 +259,7 @@ def test_vcjob_of_hami_and_volcano_tasks_gets_nvidia_shares_and_the_enforcer(
 
 
 def test_plain_volcano_pod_gets_its_share_its_sm_limit_and_priority(
-    kube: KubeClient, nvns: str, fake_nodes: list[str]
+    kube: KubeClient, nvns: str, fake_nodes: list[str], enforcer: AgentProcess
 ) -> None:
     """pg-controller groups a plain pod; vc-scheduler allocates NVIDIA's share and the enforcer;
     the claim tells the enforcer the SM limit (25) and the priority (1) libvgpu is to hold."""
@@ -214,10 +274,12 @@ def test_plain_volcano_pod_gets_its_share_its_sm_limit_and_priority(
     assert_every_container_gets_the_enforcer(created["spec"])
     pod = running_pod(kube, nvns, "solo", timeout_s=90)
     assert pod["spec"]["nodeName"] == fake_nodes[0]
-    gpu, _ = nvidia_share(kube, nvns, pod)
-    assert quantity(gpu["consumedCapacity"]["memory"]) == quantity("5000Mi")
-    assert quantity(gpu["consumedCapacity"]["shares"]) == 25
-    [claim] = pod_claims(kube, nvns, pod)
+    share = nvidia_share(kube, nvns, pod, enforcer)
+    assert quantity(share.gpu["consumedCapacity"]["memory"]) == quantity("5000Mi")
+    assert quantity(share.gpu["consumedCapacity"]["shares"]) == 25
+    assert (share.memory_limit, share.sm_limit) == ("5000m", "25")
+    assert share.limits["CUDA_TASK_PRIORITY"] == "1"
+    claim = share.claim
     requests = {r["name"]: r["exactly"] for r in claim["spec"]["devices"]["requests"]}
     assert requests[GPU_REQUEST]["deviceClassName"] == NVIDIA_DEVICE_CLASS
     assert requests[ENFORCER_REQUEST]["deviceClassName"] == ENFORCER_CLASS
