@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from vgpu_bridge.core.placements import placements
-from vgpu_bridge.core.profiles import DEFAULT, DriverProfile, our_profile
+from vgpu_bridge.core.profiles import DEFAULT, PROFILES, DriverProfile, our_profile, profile_named
 from vgpu_bridge.kube import (
     KubeApi,
     KubeConfigError,
@@ -73,6 +73,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between --watch views")
     parser.add_argument("--driver-name", default=DEFAULT.driver, help="our DRA driver's name")
     parser.add_argument(
+        "--profile",
+        default=DEFAULT.name,
+        choices=tuple(PROFILES),
+        help="whose cards and shares: default (our agents'), hami (HAMi's DRA driver) or nvidia "
+        "(NVIDIA's DRA driver gpu.nvidia.com, our enforcer beside each share); the webhook's "
+        "--profile",
+    )
+    parser.add_argument(
+        "--nvidia-consumable-shares",
+        default="100",
+        help="with --profile nvidia: NVIDIA's --consumable-shares (memory, unlimited or N: a "
+        "card's N shares are its SMs); the webhook's setting of the same name",
+    )
+    parser.add_argument(
         "--agent-selector",
         default=AGENT_SELECTOR,
         help="label selector of the agents' pods, in their namespace (see --agent-namespace)",
@@ -116,6 +130,7 @@ def main(
         namespace = _namespace(args, kubeconfig, environ)
         while True:
             report = read_report(api, namespace=namespace, driver=args.driver_name,
+                                 profile=view_profile(args),
                                  agent_selector=args.agent_selector,
                                  webhook_service=args.webhook_service,
                                  agent_namespace=args.agent_namespace)  # fmt: skip
@@ -213,6 +228,10 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return f"--namespace: {problem}"
     if problem := dns_subdomain_problem(args.driver_name):
         return f"--driver-name: {problem}"
+    try:
+        view_profile(args)
+    except ValueError as error:
+        return f"--nvidia-consumable-shares: {error}"
     if args.agent_namespace is not None and (problem := dns_label_problem(args.agent_namespace)):
         return f"--agent-namespace: {problem}"
     if args.webhook_service is not None and (problem := service_problem(args.webhook_service)):
@@ -242,6 +261,12 @@ def kubeconfig_path(flag: str | None, environ: Mapping[str, str]) -> str | None:
     return str(default) if default is not None and default.is_file() else None
 
 
+def view_profile(args: argparse.Namespace) -> DriverProfile:
+    """The driver profile the view reads (ValueError for a mode NVIDIA's driver has not)."""
+    return profile_named(args.profile, our_driver=args.driver_name,
+                         nvidia_consumable_shares=args.nvidia_consumable_shares)  # fmt: skip
+
+
 def read_report(
     api: KubeApi,
     *,
@@ -250,14 +275,17 @@ def read_report(
     agent_selector: str,
     webhook_service: str | None = None,
     agent_namespace: str | None = None,
+    profile: DriverProfile | None = None,
 ) -> Report:
     """What the caller may read, as a report; what it may not, as notes. With a namespace, the
     cards are those of the nodes its shares are on, and their bookings come from the webhook's
     /bookings where it answers, else from every claim. Live usage comes from the agents of the
-    release namespace only."""
+    release namespace only. `profile`: whose cards (default: ours, under `driver`); NVIDIA's
+    driver's under the nvidia profile."""
     notes: list[str] = []
     release = Release(api, webhook_service=webhook_service, agent_namespace=agent_namespace)
-    profile = our_profile(driver)
+    profile = profile or our_profile(driver)
+    driver = profile.driver
     where = f"/namespaces/{namespace}" if namespace else ""
     claims = _items(api, f"{RESOURCE}{where}/resourceclaims")
     pods = _items(api, f"/api/v1{where}/pods")

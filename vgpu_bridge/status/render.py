@@ -106,8 +106,9 @@ CARD_COLUMNS: Sequence[Column] = (
     ("BOOKED", lambda c: size(c.booked_memory), False),
     ("FREE", lambda c: size(c.free_memory), False),
     ("USED", lambda c: size(c.used_memory), False),
-    ("CORES", lambda c: f"{c.booked_cores}/{c.cores}", False),
-    ("FREE-CORES", lambda c: str(c.free_cores), False),
+    # a card without cores to book (NVIDIA's memory and unlimited modes): "-"
+    ("CORES", lambda c: f"{c.booked_cores}/{c.cores}" if c.cores else "-", False),
+    ("FREE-CORES", lambda c: str(c.free_cores) if c.cores else "-", False),
     ("SHARES", lambda c: str(len(c.shares)), False),
 )
 SHARE_COLUMNS: Sequence[Column] = (

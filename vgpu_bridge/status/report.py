@@ -47,9 +47,11 @@ def build_report(
     booking is what `card_bookings` (the webhook's sums) gives, else what the claims of
     `bookings` (all the cluster's, where readable) consumed of it, else those of `claims`.
     With `nodes`, only the cards on those nodes are shown."""
-    pods = list(pods)
+    pods, slices = list(pods), list(slices)
     holders = claim_holders(pods)
-    shares = [s for claim in claims for s in claim_shares(claim, profile=profile, holders=holders)]
+    not_cards = non_card_devices(slices, profile=profile)
+    shares = [s for claim in claims for s in claim_shares(claim, profile=profile, holders=holders)
+              if (s.node, s.device) not in not_cards]  # fmt: skip
     if usage is not None:
         shares = usage.of_shares(shares)
     cards = {(card.node, card.device): card for card in slice_cards(slices, profile=profile)
@@ -66,6 +68,7 @@ def build_report(
     else:
         booked = shares if bookings is None else [
             s for claim in bookings for s in claim_shares(claim, profile=profile, holders={})
+            if (s.node, s.device) not in not_cards
         ]  # fmt: skip
         if usage is not None and bookings is not None:
             booked = usage.of_shares(booked)
@@ -149,13 +152,16 @@ def claim_shares(
 
 def _priority(configs: Iterable[Json], answered: str, profile: DriverProfile) -> int | None:
     """The last of our opaque configs that applies to the request a result `answered` (a
-    subrequest's result answers its request) and sets a priority."""
+    subrequest's result answers its request) and sets a priority. Under the nvidia profile our
+    config is our enforcer's, for its own request, and holds for the whole claim."""
     request = answered.split("/", 1)[0]
+    ours = profile.enforcer_driver or profile.driver
     priority = None
     for entry in configs:
         opaque = entry.get("opaque") or {}
-        applies = not entry.get("requests") or request in entry["requests"]
-        if opaque.get("driver") != profile.driver or not applies:
+        applies = bool(profile.enforcer_driver) or not entry.get("requests")
+        applies = applies or request in entry["requests"]
+        if opaque.get("driver") != ours or not applies:
             continue
         try:
             config = parse_share_config(opaque.get("parameters") or {})
@@ -166,19 +172,39 @@ def _priority(configs: Iterable[Json], answered: str, profile: DriverProfile) ->
 
 
 def slice_cards(slices: Iterable[Json], *, profile: DriverProfile) -> list[Card]:
-    """The devices of `profile`'s driver in the newest generation of each pool, as empty cards."""
+    """The full GPUs of `profile`'s driver in the newest generation of each pool, as empty
+    cards."""
+    return [_card(pool, d, profile) for pool, d in _newest_devices(slices, profile) if _full_gpu(d)]
+
+
+def non_card_devices(slices: Iterable[Json], *, profile: DriverProfile) -> set[tuple[str, str]]:
+    """(pool, device) of the driver's devices that are no full GPU: NVIDIA publishes its MIG
+    and VFIO devices beside its cards (`type` mig, vfio); claims on them are not shares of ours
+    (nothing of ours enforces them), so the view leaves them out."""
+    return {(pool, str(d.get("name", ""))) for pool, d in _newest_devices(slices, profile)
+            if not _full_gpu(d)}  # fmt: skip
+
+
+def _newest_devices(slices: Iterable[Json], profile: DriverProfile) -> list[tuple[str, Json]]:
+    """(pool, device) of `profile`'s driver in the newest generation of each pool."""
     ours = [s for s in slices if (s.get("spec") or {}).get("driver") == profile.driver]
     newest: dict[str, int] = {}
     for piece in ours:
         pool = piece["spec"].get("pool") or {}
         newest[pool.get("name", "")] = max(newest.get(pool.get("name", ""), 0), _generation(pool))
-    cards = []
+    found = []
     for piece in ours:
         spec = piece["spec"]
         pool = spec.get("pool") or {}
         if _generation(pool) == newest[pool.get("name", "")]:
-            cards += [_card(pool.get("name", ""), d, profile) for d in spec.get("devices") or ()]
-    return cards
+            found += [(pool.get("name", ""), d) for d in spec.get("devices") or ()]
+    return found
+
+
+def _full_gpu(device: Json) -> bool:
+    """False for a device typed as something other than `gpu` (our cards carry no type)."""
+    typed = (device.get("attributes") or {}).get("type")
+    return not isinstance(typed, dict) or typed.get("string", "gpu") == "gpu"
 
 
 def _generation(pool: Json) -> int:
@@ -201,7 +227,9 @@ def _card(pool: str, device: Json, profile: DriverProfile) -> Card:
         uuid=text(profile.uuid_attribute),
         product=text(profile.product_attribute),
         memory=size(profile.memory_capacity),
-        cores=size(profile.cores_capacity) if profile.cores_capacity else 0,
+        # SM percent of the card: 100 for ours; NVIDIA's N shares are the whole card too; 0
+        # where the driver books no SMs (NVIDIA's memory and unlimited modes)
+        cores=profile.cores_percent(size(profile.cores_capacity)) if profile.cores_capacity else 0,
         shares=(),
     )
 
