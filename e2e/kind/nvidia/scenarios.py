@@ -11,15 +11,20 @@ the same card gets its own share, and Unprepare leaves no CDI file of either dri
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
+from e2e.cluster.settings import REPO_ROOT
 from e2e.kind import cudaimage
 from e2e.kind.nvidia import driverroot, plugin
+from e2e.kind.nvidia.tier import HAMI_EXAMPLE_IMAGE
 from e2e.kind.scenarios import (
     CDI_DIR,
     CUDA_ERROR_OUT_OF_MEMORY,
@@ -46,6 +51,11 @@ HOLD_S = "600"
 ENFORCER_DEVICE = "enforcer"
 LIMITS_MOUNT = "/etc/vgpu-bridge/limits.conf"
 CRICTL = ("crictl", "--runtime-endpoint", "unix:///run/containerd/containerd.sock")
+#: HAMi's own examples, beside the checkout as the team keeps them (or where the variable says)
+UPSTREAM_EXAMPLES = Path(
+    os.environ.get("VGPU_BRIDGE_UPSTREAM_EXAMPLES")
+    or REPO_ROOT.parent / "shared" / "upstream-examples" / "hami"
+)
 
 
 @pytest.fixture(scope="module")
@@ -257,3 +267,24 @@ def test_unprepare_leaves_no_cdi_file_of_either_driver(
         return files + [f for f in limits.split() if uid in f]
 
     assert wait_for(lambda: not left(), timeout_s=60, what="no CDI or limits file of the claim")
+
+
+def test_hamis_own_example_runs_unchanged_on_nvidias_share(
+    api: KubeApi, namespace: str, mock_node: str
+) -> None:
+    """HAMi's ``default_use.yaml`` (gpu 1, gpumem 3000, gpucores 30), applied as its text."""
+    text = (UPSTREAM_EXAMPLES / "default_use.yaml").read_text()
+    example: Json = yaml.safe_load(text)
+    assert example["spec"]["containers"][0]["image"] == HAMI_EXAMPLE_IMAGE
+    api.create(f"/api/v1/namespaces/{namespace}/pods", example)
+    name = example["metadata"]["name"]
+    assert wait_running(api, namespace, name)["spec"]["nodeName"] == mock_node
+    claim = claim_of(api, namespace, name)
+    (share,) = results_by_driver(claim)[plugin.DRIVER]
+    assert share["consumedCapacity"] == {"memory": "3000Mi", "shares": "30"}
+    uuid = driverroot.uuid_for(int(share["device"].removeprefix("gpu-")))
+    limits = limits_file(mock_node, claim["metadata"]["uid"]).splitlines()
+    assert f"CUDA_DEVICE_MEMORY_LIMIT_{uuid}=3000m" in limits, limits
+    assert f"CUDA_DEVICE_SM_LIMIT_{uuid}=30" in limits, limits
+    mounts = {m["destination"] for m in container_spec(mock_node, namespace, name)["mounts"]}
+    assert {LIMITS_MOUNT, "/etc/ld.so.preload"} <= mounts, mounts

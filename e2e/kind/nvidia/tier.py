@@ -21,6 +21,7 @@ from e2e.kind import cluster, dockerd, host
 from e2e.kind.cluster import Kind
 from e2e.kind.nvidia import driverroot, plugin
 from e2e.kind.nvidia.build import NvidiaBuild, ensure_build
+from e2e.kind.rootfs import ensure_rootfs_image
 from e2e.kind.steps import run
 from e2e.waiting import wait_for
 from vgpu_bridge.kube import KubeApi
@@ -34,6 +35,9 @@ CHART_VALUES = (
     "--set", "volcano.enabled=false",
 )  # fmt: skip
 TIMINGS = "nvidia-up.json"
+#: the image HAMi's own examples (../shared/upstream-examples/hami) run: the local Debian Python
+#: root filesystem under that name, as the kind tier does for our examples' ubuntu:24.04
+HAMI_EXAMPLE_IMAGE = "ubuntu:22.04"
 
 
 def mount_mock_root(config: Json) -> None:
@@ -61,6 +65,7 @@ def up(kind: Kind, plugin_source: Path, mock_source: Path) -> dict[str, float]:
     stage("cluster Ready",
           lambda: cluster.create_cluster(kind, node_image, mount_mock_root))  # fmt: skip
     stage("chart images built and loaded", lambda: cluster.load_images(kind))
+    stage("HAMi examples' image loaded", lambda: load_hami_example_image(kind))
     stage("NVIDIA's plugin image built and loaded", lambda: load_plugin_image(kind, built))
     stage("NVIDIA's plugin publishing", lambda: install_plugin(kind, built))
     stage("chart installed (nvidiaDriver), all pods Ready",
@@ -77,6 +82,13 @@ def plugin_image(built: NvidiaBuild) -> str:
 def load_plugin_image(kind: Kind, built: NvidiaBuild) -> None:
     image = plugin.build_image(kind.settings, built.plugin, plugin_image(built))
     run([str(kind.kind_binary), "load", "docker-image", image, "--name", kind.name],
+        env=dockerd.docker_env())  # fmt: skip
+
+
+def load_hami_example_image(kind: Kind) -> None:
+    base = ensure_rootfs_image(kind.settings, "python")
+    run(["docker", "tag", base, HAMI_EXAMPLE_IMAGE], env=dockerd.docker_env())
+    run([str(kind.kind_binary), "load", "docker-image", HAMI_EXAMPLE_IMAGE, "--name", kind.name],
         env=dockerd.docker_env())  # fmt: skip
 
 
