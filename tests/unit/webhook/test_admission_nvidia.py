@@ -194,3 +194,29 @@ def test_a_translated_pod_that_also_names_an_unenforced_claim_is_refused(
     obj = pod(HAMI, resourceClaims=[{"name": "own", "resourceClaimName": "bare"}])
     message = refusal(pod_response(admitter, obj, dry_run=True))
     assert "spec.resourceClaims[0]: already claims devices of class gpu.nvidia.com" in message
+
+
+def review_bytes(obj: dict[str, Any]) -> bytes:
+    request = {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+               "operation": "CREATE", "namespace": "team-a", "object": obj}  # fmt: skip
+    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    return json.dumps(body).encode()
+
+
+def test_the_quick_path_refuses_the_implicit_class_name_too(
+    admitter: Admitter, recorded: RecordingApi
+) -> None:
+    """A pod naming no HAMi key is answered on the selector thread: it must not slip through."""
+    limits = {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 1}
+    answer = admitter.quick_review_body(review_bytes(pod(limits)))
+    assert answer is not None
+    status, data = answer
+    assert status == 200
+    assert "without our enforcer" in refusal(json.loads(data)["response"])
+    assert not recorded.calls
+
+
+def test_the_quick_path_leaves_a_pod_naming_claims_to_a_worker(admitter: Admitter) -> None:
+    """Whether its claims ask for the enforcer takes the API."""
+    obj = pod(resourceClaims=[{"name": "gpu", "resourceClaimName": "c"}])
+    assert admitter.quick_review_body(review_bytes(obj)) is None
