@@ -37,7 +37,7 @@ def test_webhook_names_each_missing_setting(capsys: pytest.CaptureFixture[str]) 
 @pytest.mark.parametrize(
     ("flag", "value", "reason"),
     [
-        ("--profile", "nope", "must be one of 'default', 'hami', got 'nope'"),
+        ("--profile", "nope", "must be one of 'default', 'hami', 'nvidia', got 'nope'"),
         ("--listen", "localhost:99999", "'localhost:99999' is not HOST:PORT"),
         ("--metrics-listen", ":http", "':http' is not HOST:PORT"),
         ("--sweep-grace-seconds", "-1", "must be at least 0, got -1"),
