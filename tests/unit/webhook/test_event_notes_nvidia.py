@@ -25,8 +25,9 @@ def share(count: int = 1, **capacity: str) -> dict[str, Any]:
 def spec(*requests: dict[str, Any], cores: int | None = None) -> dict[str, Any]:
     enforcer = {"name": ENFORCER_REQUEST,
                 "exactly": {"deviceClassName": ENFORCER_DRIVER, "count": 1}}  # fmt: skip
-    config = {"requests": [ENFORCER_REQUEST], "opaque": {
-        "driver": ENFORCER_DRIVER, "parameters": GpuShareConfig(cores=cores).to_parameters()}}  # fmt: skip
+    parameters = GpuShareConfig(cores=cores).to_parameters()
+    config = {"requests": [ENFORCER_REQUEST],
+              "opaque": {"driver": ENFORCER_DRIVER, "parameters": parameters}}  # fmt: skip
     return {"devices": {"requests": [*requests, enforcer], "config": [config]}}
 
 
