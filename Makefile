@@ -65,7 +65,8 @@ e2e-kai: venv cluster-bin-pinned
 # kubernetes-sigs/dra-driver-nvidia-gpu, NVML_MOCK_SOURCE=DIR of NVIDIA/k8s-test-infra; offline from
 # their vendor dirs, cached by a digest of their sources), the mock driver root on the host, NVIDIA's
 # plugin as a DaemonSet with --consumable-shares=100, our chart with nvidiaDriver.enabled, then
-# e2e/kind/nvidia/scenarios.py. Not in `make test`: CI has no such checkouts. Root, under the node-tier lock.
+# e2e/kind/nvidia/scenarios.py. NVIDIA_CONSUMABLE_SHARES=memory|unlimited|N picks the mode (default 100).
+# Not in `make test`: CI has no such checkouts. Root, under the node-tier lock.
 .PHONY: e2e-nvidia
 e2e-nvidia: venv cluster-bin-pinned helm-bin
 	$(if $(and $(NVIDIA_DRA_SOURCE),$(NVML_MOCK_SOURCE)),,$(error make e2e-nvidia needs NVIDIA_DRA_SOURCE=DIR and NVML_MOCK_SOURCE=DIR))

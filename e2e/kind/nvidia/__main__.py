@@ -3,8 +3,10 @@
 ``build`` and ``up`` take ``--nvidia-source DIR`` (a checkout of
 kubernetes-sigs/dra-driver-nvidia-gpu) and ``--nvml-mock-source DIR`` (a checkout of
 NVIDIA/k8s-test-infra), or ``NVIDIA_DRA_SOURCE`` and ``NVML_MOCK_SOURCE``. ``up`` prints
-``export KUBECONFIG=...`` last. ``down`` deletes the cluster, stops the tier's dockerd, removes
-the mock driver root and puts the host back (also after a crash). Run ``up``/``down`` under
+``export KUBECONFIG=...`` last; NVIDIA's plugin and the chart run with ``--consumable-shares``
+= ``NVIDIA_CONSUMABLE_SHARES`` (default 100; the scenarios read it too). ``down`` deletes the
+cluster, stops the tier's dockerd, removes the mock driver root and puts the host back (also
+after a crash). Run ``up``/``down`` under
 ``flock /tmp/vgpu-node-tier.lock``, as the kind tier.
 """
 
@@ -18,7 +20,7 @@ from pathlib import Path
 from e2e.cluster.build import BuildError
 from e2e.cluster.settings import Settings
 from e2e.kind.cluster import Kind, KindUnavailable
-from e2e.kind.nvidia import tier
+from e2e.kind.nvidia import modes, tier
 from e2e.kind.nvidia.build import ensure_build
 from e2e.kind.steps import StepError
 
@@ -49,14 +51,14 @@ def main(argv: list[str]) -> int:
             return 0
         kind = Kind.from_settings(settings)
         if args.command == "up":
-            tier.up(kind, args.nvidia_source, args.nvml_mock_source)
+            tier.up(kind, args.nvidia_source, args.nvml_mock_source, modes.mode_from_env())
             print(f"export KUBECONFIG={kind.kubeconfig}")
             return 0
         restored = tier.down(kind)
     except KindUnavailable as error:
         print(f"e2e-nvidia: {error}; see e2e/kind/README.md", file=sys.stderr)
         return 2
-    except (StepError, BuildError) as error:
+    except (StepError, BuildError, ValueError) as error:
         print(f"e2e-nvidia: {error}", file=sys.stderr)
         return 1
     for line in restored.changes:

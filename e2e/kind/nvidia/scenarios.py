@@ -23,7 +23,7 @@ from kubernetes import client
 
 from e2e.cluster.settings import REPO_ROOT
 from e2e.kind import cudaimage
-from e2e.kind.nvidia import driverroot, plugin
+from e2e.kind.nvidia import driverroot, modes, plugin
 from e2e.kind.nvidia.tier import HAMI_EXAMPLE_IMAGE
 from e2e.kind.scenarios import (
     CDI_DIR,
@@ -64,6 +64,12 @@ def mock_node(api: KubeApi) -> str:
     nodes = api.list("/api/v1/nodes", labelSelector=f"{plugin.MOCK_NODE_LABEL}=true")["items"]
     (node,) = [str(n["metadata"]["name"]) for n in nodes]
     return node
+
+
+@pytest.fixture(scope="module")
+def mode() -> str:
+    """NVIDIA's ``--consumable-shares`` for this run (``NVIDIA_CONSUMABLE_SHARES``, default 100)."""
+    return modes.mode_from_env()
 
 
 @pytest.fixture
@@ -141,10 +147,10 @@ def cdi_files(node: str) -> list[str]:
 # --- what NVIDIA's real plugin publishes -------------------------------------------------------
 
 
-def test_nvidias_plugin_publishes_the_mock_cards_as_consumable_shares_of_100(
-    api: KubeApi, mock_node: str
+def test_nvidias_plugin_publishes_the_mock_cards_in_its_consumable_shares_mode(
+    api: KubeApi, mock_node: str, mode: str
 ) -> None:
-    """The shapes docs/reference/nvidia-dra-driver.md §1.2-1.3 gives for ``<N>`` = 100."""
+    """The shapes docs/reference/nvidia-dra-driver.md §1.2-1.3 gives for the run's mode."""
     slices = api.list(f"{RESOURCE}/resourceslices",
                       fieldSelector=f"spec.driver={plugin.DRIVER}")["items"]  # fmt: skip
     (published,) = slices
@@ -161,22 +167,7 @@ def test_nvidias_plugin_publishes_the_mock_cards_as_consumable_shares_of_100(
         assert attributes["driverVersion"] == {"version": "550.163.1"}
         assert "resource.kubernetes.io/pciBusID" in attributes
         assert device["allowMultipleAllocations"] is True
-        assert device["capacity"] == {
-            "memory": {
-                "value": driverroot.CARD_MEMORY,
-                "requestPolicy": {
-                    "default": "0",
-                    "validRange": {"min": "0", "max": driverroot.CARD_MEMORY, "step": "1Mi"},
-                },
-            },
-            "shares": {
-                "value": "100",
-                "requestPolicy": {
-                    "default": "1",
-                    "validRange": {"min": "1", "max": "100", "step": "1"},
-                },
-            },
-        }
+        assert device["capacity"] == modes.card_capacity(mode, driverroot.CARD_MEMORY)
 
 
 def test_our_agent_publishes_only_its_enforcer_beside_nvidias_cards(
@@ -198,7 +189,7 @@ def test_our_agent_publishes_only_its_enforcer_beside_nvidias_cards(
 
 
 def test_a_hami_pod_runs_on_nvidias_share_held_to_its_limits(
-    api: KubeApi, core: client.CoreV1Api, namespace: str, mock_node: str
+    api: KubeApi, core: client.CoreV1Api, namespace: str, mock_node: str, mode: str
 ) -> None:
     api.create(f"/api/v1/namespaces/{namespace}/pods", hami_pod("hami", 3000, 30))
     running = wait_running(api, namespace, "hami")
@@ -209,12 +200,12 @@ def test_a_hami_pod_runs_on_nvidias_share_held_to_its_limits(
     (enforcer,) = results[ENFORCER_DRIVER]
     assert (share["pool"], enforcer["pool"], enforcer["device"]) == (
         mock_node, mock_node, ENFORCER_DEVICE)  # fmt: skip
-    assert share["consumedCapacity"] == {"memory": "3000Mi", "shares": "30"}
+    assert share["consumedCapacity"] == modes.consumed(mode, 3000, 30)
     minor = int(share["device"].removeprefix("gpu-"))
     uuid = driverroot.uuid_for(minor)
     limits = limits_file(mock_node, claim["metadata"]["uid"]).splitlines()
     assert f"CUDA_DEVICE_MEMORY_LIMIT_{uuid}=3000m" in limits, limits
-    assert f"CUDA_DEVICE_SM_LIMIT_{uuid}=30" in limits, limits
+    assert f"CUDA_DEVICE_SM_LIMIT_{uuid}={modes.sm_limit(mode, 30)}" in limits, limits
     spec = container_spec(mock_node, namespace, "hami")
     devices = {d["path"]: (d["major"], d["minor"]) for d in spec["linux"].get("devices") or []}
     assert devices.get(f"/dev/nvidia{minor}") == (driverroot.NVIDIA_MAJOR, minor), devices
@@ -229,7 +220,7 @@ def test_a_hami_pod_runs_on_nvidias_share_held_to_its_limits(
 
 
 def test_a_second_pod_on_the_same_card_gets_its_own_share(
-    api: KubeApi, core: client.CoreV1Api, namespace: str, mock_node: str
+    api: KubeApi, core: client.CoreV1Api, namespace: str, mock_node: str, mode: str
 ) -> None:
     shares = {"first": (3000, 30), "second": (2000, 20)}
     for name, (mib, cores) in shares.items():
@@ -240,10 +231,11 @@ def test_a_second_pod_on_the_same_card_gets_its_own_share(
         claim = claim_of(api, namespace, name)
         (share,) = results_by_driver(claim)[plugin.DRIVER]
         assert share["device"] == "gpu-0"
-        assert share["consumedCapacity"] == {"memory": f"{mib}Mi", "shares": str(cores)}
+        assert share["consumedCapacity"] == modes.consumed(mode, mib, cores)
         limits = limits_file(mock_node, claim["metadata"]["uid"]).splitlines()
         assert f"CUDA_DEVICE_MEMORY_LIMIT_{uuid}={mib}m" in limits, (name, limits)
-        assert f"CUDA_DEVICE_SM_LIMIT_{uuid}={cores}" in limits, (name, limits)
+        sm = modes.sm_limit(mode, cores)
+        assert f"CUDA_DEVICE_SM_LIMIT_{uuid}={sm}" in limits, (name, limits)
         assert_held_to(probe_values(core, namespace, name), mib)
     share_ids = {results_by_driver(claim_of(api, namespace, n))[plugin.DRIVER][0]["shareID"]
                  for n in shares}  # fmt: skip
@@ -270,7 +262,7 @@ def test_unprepare_leaves_no_cdi_file_of_either_driver(
 
 
 def test_hamis_own_example_runs_unchanged_on_nvidias_share(
-    api: KubeApi, namespace: str, mock_node: str
+    api: KubeApi, namespace: str, mock_node: str, mode: str
 ) -> None:
     """HAMi's ``default_use.yaml`` (gpu 1, gpumem 3000, gpucores 30), applied as its text."""
     text = (UPSTREAM_EXAMPLES / "default_use.yaml").read_text()
@@ -281,10 +273,10 @@ def test_hamis_own_example_runs_unchanged_on_nvidias_share(
     assert wait_running(api, namespace, name)["spec"]["nodeName"] == mock_node
     claim = claim_of(api, namespace, name)
     (share,) = results_by_driver(claim)[plugin.DRIVER]
-    assert share["consumedCapacity"] == {"memory": "3000Mi", "shares": "30"}
+    assert share["consumedCapacity"] == modes.consumed(mode, 3000, 30)
     uuid = driverroot.uuid_for(int(share["device"].removeprefix("gpu-")))
     limits = limits_file(mock_node, claim["metadata"]["uid"]).splitlines()
     assert f"CUDA_DEVICE_MEMORY_LIMIT_{uuid}=3000m" in limits, limits
-    assert f"CUDA_DEVICE_SM_LIMIT_{uuid}=30" in limits, limits
+    assert f"CUDA_DEVICE_SM_LIMIT_{uuid}={modes.sm_limit(mode, 30)}" in limits, limits
     mounts = {m["destination"] for m in container_spec(mock_node, namespace, name)["mounts"]}
     assert {LIMITS_MOUNT, "/etc/ld.so.preload"} <= mounts, mounts

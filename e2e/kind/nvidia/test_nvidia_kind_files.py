@@ -14,7 +14,7 @@ import yaml
 
 from e2e.cluster.settings import REPO_ROOT
 from e2e.kind.cluster import cluster_config
-from e2e.kind.nvidia import driverroot, plugin
+from e2e.kind.nvidia import driverroot, modes, plugin
 from e2e.kind.nvidia.build import (
     NvidiaSourceError,
     build_inputs_digest,
@@ -152,3 +152,38 @@ def test_make_e2e_kind_does_not_collect_the_nvidia_scenarios() -> None:
     assert collected
     assert not any("nvidia" in Path(p).parts for p in collected)
     assert "e2e/kind/nvidia/scenarios.py" in makefile  # make e2e-nvidia runs them
+
+
+def test_each_mode_expects_the_capacity_nvidias_source_publishes() -> None:
+    """docs/reference/nvidia-dra-driver.md §1.3's table, per mode."""
+    hundred = modes.card_capacity("100", "80Gi")
+    assert hundred["memory"]["requestPolicy"] == {
+        "default": "0", "validRange": {"min": "0", "max": "80Gi", "step": "1Mi"}}  # fmt: skip
+    assert hundred["shares"] == {"value": "100", "requestPolicy": {
+        "default": "1", "validRange": {"min": "1", "max": "100", "step": "1"}}}  # fmt: skip
+    whole_card = {"min": "1Mi", "max": "80Gi", "step": "1Mi"}
+    policy = {"default": "80Gi", "validRange": whole_card}
+    memory = modes.card_capacity("memory", "80Gi")
+    assert memory == {"memory": {"value": "80Gi", "requestPolicy": policy}}
+    assert modes.card_capacity("unlimited", "80Gi") == {"memory": hundred["memory"]}
+    assert modes.card_capacity("4", "80Gi")["shares"]["value"] == "4"
+
+
+def test_a_share_consumes_memory_and_in_the_n_mode_the_shares_its_cores_round_up_to() -> None:
+    assert modes.consumed("100", 3000, 30) == {"memory": "3000Mi", "shares": "30"}
+    assert modes.consumed("4", 3000, 30) == {"memory": "3000Mi", "shares": "2"}
+    assert modes.consumed("memory", 3000, 30) == {"memory": "3000Mi"}
+    assert modes.consumed("100", 3000, 0) == {"memory": "3000Mi"}  # the policy default, 1 share
+
+
+def test_the_sm_limit_is_the_cores_asked_in_every_mode() -> None:
+    assert [modes.sm_limit(m, 30) for m in ("100", "4", "7", "memory", "unlimited")] == [30] * 5
+    assert modes.sm_limit("100", 0) == 0
+
+
+def test_a_mode_nvidia_refuses_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(modes.MODE_ENV, "disabled")
+    with pytest.raises(ValueError, match="disabled"):
+        modes.mode_from_env()
+    monkeypatch.delenv(modes.MODE_ENV)
+    assert modes.mode_from_env() == "100"

@@ -19,7 +19,7 @@ import yaml
 
 from e2e.kind import cluster, dockerd, host
 from e2e.kind.cluster import Kind
-from e2e.kind.nvidia import driverroot, plugin
+from e2e.kind.nvidia import driverroot, modes, plugin
 from e2e.kind.nvidia.build import NvidiaBuild, ensure_build
 from e2e.kind.rootfs import ensure_rootfs_image
 from e2e.kind.steps import run
@@ -27,13 +27,19 @@ from e2e.waiting import wait_for
 from vgpu_bridge.kube import KubeApi
 
 Json = dict[str, Any]
-#: the chart's values for this tier, over e2e/kind/values-kind.yaml
-CHART_VALUES = (
-    "--set", "nvidiaDriver.enabled=true",
-    "--set-string", f"nvidiaDriver.consumableShares={plugin.CONSUMABLE_SHARES}",
-    "--set", "agent.mockGpus=null",
-    "--set", "volcano.enabled=false",
-)  # fmt: skip
+
+
+def chart_values(mode: str) -> tuple[str, ...]:
+    """The chart's values for this tier, over e2e/kind/values-kind.yaml: NVIDIA's mode, no mock
+    GPUs (an enforcer-mode agent publishes none), no Volcano."""
+    return (
+        "--set", "nvidiaDriver.enabled=true",
+        "--set-string", f"nvidiaDriver.consumableShares={mode}",
+        "--set", "agent.mockGpus=null",
+        "--set", "volcano.enabled=false",
+    )  # fmt: skip
+
+
 TIMINGS = "nvidia-up.json"
 #: the image HAMi's own examples (../shared/upstream-examples/hami) run: the local Debian Python
 #: root filesystem under that name, as the kind tier does for our examples' ubuntu:24.04
@@ -53,8 +59,11 @@ def mount_mock_root(config: Json) -> None:
     first["extraMounts"] = [*(first.get("extraMounts") or []), mount]
 
 
-def up(kind: Kind, plugin_source: Path, mock_source: Path) -> dict[str, float]:
-    """The built pieces, the cluster with NVIDIA's plugin publishing, our chart installed."""
+def up(
+    kind: Kind, plugin_source: Path, mock_source: Path, mode: str = modes.DEFAULT_MODE
+) -> dict[str, float]:
+    """The built pieces, the cluster with NVIDIA's plugin publishing in ``mode`` (its
+    ``--consumable-shares``), our chart installed for that mode."""
     timings: dict[str, float] = {}
     stage = partial(cluster._stage, timings)
     built = stage("NVIDIA's plugin and the mock NVML built",
@@ -67,9 +76,9 @@ def up(kind: Kind, plugin_source: Path, mock_source: Path) -> dict[str, float]:
     stage("chart images built and loaded", lambda: cluster.load_images(kind))
     stage("HAMi examples' image loaded", lambda: load_hami_example_image(kind))
     stage("NVIDIA's plugin image built and loaded", lambda: load_plugin_image(kind, built))
-    stage("NVIDIA's plugin publishing", lambda: install_plugin(kind, built))
+    stage("NVIDIA's plugin publishing", lambda: install_plugin(kind, built, mode))
     stage("chart installed (nvidiaDriver), all pods Ready",
-          lambda: cluster.install(kind, *CHART_VALUES))  # fmt: skip
+          lambda: cluster.install(kind, *chart_values(mode)))  # fmt: skip
     record = kind.settings.cache_root / "kind" / TIMINGS
     record.write_text(json.dumps(timings, indent=2) + "\n")
     return timings
@@ -92,10 +101,12 @@ def load_hami_example_image(kind: Kind) -> None:
         env=dockerd.docker_env())  # fmt: skip
 
 
-def install_plugin(kind: Kind, built: NvidiaBuild) -> None:
+def install_plugin(kind: Kind, built: NvidiaBuild, mode: str) -> None:
     """NVIDIA's objects applied; the DaemonSet rolled out and its slice published."""
     manifest = kind.kubeconfig.parent / "nvidia.generated.yaml"
-    manifest.write_text(yaml.safe_dump_all(plugin.manifests(plugin_image(built)), sort_keys=False))
+    manifest.write_text(
+        yaml.safe_dump_all(plugin.manifests(plugin_image(built), mode), sort_keys=False)
+    )
     run([*kind.kubectl, "apply", "--server-side", "--force-conflicts", f"--filename={manifest}"])
     rollout = ["rollout", "status", f"daemonset/{plugin.NAME}", "--timeout=180s"]
     run([*kind.kubectl, "--namespace", plugin.NAMESPACE, *rollout])
