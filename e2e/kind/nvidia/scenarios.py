@@ -40,7 +40,7 @@ from e2e.kind.scenarios import (
 )
 from e2e.realnode.product import parse
 from e2e.waiting import wait_for
-from vgpu_bridge.core import DEFAULT, ENFORCER_DRIVER
+from vgpu_bridge.core import DEFAULT, ENFORCER_DRIVER, ENFORCER_REQUEST
 from vgpu_bridge.kube import KubeApi
 
 pytestmark = pytest.mark.e2e
@@ -240,6 +240,44 @@ def test_a_second_pod_on_the_same_card_gets_its_own_share(
     share_ids = {results_by_driver(claim_of(api, namespace, n))[plugin.DRIVER][0]["shareID"]
                  for n in shares}  # fmt: skip
     assert len(share_ids) == 2  # two shares of one card, both held at once (HOLD_S)
+
+
+def enforced_template(name: str, mode: str, gpumem_mib: int, gpucores: int) -> Json:
+    """A claim template of the webhook's shape for the nvidia profile: NVIDIA's share and our
+    enforcer's request ``vgpu-limits`` with its config."""
+    share = {"deviceClassName": plugin.DRIVER, "allocationMode": "ExactCount", "count": 1,
+             "capacity": {"requests": modes.consumed(mode, gpumem_mib, gpucores)}}  # fmt: skip
+    limits = {"deviceClassName": ENFORCER_DRIVER, "allocationMode": "ExactCount", "count": 1}
+    config = {"apiVersion": "gpu.vgpu-bridge.io/v1alpha1", "kind": "GpuShareConfig",
+              "cores": gpucores}  # fmt: skip
+    devices = {
+        "requests": [{"name": "gpu", "exactly": share},
+                     {"name": ENFORCER_REQUEST, "exactly": limits}],
+        "config": [{"requests": [ENFORCER_REQUEST],
+                    "opaque": {"driver": ENFORCER_DRIVER, "parameters": config}}],
+    }  # fmt: skip
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name}, "spec": {"spec": {"devices": devices}}}  # fmt: skip
+
+
+def test_a_container_that_names_only_nvidias_request_still_gets_its_limits(
+    api: KubeApi, core: client.CoreV1Api, namespace: str, mock_node: str, mode: str
+) -> None:
+    """docs/reference/nvidia-dra-driver.md §6.5: a container entry ``request: gpu`` gets only
+    the devices of that request; ours is returned with no request names, so the real kubelet
+    gives its edits (libvgpu, ld.so.preload, the limits file) to this container too."""
+    api.create(f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates",
+               enforced_template("share", mode, 2000, 20))  # fmt: skip
+    pod = hami_pod("narrow", 2000, 20)
+    (container,) = pod["spec"]["containers"]
+    container["resources"] = {"claims": [{"name": "share", "request": "gpu"}]}
+    pod["spec"]["resourceClaims"] = [{"name": "share", "resourceClaimTemplateName": "share"}]
+    api.create(f"/api/v1/namespaces/{namespace}/pods", pod)
+    wait_running(api, namespace, "narrow")
+    spec = container_spec(mock_node, namespace, "narrow")
+    mounts = {m["destination"] for m in spec["mounts"]}
+    assert {LIMITS_MOUNT, "/etc/ld.so.preload"} <= mounts, mounts
+    assert_held_to(probe_values(core, namespace, "narrow"), 2000)
 
 
 def test_unprepare_leaves_no_cdi_file_of_either_driver(
