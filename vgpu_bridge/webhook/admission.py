@@ -257,7 +257,10 @@ class Admitter:
                 request, namespace, obj, claims, adapter=adapter.name, warnings=list(plan.warnings)
             )
         names = [t["metadata"]["name"] for t in plan.templates]
-        reasons = self._placement_reasons(plan, namespace, claims)
+        unenforced = self._unenforced_patched_reasons(plan, obj)
+        if unenforced:
+            return _denied(request.uid, unenforced, adapter.name, names)
+        reasons = self._placement_reasons(plan, namespace, claims, pod=request.kind == "Pod")
         reasons = reasons or self._quota_reasons(request, namespace, obj, plan)
         if not reasons and not request.dry_run:
             try:
@@ -287,6 +290,14 @@ class Admitter:
             obj, self._unenforced_names, device_class=self.profile.device_class, enforcer=enforcer
         )
         return InvalidRequest(object_ref(obj), problems).lines() if problems else []
+
+    def _unenforced_patched_reasons(self, plan: Plan, obj: dict[str, Any]) -> list[str]:
+        """`_unenforced_resource_reasons` of the object as the plan leaves it: translation
+        leaves keys it does not own as they are (another container's `nvidia.com/gpu` beside a
+        renamed HAMi count, the implicit class name). Patched only under the nvidia profile."""
+        if not self._unenforced_names:
+            return []
+        return self._unenforced_resource_reasons(plan.apply_to(obj))
 
     def _untranslated(
         self,
@@ -496,29 +507,44 @@ class Admitter:
         names = self.quotas.whole_card_names
         return lists_resource(pod, names) and self.quotas.asks_whole_cards(pod)
 
-    def _placement_reasons(self, plan: Plan, namespace: object, claims: ClaimLookup) -> list[str]:
-        """Why this object's templates and claims cannot be looked up or put in `namespace`."""
+    def _placement_reasons(
+        self, plan: Plan, namespace: object, claims: ClaimLookup, *, pod: bool
+    ) -> list[str]:
+        """Why this object's templates and claims cannot be looked up or put in `namespace`.
+        `pod`: the object is a Pod (its claims are checked now, not when its pods are made)."""
         problem = dns_label_problem(namespace) if namespace else "required"
         if problem or not isinstance(namespace, str):
             return [f"metadata.namespace: {problem}"]
-        return self._mixed_claims(plan, namespace, claims)
+        return self._mixed_claims(plan, namespace, claims, pod=pod)
 
-    def _mixed_claims(self, plan: Plan, namespace: str, claims: ClaimLookup) -> list[str]:
+    def _mixed_claims(
+        self, plan: Plan, namespace: str, claims: ClaimLookup, *, pod: bool
+    ) -> list[str]:
         """A pod that already claims devices of our class beside translated requests is refused;
         so is a claim name that is no DNS subdomain: it is never put into an API path. Only the
         pod templates the plan translated are looked at (a Volcano Job's other tasks may claim
-        our devices directly)."""
+        our devices directly). Under the nvidia profile a Pod naming a claim that does not exist
+        is refused too, as on the untranslated path: it could be made without our enforcer after
+        the pod (a workload's pods are checked as each is made)."""
+        missing = pod and self.profile.enforcer_driver is not None
         reasons = []
-        for pod in plan.translated:
-            template = pod.template
+        for translated in plan.translated:
+            template = translated.template
             for index, claim in enumerate(template.spec.get("resourceClaims") or ()):
                 path = f"{template.spec_path}.resourceClaims[{index}]"
-                reasons += self._claim_reasons(claim, path, namespace, claims)
+                reasons += self._claim_reasons(claim, path, namespace, claims, missing=missing)
         return reasons
 
     def _claim_reasons(
-        self, claim: Mapping[str, Any], path: str, namespace: str, claims: ClaimLookup
+        self,
+        claim: Mapping[str, Any],
+        path: str,
+        namespace: str,
+        claims: ClaimLookup,
+        *,
+        missing: bool,
     ) -> list[str]:
+        """`missing`: refuse a claim or template that does not exist (profile nvidia, a Pod)."""
         for key, resource in CLAIM_RESOURCES.items():
             name = claim.get(key)
             if name is None:
@@ -526,7 +552,11 @@ class Admitter:
             problem = dns_subdomain_problem(name)
             if problem:
                 return [f"{path}.{key}: {problem}"]
-            if claims.claimed(resource, namespace, name) in (Claimed.OURS, Claimed.UNENFORCED):
+            claimed = claims.claimed(resource, namespace, name)
+            if missing and claimed is Claimed.MISSING:
+                reason = self._unenforced_claim_reason(claimed, resource, name)
+                return [f"{path}.{key}: {reason}"]
+            if claimed in (Claimed.OURS, Claimed.UNENFORCED):
                 return [
                     f"{path}: already claims devices of class {self.profile.device_class}; "
                     "state GPU requests one way"

@@ -220,3 +220,47 @@ def test_the_quick_path_leaves_a_pod_naming_claims_to_a_worker(admitter: Admitte
     """Whether its claims ask for the enforcer takes the API."""
     obj = pod(resourceClaims=[{"name": "gpu", "resourceClaimName": "c"}])
     assert admitter.quick_review_body(review_bytes(obj)) is None
+
+
+@pytest.mark.parametrize(
+    ("config", "limits"),
+    [({}, {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 1}),
+     ({"resource_count_name": "example.com/vgpu", "resource_memory_name": "example.com/vmem",
+       "resource_core_name": "example.com/vcores"}, {"nvidia.com/gpu": 1})],
+    ids=["implicit-class-name", "nvidia-count-beside-a-renamed-one"],
+)  # fmt: skip
+def test_a_translated_pod_whose_other_container_keeps_nvidias_resource_is_refused(
+    recorded: RecordingApi, config: dict[str, str], limits: dict[str, Any]
+) -> None:
+    """Translation leaves a key it does not own as it is: the patched pod is checked too."""
+    from vgpu_bridge.core import TranslatorConfig
+
+    translator = TranslatorConfig(**config)
+    admitter = admitter_over(recorded, profile=NVIDIA, config=translator)
+    hami = {translator.resource_count_name: 1, translator.resource_memory_name: 3000}
+    obj = pod(hami)
+    side = {"name": "side", "image": "cuda", "resources": {"limits": limits}}
+    obj["spec"]["containers"].append(side)
+    message = refusal(pod_response(admitter, obj, dry_run=True))
+    [name] = limits
+    assert f"spec.containers[1].resources.limits[{name}]" in message
+    assert "without our enforcer" in message
+
+
+def test_a_translated_pod_naming_a_claim_that_does_not_exist_yet_is_refused(
+    admitter: Admitter,
+) -> None:
+    """As on the untranslated path: it could be made without the enforcer after the pod."""
+    obj = pod(HAMI, resourceClaims=[{"name": "own", "resourceClaimName": "later"}])
+    message = refusal(pod_response(admitter, obj, dry_run=True))
+    assert "spec.resourceClaims[0].resourceClaimName" in message
+    assert "ResourceClaim later does not exist" in message
+
+
+def test_under_our_own_profile_a_translated_pod_may_name_a_claim_made_later(
+    recorded: RecordingApi,
+) -> None:
+    admitter = admitter_over(recorded, profile=DEFAULT)
+    obj = pod(HAMI, resourceClaims=[{"name": "own", "resourceClaimName": "later"}])
+    response = pod_response(admitter, obj, dry_run=True)
+    assert response["allowed"] is True, response
