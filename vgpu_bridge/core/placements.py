@@ -25,6 +25,9 @@ class Placement:
     request: str
     memory: int | None
     cores: int | None
+    # the units of the profile's cores capacity it consumed (NVIDIA's shares of N: a card's
+    # are summed, then converted to percent once); None where not recorded
+    cores_units: int | None = None
 
 
 def placements(claim: Mapping[str, Any], *, profile: DriverProfile) -> list[Placement]:
@@ -43,6 +46,9 @@ def placements(claim: Mapping[str, Any], *, profile: DriverProfile) -> list[Plac
                 request=str(result.get("request", "")),
                 memory=_consumed(consumed, profile.memory_capacity, profile),
                 cores=_consumed_percent(consumed, profile),
+                cores_units=_consumed(consumed, profile.cores_capacity, profile)
+                if profile.cores_capacity
+                else None,
             )
         )
     return found

@@ -63,11 +63,16 @@ class DriverProfile:
     enforcer_driver: str | None = None
 
     def cores_percent(self, booked: int) -> int:
-        """The SM percent of a card that `booked` units of `cores_capacity` are: shares of N
-        rounded down (`shares*100/N`), or the number itself where it is a percent already."""
-        if self.shares_per_card is None:
+        """The SM percent of a card that `booked` units of `cores_capacity` are, as the node
+        agent sets the SM limit: shares of N rounded down (`shares*100/N`) but at least 1 (a
+        share is never left without SMs) and 100 for N or more; or the number itself where it
+        is a percent already. A card's shares are summed first and converted once, so that N
+        shares of one each fill it (100, not N times the rounded-down percent)."""
+        if self.shares_per_card is None or booked <= 0:
             return booked
-        return min(100, booked * 100 // self.shares_per_card)
+        if booked >= self.shares_per_card:
+            return 100
+        return max(1, booked * 100 // self.shares_per_card)
 
     @property
     def config_api_version(self) -> str | None:

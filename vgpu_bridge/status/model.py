@@ -21,6 +21,7 @@ class Share:
     priority: int | None  # our opaque config's priority (0 high, 1 low), None when unset
     used_memory: int | None = None  # live, from the agent's metrics; None when unknown
     sm_utilisation: int | None = None  # live SM percent its processes last measured; None: unknown
+    cores_units: int | None = None  # NVIDIA's shares of N it booked; None: not recorded
 
 
 @dataclass(frozen=True)

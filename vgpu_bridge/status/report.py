@@ -79,10 +79,18 @@ def build_report(
         filled = []
         for key, card in sorted(cards.items()):
             mine = by_card.get(key, [])
-            summed = CardBooked(sum(s.memory or 0 for s in mine), sum(s.cores or 0 for s in mine))
+            summed = CardBooked(sum(s.memory or 0 for s in mine), _card_cores(mine, profile))
             used = sum(s.used_memory or 0 for s in mine) if _read(card, usage) else None
             filled.append(_filled(card, on_card[key], summed, used))
     return Report(tuple(filled), tuple(unplaced), pending_pods(pods), tuple(notes))
+
+
+def _card_cores(shares: list[Share], profile: DriverProfile) -> int:
+    """The SM percent a card's shares booked: NVIDIA's shares of N summed, then converted once
+    (N shares of one fill the card: 100, not N times the rounded-down percent); else the sum."""
+    if profile.shares_per_card is None:
+        return sum(s.cores or 0 for s in shares)
+    return profile.cores_percent(sum(s.cores_units or 0 for s in shares))
 
 
 def _filled(card: Card, shown: list[Share], booked: CardBooked | None, used: int | None) -> Card:
@@ -145,6 +153,7 @@ def claim_shares(
             device=placed.device,
             memory=placed.memory,
             cores=placed.cores,
+            cores_units=placed.cores_units,
             priority=_priority(configs or (), placed.request, profile),
         )
         for placed in placements(claim, profile=profile)

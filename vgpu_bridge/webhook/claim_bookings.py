@@ -62,7 +62,8 @@ CLAIM_PAGE_SIZE = 100
 
 class OnCard(NamedTuple):
     """What one allocated device of a claim consumed of its card (pool and device names
-    interned: 20,000 claims name 10,000 cards)."""
+    interned: 20,000 claims name 10,000 cards); `cores` in the profile's units (NVIDIA's
+    shares of N, converted to percent once per card by `ClaimBookings.cards`)."""
 
     pool: str
     device: str
@@ -144,10 +145,12 @@ def held_by(claim: Mapping[str, Any], profile: DriverProfile) -> Held | None:
     booking = sizing.booking(None)
     if booking.devices == 0:
         return None
+    per_card = profile.shares_per_card is not None  # NVIDIA's shares: summed, converted once
     cards = tuple(
-        OnCard(sys.intern(p.pool), sys.intern(p.device), p.memory or 0, p.cores or 0)
+        OnCard(sys.intern(p.pool), sys.intern(p.device), p.memory or 0,
+               (p.cores_units if per_card else p.cores) or 0)
         for p in placements(claim, profile=profile)
-    )
+    )  # fmt: skip
     owner = extended_claim_owner(claim)
     if booking.unsized == 0:
         sums = Booking(booking.devices, booking.memory_bytes, booking.cores)
@@ -254,7 +257,9 @@ class ClaimBookings:
         if not self.synced.is_set():
             return None
         with self._lock:
-            return {card: CardSum(s.memory, s.cores, s.shares) for card, s in self._by_card.items()}
+            percent = self._profile.cores_percent  # NVIDIA's shares of N summed, as percent
+            return {card: CardSum(s.memory, percent(s.cores), s.shares)
+                    for card, s in self._by_card.items()}  # fmt: skip
 
     def __len__(self) -> int:
         with self._lock:

@@ -83,3 +83,9 @@ def test_an_allocated_claim_in_memory_mode_books_its_sm_limit() -> None:
     claim = allocated({"memory": "3000Mi"}, spec(memory="3000Mi", cores=40))
     booked = claim_booking(claim, profile=nvidia_profile("memory"), largest_card=None)
     assert booked == Booking(1, 3000 * MiB, 40)
+
+
+def test_a_share_smaller_than_a_percent_books_one_percent_as_the_node_limits_it() -> None:
+    claim = allocated({"memory": "3000Mi", "shares": "1"}, spec(memory="3000Mi", cores=0))
+    booked = claim_booking(claim, profile=nvidia_profile("300"), largest_card=None)
+    assert booked == Booking(1, 3000 * MiB, 1)

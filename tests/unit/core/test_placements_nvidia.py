@@ -21,15 +21,15 @@ def claim(consumed: dict[str, str]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("mode", "consumed", "cores"),
+    ("mode", "consumed", "cores", "units"),
     [
-        ("4", {"memory": "1Gi", "shares": "1"}, 25),
-        ("100", {"memory": "1Gi", "shares": "30"}, 30),
-        ("memory", {"memory": "1Gi"}, None),
+        ("4", {"memory": "1Gi", "shares": "1"}, 25, 1),
+        ("100", {"memory": "1Gi", "shares": "30"}, 30, 30),
+        ("memory", {"memory": "1Gi"}, None, None),
     ],
 )
 def test_an_nvidia_share_is_placed_with_its_sm_percent(
-    mode: str, consumed: dict[str, str], cores: int | None
+    mode: str, consumed: dict[str, str], cores: int | None, units: int | None
 ) -> None:
     found = placements(claim(consumed), profile=nvidia_profile(mode))
-    assert found == [Placement("n1", "gpu-0", "gpu", 2**30, cores)]
+    assert found == [Placement("n1", "gpu-0", "gpu", 2**30, cores, units)]

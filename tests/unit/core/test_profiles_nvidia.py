@@ -82,9 +82,11 @@ def test_our_profiles_book_percent_cores_and_take_the_whole_card_by_default() ->
 
 @pytest.mark.parametrize(
     ("mode", "booked", "percent"),
-    [("100", 30, 30), ("4", 1, 25), ("4", 4, 100), ("3", 1, 33), ("3", 2, 66), ("100", 0, 0)],
-)
+    [("100", 30, 30), ("4", 1, 25), ("4", 4, 100), ("3", 1, 33), ("3", 2, 66), ("100", 0, 0),
+     ("300", 1, 1), ("1000", 9, 1), ("3", 3, 100), ("3", 4, 100)],
+)  # fmt: skip
 def test_booked_shares_read_as_percent_of_the_card(mode: str, booked: int, percent: int) -> None:
+    """As the node agent sets the SM limit: at least 1 percent for a share, 100 for all N."""
     assert nvidia_profile(mode).cores_percent(booked) == percent
 
 

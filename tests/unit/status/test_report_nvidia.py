@@ -97,6 +97,22 @@ def test_shares_of_another_n_are_the_percent_of_the_card() -> None:
     assert (h100.cores, h100.booked_cores, h100.shares[0].cores) == (100, 25, 25)
 
 
+def test_a_card_whose_n_shares_are_all_booked_is_full_not_99() -> None:
+    claims = [share_claim(name, "gpu-0", "1Gi", "1") for name in ("a", "b", "c")]
+    report = build_report(nvidia_slices("3"), claims, [], profile=nvidia_profile("3"))
+    h100 = next(c for c in report.cards if c.device == "gpu-0")
+    assert [s.cores for s in h100.shares] == [33, 33, 33]  # each share's SM limit on the node
+    assert (h100.booked_cores, h100.free_cores) == (100, 0)
+
+
+def test_a_share_under_a_percent_shows_the_one_percent_the_node_gives_it() -> None:
+    claims = [share_claim(name, "gpu-0", "1Gi", "1") for name in ("a", "b")]
+    report = build_report(nvidia_slices("300"), claims, [], profile=nvidia_profile("300"))
+    h100 = next(c for c in report.cards if c.device == "gpu-0")
+    assert [s.cores for s in h100.shares] == [1, 1]
+    assert h100.booked_cores == 1  # 2 of 300 shares, converted once for the card
+
+
 def test_where_nvidia_books_no_sms_the_cores_columns_say_not_known() -> None:
     claims = [share_claim("m", "gpu-0", "1Gi", None, cores=30)]
     report = build_report(nvidia_slices("memory"), claims, [], profile=nvidia_profile("memory"))
