@@ -276,8 +276,12 @@ class Admitter:
     def _claim_lookup(self) -> ClaimLookup:
         """One admission's reads of claims; under the nvidia profile a claim of NVIDIA's class
         without our enforcer's request reads as `Claimed.UNENFORCED`."""
+        enforcer = self.profile.enforcer_driver
         return ClaimLookup(
-            self.api, self.profile.device_class, enforcer_class=self.profile.enforcer_driver
+            self.api,
+            self.profile.device_class,
+            enforcer_class=enforcer,
+            enforced_driver=self.profile.driver if enforcer else None,
         )
 
     def _unenforced_resource_reasons(self, obj: Mapping[str, Any]) -> list[str]:
@@ -366,9 +370,12 @@ class Admitter:
             return None
         return (
             f"{kind} {name} asks for devices of class {device_class} without a request of class "
-            f"{enforcer}: NVIDIA's DRA driver enforces no memory or SM limit, and no share "
-            f"without its limits is admitted; add the request {ENFORCER_REQUEST} (exactly "
-            f"deviceClassName {enforcer}) or ask for GPUs the HAMi way"
+            f"{enforcer}, or carries an opaque config of driver {self.profile.driver}: NVIDIA's "
+            "DRA driver enforces no memory or SM limit, and no share without its limits is "
+            f"admitted; add the request {ENFORCER_REQUEST} (exactly deviceClassName "
+            f"{enforcer}) or ask for GPUs the HAMi way. A config of {self.profile.driver} would "
+            "fail Prepare of every other share on the card (NVIDIA prepares shares of one card "
+            "only when all their configs are equal): remove it"
         )
 
     def _claimed_pod_reasons(

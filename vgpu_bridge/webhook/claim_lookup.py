@@ -34,17 +34,49 @@ class Claimed(enum.Enum):
 
     OURS = "requests devices of our DeviceClass"
     #: of NVIDIA's DeviceClass (profile nvidia) without a request of our enforcer's: a share
-    #: no one would hold to its limits
+    #: no one would hold to its limits; or with an opaque config of NVIDIA's driver, which would
+    #: fail Prepare of every other share on that card (NVIDIA wants the same config on all)
     UNENFORCED = "requests devices of our DeviceClass without our enforcer"
     OTHER = "requests no device of our DeviceClass"
     MISSING = "does not exist (yet)"
     UNNAMEABLE = "its name or namespace is no DNS name, so it is never put into an API path"
 
 
-def _requests(found: Mapping[str, Any]) -> list[Any]:
+def _devices(found: Mapping[str, Any]) -> Mapping[str, Any]:
     spec = found.get("spec", {})
     spec = spec.get("spec", spec)  # a template wraps the claim spec once more
-    return spec.get("devices", {}).get("requests") or []
+    devices = spec.get("devices") if isinstance(spec, Mapping) else None
+    return devices if isinstance(devices, Mapping) else {}
+
+
+def _requests(found: Mapping[str, Any]) -> list[Any]:
+    return _devices(found).get("requests") or []
+
+
+def configures_driver(found: Mapping[str, Any], driver: str) -> bool:
+    """Whether a claim or template carries an opaque config for `driver`."""
+    for config in _devices(found).get("config") or ():
+        opaque = config.get("opaque") if isinstance(config, Mapping) else None
+        if isinstance(opaque, Mapping) and opaque.get("driver") == driver:
+            return True
+    return False
+
+
+def _share_request(request: Any, device_class: str) -> bool:
+    """Whether a request may be allocated a share of `device_class`: `exactly` without admin
+    access (which books nothing), or any `firstAvailable` alternative."""
+    exactly = request.get("exactly") or {}
+    if exactly.get("deviceClassName") == device_class and not exactly.get("adminAccess"):
+        return True
+    return any(
+        s.get("deviceClassName") == device_class for s in request.get("firstAvailable") or ()
+    )
+
+
+def requests_share(found: Mapping[str, Any], device_class: str) -> bool:
+    """Whether a claim or template asks for a share of `device_class` (admin-access requests
+    aside: the nvidiaEnforced admission policy exempts them too)."""
+    return any(_share_request(r, device_class) for r in _requests(found))
 
 
 def requests_class(found: Mapping[str, Any], device_class: str) -> bool:
@@ -68,13 +100,22 @@ class ClaimLookup:
     admission runs on one thread)."""
 
     def __init__(
-        self, api: KubeApi, device_class: str, *, enforcer_class: str | None = None
+        self,
+        api: KubeApi,
+        device_class: str,
+        *,
+        enforcer_class: str | None = None,
+        enforced_driver: str | None = None,
     ) -> None:
-        """`enforcer_class`: the DeviceClass every claim of `device_class` must also ask for
-        (our enforcer's, profile nvidia); a claim without it is `Claimed.UNENFORCED`."""
+        """`enforcer_class`: the DeviceClass every share of `device_class` must also ask for
+        (our enforcer's, profile nvidia); a claim without it is `Claimed.UNENFORCED`.
+        `enforced_driver`: the driver whose opaque configs no claim may carry (NVIDIA's: one
+        claim's config on a card fails Prepare of every other share of it); such a claim is
+        `Claimed.UNENFORCED` too."""
         self._api = api
         self._device_class = device_class
         self._enforcer_class = enforcer_class
+        self._enforced_driver = enforced_driver
         self._seen: dict[tuple[str, str, str], Claimed] = {}
 
     def claimed(self, resource: str, namespace: object, name: object) -> Claimed:
@@ -89,6 +130,8 @@ class ClaimLookup:
             found = self._read(api_path(RESOURCE_API, "namespaces", namespace, resource, name))
             if found is None:
                 self._seen[key] = Claimed.MISSING
+            elif self._enforced_driver and configures_driver(found, self._enforced_driver):
+                self._seen[key] = Claimed.UNENFORCED
             elif requests_class(found, self._device_class):
                 self._seen[key] = self._enforced(found)
             else:
@@ -97,7 +140,9 @@ class ClaimLookup:
 
     def _enforced(self, found: Mapping[str, Any]) -> Claimed:
         enforcer = self._enforcer_class
-        if enforcer is None or requests_exactly(found, enforcer):
+        if enforcer is None or not requests_share(found, self._device_class):
+            return Claimed.OURS  # admin access only: books no share (as the admission policy)
+        if requests_exactly(found, enforcer):
             return Claimed.OURS
         return Claimed.UNENFORCED
 

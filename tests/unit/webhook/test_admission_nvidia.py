@@ -264,3 +264,45 @@ def test_under_our_own_profile_a_translated_pod_may_name_a_claim_made_later(
     obj = pod(HAMI, resourceClaims=[{"name": "own", "resourceClaimName": "later"}])
     response = pod_response(admitter, obj, dry_run=True)
     assert response["allowed"] is True, response
+
+
+def nvidia_config(recorded: RecordingApi, resource: str, name: str) -> None:
+    """Give a recorded claim or template an opaque config of NVIDIA's driver (a TimeSlicing
+    GpuConfig): NVIDIA prepares shares of one card only when every claim's config is the same."""
+    body = recorded.objects[f"{RESOURCE_API}/{resource}/{name}"]
+    spec = body["spec"] if resource == "resourceclaims" else body["spec"]["spec"]
+    parameters = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+                  "sharing": {"strategy": "TimeSlicing"}}  # fmt: skip
+    spec["devices"]["config"] = [{"opaque": {"driver": "gpu.nvidia.com", "parameters": parameters}}]
+
+
+@pytest.mark.parametrize(
+    ("resource", "key"),
+    [("resourceclaims", "resourceClaimName"),
+     ("resourceclaimtemplates", "resourceClaimTemplateName")],
+)  # fmt: skip
+def test_a_pod_naming_an_enforced_claim_with_an_nvidia_config_is_refused(
+    admitter: Admitter, recorded: RecordingApi, resource: str, key: str
+) -> None:
+    """Such a config would fail Prepare of every other tenant's share on that card."""
+    has(recorded, resource, "tuned", NVIDIA.device_class, ENFORCER_DRIVER)
+    nvidia_config(recorded, resource, "tuned")
+    obj = pod(resourceClaims=[{"name": "gpu", key: "tuned"}])
+    message = refusal(pod_response(admitter, obj))
+    assert f"spec.resourceClaims[0].{key}" in message
+    assert "gpu.nvidia.com" in message
+
+
+def test_an_admin_access_claim_of_nvidias_class_is_not_an_unenforced_share(
+    admitter: Admitter, recorded: RecordingApi
+) -> None:
+    """It books nothing, and the nvidiaEnforced policy admits it: the webhook agrees."""
+    spec = {"devices": {"requests": [
+        {"name": "watch", "exactly": {"deviceClassName": NVIDIA.device_class,
+                                      "adminAccess": True}}]}}  # fmt: skip
+    recorded.objects[f"{RESOURCE_API}/resourceclaims/watch"] = {"metadata": {"name": "watch"},
+                                                               "spec": spec}  # fmt: skip
+    response = pod_response(
+        admitter, pod(resourceClaims=[{"name": "w", "resourceClaimName": "watch"}])
+    )
+    assert response["allowed"] is True, response
