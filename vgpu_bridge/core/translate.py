@@ -164,7 +164,7 @@ def _normalised(
             draft.warnings.append(_whole_card_warning(share, context.profile))
             request = _whole_cards(request)
         elif _cores_not_booked(share, context.profile):
-            draft.warnings.append(_cores_not_booked_warning(share, context.profile))
+            draft.warnings.append(_cores_not_booked_warning(share, request, context.profile))
         if request.priority is not None and context.profile.config_api_version is None:
             draft.warnings.append(
                 f"{share.raw.sources['priority']} is dropped: the {context.profile.name} "
@@ -239,13 +239,20 @@ def _cores_not_booked(share: Share, profile: DriverProfile) -> bool:
     return profile.enforcer_driver is not None and not profile.books_cores and bool(asked)
 
 
-def _cores_not_booked_warning(share: Share, profile: DriverProfile) -> str:
+def _cores_not_booked_warning(share: Share, request: GpuRequest, profile: DriverProfile) -> str:
+    """Which shares may still land beside it: any, unless it books each card's whole memory
+    (then none fits beside it, and the card is its own whatever its SM limit)."""
     mode = "memory" if profile.memory_default_whole_card else "unlimited"
+    if request.whole_card_memory:
+        placed = "it books each card's whole memory, so no other share is placed beside it"
+    else:
+        placed = (
+            "shares of any SM limit are placed beside it, and 100 does not keep the card to itself"
+        )
     return (
         f"{share.raw.sources['cores']}: is the container's SM limit but not booked: NVIDIA's "
-        f"driver with --consumable-shares={mode} counts no SMs, so shares of any SM limit are "
-        "placed beside it, and 100 does not keep the card to itself (run NVIDIA's driver with "
-        "--consumable-shares=100 to book SMs)"
+        f"driver with --consumable-shares={mode} counts no SMs, so {placed} (run NVIDIA's "
+        "driver with --consumable-shares=100 to book SMs)"
     )
 
 

@@ -182,6 +182,22 @@ def test_cores_where_the_driver_books_none_are_a_limit_with_a_warning(mode: str)
     assert "does not keep the card" in warning
 
 
+@pytest.mark.parametrize("mode", ["memory", "unlimited"])
+@pytest.mark.parametrize(
+    "whole", [{}, {"nvidia.com/gpumem-percentage": 100}], ids=["no-memory", "percentage-100"]
+)
+def test_cores_on_a_card_whose_memory_is_booked_whole_do_not_say_it_is_shared(
+    mode: str, whole: dict[str, Any]
+) -> None:
+    """The card's whole memory is booked, so no other share fits on it: it is kept."""
+    plan = plan_for(pod({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 100, **whole}), mode)
+    (warning,) = plan.warnings
+    assert "not booked" in warning
+    assert "does not keep the card" not in warning
+    assert "shares of any SM limit are placed beside it" not in warning
+    assert "whole memory" in warning
+
+
 @pytest.mark.parametrize("mode", ["memory", "unlimited", "100"])
 def test_no_cores_asked_no_warning(mode: str) -> None:
     assert plan_for(pod(GPUMEM), mode).warnings == ()
