@@ -168,16 +168,18 @@ def test_the_enforced_policies_refuse_nvidia_claims_without_the_enforcer(
         assert policy["spec"]["failurePolicy"] == "Fail"
         rule = policy["spec"]["matchConstraints"]["resourceRules"][0]
         assert rule["operations"] == ["CREATE"]
-        requests, shares, enforced = policy["spec"]["variables"]
+        requests, shares, enforced, configured = policy["spec"]["variables"]
         assert requests["expression"] == f"{spec}.?devices.?requests.orValue([])"
         assert f"== '{NVIDIA_CLASS}'" in shares["expression"]
         assert "firstAvailable" in shares["expression"]
         assert enforced["expression"] == (
             f"variables.requests.exists(r, r.?exactly.?deviceClassName.orValue('') == '{ENFORCER}')"
         )
-        [validation] = policy["spec"]["validations"]
+        validation, no_nvidia_config = policy["spec"]["validations"]
         assert validation["expression"] == "size(variables.shares) == 0 || variables.enforced"
         assert "enforces no memory or SM limit" in validation["messageExpression"]
+        assert "c.?opaque.?driver.orValue('') == 'gpu.nvidia.com'" in configured["expression"]
+        assert no_nvidia_config["expression"] == "!variables.nvidiaConfigured"
         assert "matchConditions" not in policy["spec"]  # no exempt user by default
         [binding] = [b for b in of_kind(nvidia_mode, "ValidatingAdmissionPolicyBinding")
                      if b["spec"]["policyName"] == name]  # fmt: skip
@@ -221,7 +223,10 @@ def test_kai_counts_nvidia_shares_as_gpus(helm: Helm) -> None:
     """gpu.nvidia.com contains "gpu": KAI counts each share as one GPU of its queue."""
     helm.template({**NVIDIA, "kai": {"enabled": True}})
     message = helm.template_error({**NVIDIA, "kai": {"enabled": True, "sharesCountAsGpus": False}})
-    assert 'DeviceClass "gpu.nvidia.com" has "gpu" in its name' in message
+    assert 'DeviceClass "gpu.nvidia.com", whose name has "gpu" in it' in message
+    # renaming our driver cannot help here: NVIDIA's class is what the shares ask for
+    assert "Name driverName" not in message
+    assert "nvidiaDriver.enabled needs kai.sharesCountAsGpus=true" in message
 
 
 REFUSALS = [

@@ -5,6 +5,9 @@ naming the field and why (NVIDIA's driver enforces no limit: no share without it
 every namespace but allowedNamespaces and for every user, kube-scheduler included (its
 extended-resource claims for nvidia.com/gpu pods the webhook did not translate would be cards
 without limits). Claims with the enforcer, of other classes, and admin-access requests pass.
+A claim or template carrying an opaque config of driver gpu.nvidia.com is refused even with the
+enforcer: NVIDIA prepares shares of one card only when all their configs are equal, so it would
+fail every other tenant's share on that card.
 
 Creates are server-side dry runs: admission runs in full, nothing is stored."""
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -217,4 +221,41 @@ def test_an_admin_access_request_books_nothing_and_is_admitted(
     body = a_claim({"name": "watch",
                     "exactly": {"deviceClassName": NVIDIA_CLASS, "adminAccess": True}})  # fmt: skip
     status, answer = create(kube, installed.admin, "resourceclaims", body)
+    assert status == 201, answer
+
+
+def with_nvidia_config(body: Json) -> Json:
+    """The claim or template with an opaque config of NVIDIA's driver (a TimeSlicing GpuConfig)
+    beside our enforcer's request: NVIDIA prepares shares of one card only when every claim's
+    config is the same, so this one would fail every other tenant's share on the card."""
+    spec = body["spec"]["spec"] if body["kind"] == "ResourceClaimTemplate" else body["spec"]
+    parameters = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+                  "sharing": {"strategy": "TimeSlicing"}}  # fmt: skip
+    spec["devices"]["config"] = [
+        {"requests": ["gpu"], "opaque": {"driver": NVIDIA_CLASS, "parameters": parameters}}
+    ]
+    return body
+
+
+@pytest.mark.parametrize(
+    ("resource", "field", "make"),
+    [("resourceclaims", "spec.devices.config", a_claim),
+     ("resourceclaimtemplates", "spec.spec.devices.config", a_template)],
+)  # fmt: skip
+def test_an_opaque_config_of_nvidias_driver_is_refused_even_with_the_enforcer(
+    kube: KubeClient, installed: Installed, resource: str, field: str, make: Any
+) -> None:
+    wait_until_refused(kube, installed)
+    body = with_nvidia_config(make(gpu_request(), ENFORCER_REQUEST))
+    message = refusal(create(kube, installed.served, resource, body))
+    assert f"{field}: an opaque config of driver {NVIDIA_CLASS}" in message
+    assert "every other share" in message
+
+
+def test_an_opaque_config_of_nvidias_driver_is_admitted_in_an_allowed_namespace(
+    kube: KubeClient, installed: Installed
+) -> None:
+    wait_until_refused(kube, installed)
+    body = with_nvidia_config(a_claim(gpu_request(), ENFORCER_REQUEST))
+    status, answer = create(kube, installed.allowed, "resourceclaims", body)
     assert status == 201, answer
