@@ -33,9 +33,16 @@ OWN_CARD_FLAGS = ("mock_gpus", "driver_root", "driver_root_mount")
 
 
 def driver_name_problem(value: str) -> str | None:
-    """Why `value` cannot be a driver name; empty stands for the mode's default."""
+    """Why `value` cannot be a driver name; empty stands for the mode's default. A driver this
+    agent enforces is not ours to be: its name would take that driver's plugin dir, checkpoint
+    and registration socket on the node."""
     if value and not re.fullmatch(DRIVER_NAME_PATTERN, value):
         return f"must be a DNS subdomain (pattern {DRIVER_NAME_PATTERN}), got {value[:60]!r}"
+    if value in ENFORCEABLE_DRIVERS:
+        return (
+            f"{value} is NVIDIA's DRA driver (its kubelet plugin dir, checkpoint and sockets); "
+            f"this agent runs as {DEFAULT.driver}, or as {ENFORCER_DRIVER} with --enforce-driver"
+        )
     return None
 
 

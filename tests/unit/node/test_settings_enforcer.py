@@ -59,3 +59,12 @@ def test_flags_of_our_own_cards_are_refused_in_enforcer_mode(flag: str, value: s
 def test_an_empty_driver_name_is_still_refused() -> None:
     with pytest.raises(SettingsError, match="driver_name"):
         Settings.from_args([*NODE, "--driver-name", "-"], {})
+
+
+@pytest.mark.parametrize(
+    "mode", [[], ["--enforce-driver", "gpu.nvidia.com"]], ids=["ours", "enforcer"]
+)
+def test_the_driver_name_of_an_enforced_driver_is_refused(mode: list[str]) -> None:
+    """It would take NVIDIA's plugin dir, checkpoint and registration socket."""
+    with pytest.raises(SettingsError, match=r"driver_name: .*gpu\.nvidia\.com.*NVIDIA"):
+        Settings.from_args([*NODE, *mode, "--driver-name", "gpu.nvidia.com"], {})
