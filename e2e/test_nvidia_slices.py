@@ -15,6 +15,7 @@ from e2e.nvidia.slices import (
     nvidia_gpu_device,
     nvidia_resource_slice,
 )
+from vgpu_bridge.node.enforcer import ENFORCER_DEVICE, enforcer_device
 
 H100 = NvidiaCard(minor=0, uuid=mock_uuid(0))
 WHOLE_CARD_POLICY = {"default": "80Gi", "validRange": {"min": "1Mi", "max": "80Gi", "step": "1Mi"}}
@@ -72,8 +73,13 @@ def test_the_device_is_gpu_minor_with_the_attributes_of_gpuinfo() -> None:
     }
 
 
-def test_the_name_never_matches_nvidias_mig_regex() -> None:
-    assert not re.match(r"^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$", nvidia_gpu_device(H100)["name"])
+def test_our_enforcer_device_never_matches_nvidias_mig_regex() -> None:
+    """NVIDIA's partial-prepare rollback runs every result's device name, whatever its driver,
+    through its MIG regex (reference §6, item 2): the device our agent publishes must not match
+    it."""
+    name = enforcer_device()["name"]
+    assert name == ENFORCER_DEVICE
+    assert not re.match(r"^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$", name)
 
 
 @pytest.mark.parametrize("mode", ["off", "0", "-1", "", "100 "])
