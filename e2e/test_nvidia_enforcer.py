@@ -41,8 +41,9 @@ pytestmark = pytest.mark.e2e
 RESOURCE = "/apis/resource.k8s.io/v1"
 MIB = 2**20
 LABEL = "e2e.vgpu-bridge.io/nvidia-webhook"
-#: NVIDIA's modes our profile takes (`disabled` publishes no shares: nothing to share)
-MODES = ["100", "memory", "unlimited"]
+#: NVIDIA's modes our profile takes (`disabled` publishes no shares: nothing to share); 4 is an
+#: N other than 100 (NVIDIA's own tests use it), where shares are no longer percents
+MODES = ["100", "4", "memory", "unlimited"]
 CARD = NvidiaCard(minor=0, uuid=mock_uuid(0))  # the mock's H100: 80Gi
 CARD_MIB = CARD.memory_bytes // MIB
 #: HAMi's own example (../shared/upstream-examples/hami), applied as users apply it
@@ -65,6 +66,13 @@ class NvidiaPool:
     @property
     def books_shares(self) -> bool:
         return self.mode.isdigit()
+
+    def shares_booked(self, cores: int = 0) -> str | None:
+        """NVIDIA's `shares` a share of `cores` percent consumes: ceil(cores*N/100), the policy's
+        default 1 without cores; None in the modes that publish no shares."""
+        if not self.books_shares:
+            return None
+        return str(-(-cores * int(self.mode) // 100) if cores else 1)
 
 
 @pytest.fixture(scope="module")
@@ -199,11 +207,12 @@ def test_hami_shares_land_on_nvidias_card_each_held_to_its_own_share(
         "by-percent": {"gpumem-percentage": 25},
         "with-cores": {"gpumem": 4096, "gpucores": 30},
     }
-    # MiB booked; shares booked (the <N> mode only: 1 is its policy default); SM limit applied
+    # MiB booked; shares booked (the <N> mode only: 1 is its policy default; gpucores 30 is 30
+    # of 100 shares, 2 of 4); SM limit applied (the 30% asked, also where 2 of 4 shares are 50%)
     expected = {
-        "by-mib": (10000, 1, "0"),
-        "by-percent": (20480, 1, "0"),
-        "with-cores": (4096, 30, "30"),
+        "by-mib": (10000, pool.shares_booked(), "0"),
+        "by-percent": (20480, pool.shares_booked(), "0"),
+        "with-cores": (4096, pool.shares_booked(30), "30"),
     }
     for name, limits in asked.items():
         create_pod(kube, ns, hami_pod(name, limits))
@@ -213,9 +222,7 @@ def test_hami_shares_land_on_nvidias_card_each_held_to_its_own_share(
     for name, (mib, booked, sm) in expected.items():
         share = shares[name]
         assert share.memory_mib == mib, name
-        assert share.gpu["consumedCapacity"].get("shares") == (
-            str(booked) if pool.books_shares else None
-        )
+        assert share.gpu["consumedCapacity"].get("shares") == booked, name
         assert (share.limit_mib, share.sm_limit) == (f"{mib}m", sm), name
     assert len({s.gpu["shareID"] for s in shares.values()}) == len(
         shares
@@ -230,7 +237,7 @@ def test_a_whole_card_books_all_of_nvidias_memory_and_every_share(
     share = share_of(kube, ns, "whole", pool)
 
     assert share.memory_mib == CARD_MIB
-    assert share.gpu["consumedCapacity"].get("shares") == ("100" if pool.books_shares else None)
+    assert share.gpu["consumedCapacity"].get("shares") == pool.shares_booked(100)  # N of N
     assert (share.limit_mib, share.sm_limit) == (f"{CARD_MIB}m", "100")
 
 
@@ -243,8 +250,8 @@ def test_gpucores_100_keeps_the_card_only_where_nvidia_publishes_shares(
 
     create_pod(kube, ns, hami_pod("second", {"gpumem": 1000}))
 
-    if pool.books_shares:  # all 100 shares are booked: HAMi's exclusive card
-        assert alone.gpu["consumedCapacity"]["shares"] == "100"
+    if pool.books_shares:  # all N shares are booked: HAMi's exclusive card
+        assert alone.gpu["consumedCapacity"]["shares"] == pool.mode
         wait_for(lambda: unschedulable_condition(kube, ns, "second"), what="second unschedulable")
         stays(
             lambda: not get_pod(kube, ns, "second")["spec"].get("nodeName"), for_s=2, what="unbound"
@@ -274,6 +281,7 @@ def test_hamis_default_use_example_runs_unchanged_held_to_3000_mib_and_30_percen
 
     share = share_of(kube, ns, example["metadata"]["name"], pool)
     assert (share.memory_mib, share.limit_mib, share.sm_limit) == (3000, "3000m", "30")
+    assert share.gpu["consumedCapacity"].get("shares") == pool.shares_booked(30)
 
 
 def test_deleting_the_pods_leaves_no_limits_file_spec_or_claim_dir(
