@@ -10,7 +10,10 @@ many shares it is cut (capacity `shares`, value N). Facts: docs/reference/nvidia
 `cards_in_slices` reads the slices (pure); `NvidiaCards` keeps what it read, so that a Prepare
 normally makes no API call: the list (`spec.nodeName`, `spec.driver` field selectors, paged) is
 read again when a device is not known or the cache is older than MAX_AGE_S, at most once per
-MIN_REFRESH_S on misses (a burst of claims for a card published a moment ago reads once). Only
+MIN_REFRESH_S on misses (a burst of claims for a card published a moment ago reads once). When
+a read fails, what was read within MAX_STALE_S still answers; older, the read's error does.
+`cached_card` never reads: the agent looks cards up that way under its state lock, after
+`card` warmed the cache outside it (a slow API never holds up another claim's Prepare). Only
 the newest generation of the node's pool counts, and at most MAX_DEVICES devices of it; a
 device that is not a usable card (no uuid, no memory, a MIG or VFIO device) is kept with the
 reason, which a claim that names it gets as its error.
@@ -36,6 +39,7 @@ from vgpu_bridge.node.publisher import SLICES
 Json = dict[str, Any]
 MAX_AGE_S = 30.0  # a card's uuid and size do not change while it is published; its taints may
 MIN_REFRESH_S = 1.0
+MAX_STALE_S = 10 * MAX_AGE_S  # what a failed read leaves served: no older than this
 MAX_DEVICES = 1024  # NVIDIA puts every GPU, MIG and VFIO device of a node in one slice
 MAX_CARD_BYTES = 2**50  # a bound (1 PiB) far above any card; a bigger value is no card's
 MAX_TEXT = 64  # attribute strings as the API server bounds them
@@ -168,18 +172,21 @@ class NvidiaCards:
         *,
         node: str,
         max_age_s: float = MAX_AGE_S,
+        max_stale_s: float = MAX_STALE_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`read` lists NVIDIA's slices on this node (`slices_reader`)."""
         self._read = read
         self._node = node
         self._max_age_s = max_age_s
+        self._max_stale_s = max_stale_s
         self._clock = clock
-        self._lock = threading.Lock()  # guards the three fields below
+        self._lock = threading.Lock()  # guards the four fields below
         self._reading = threading.Lock()  # held while the slices are read
         self._found: Mapping[str, Found] = {}
         self._read_at: float | None = None  # the last read that succeeded
         self._tried_at: float | None = None  # the last read, whatever its outcome
+        self._error: CardProblem | None = None  # the last read's failure; None once one succeeds
 
     def card(self, device: str) -> NvidiaCard:
         """The card published as `device`; CardProblem when it is none, or no card of this
@@ -189,6 +196,14 @@ class NvidiaCards:
         if found is None:
             self._read_again(device)
             found = self._known(device, fresh_only=False)
+        return self._answer(device, found)
+
+    def cached_card(self, device: str) -> NvidiaCard:
+        """`card` from what was read, never reading (so never waiting on a read): for callers
+        that hold a lock others wait on, after `card` warmed the cache outside it."""
+        return self._answer(device, self._known(device, fresh_only=False))
+
+    def _answer(self, device: str, found: Found | None) -> NvidiaCard:
         if found is None:
             raise CardProblem(
                 f"device {device[:MAX_TEXT]!r} is not in {NVIDIA_DRIVER}'s slice of node "
@@ -213,10 +228,25 @@ class NvidiaCards:
                             key=lambda c: c.device))  # fmt: skip
 
     def _known(self, device: str, *, fresh_only: bool = True) -> Found | None:
+        """What was read of `device`; None when unknown (or not fresh, with `fresh_only`).
+        CardProblem raised when nothing read within MAX_STALE_S is left to answer."""
         with self._lock:
             if fresh_only and not self._fresh_locked():
                 return None
+            if self._read_at is None or self._clock() - self._read_at >= self._max_stale_s:
+                self._refuse_stale_locked()
             return self._found.get(device)
+
+    def _refuse_stale_locked(self) -> None:
+        """Nothing recent enough is known: the last read's error, if it failed."""
+        if self._error is not None:  # a new one: callers on other threads raise it too
+            raise CardProblem(str(self._error))
+        if self._read_at is not None:
+            age = round(self._clock() - self._read_at)
+            raise CardProblem(
+                f"{NVIDIA_DRIVER}'s ResourceSlices of node {self._node} were last read {age} s "
+                f"ago, more than {self._max_stale_s:g} s: not trusted"
+            )
 
     def _read_again(self, device: str) -> None:
         """Read the slices for a Prepare that missed `device`, unless a read finished within
@@ -231,9 +261,12 @@ class NvidiaCards:
             try:
                 self._refresh()
             except Exception as error:  # the API unreachable after retries, or refusing
-                raise CardProblem(
+                problem = CardProblem(
                     f"reading {NVIDIA_DRIVER}'s ResourceSlices of node {self._node}: {error}"
-                ) from None
+                )
+                with self._lock:
+                    self._error = problem
+                raise problem from None
 
     def _fresh(self) -> bool:
         with self._lock:
@@ -252,7 +285,24 @@ class NvidiaCards:
             self._tried_at = started  # a failing API is not asked again at once
         found = cards_in_slices(self._read(), node=self._node)
         with self._lock:
-            self._found, self._read_at = found, started
+            self._found, self._read_at, self._error = found, started, None
+
+
+def allocated_devices(claim: Json, *, node: str) -> list[str]:
+    """The devices of NVIDIA's pool `node` that `claim`'s allocation names, in order, each once
+    and at most MAX_DEVICES (the enforcer checks the allocation itself; this only says which
+    cards to look up ahead)."""
+    allocation = (claim.get("status") or {}).get("allocation")
+    devices = allocation.get("devices") if isinstance(allocation, dict) else None
+    results = devices.get("results") if isinstance(devices, dict) else None
+    named: dict[str, None] = {}
+    for result in results[:MAX_DEVICES] if isinstance(results, list) else ():
+        if not isinstance(result, dict) or result.get("driver") != NVIDIA_DRIVER:
+            continue
+        device = result.get("device")
+        if result.get("pool") == node and isinstance(device, str):
+            named[device] = None
+    return list(named)
 
 
 def slices_reader(api: KubeApi, *, node: str) -> Callable[[], list[Json]]:

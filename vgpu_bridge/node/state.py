@@ -18,6 +18,7 @@ device, this node's enforcer, without request names (`answered`); all else is as
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -47,7 +48,7 @@ from vgpu_bridge.node.checkpoint import CheckpointCorrupt, PreparedClaim, Prepar
 from vgpu_bridge.node.enforcer import ENFORCER_DEVICE, EnforcedClaim, enforced_shares
 from vgpu_bridge.node.files import remove, remove_temp_files
 from vgpu_bridge.node.gpus import Gpu
-from vgpu_bridge.node.nvidia_slices import NvidiaCards
+from vgpu_bridge.node.nvidia_slices import CardProblem, NvidiaCards, allocated_devices
 
 Json = dict[str, Any]
 CLAIMS = "/apis/resource.k8s.io/v1"
@@ -250,7 +251,7 @@ class DeviceState:
             ref = ClaimRef(meta["namespace"], meta["name"], meta["uid"])
             try:
                 ref.check()
-                rebuilt[ref.uid] = self._prepare_new(claim, ref)
+                rebuilt[ref.uid] = self._prepare_new(claim, ref, read_cards=True)
             except ClaimError as error:
                 log.warning("could not rebuild a claim", claim_uid=ref.uid, error=str(error))
         return rebuilt, True
@@ -314,13 +315,26 @@ class DeviceState:
             if ref.uid in known or ref.uid in fetched or time.monotonic() > deadline:
                 continue
             started = time.perf_counter()
+            claim: Json | ClaimError
             try:
                 ref.check()
-                claim: Json | ClaimError = self._get_claim(ref)
+                claim = self._get_claim(ref)
+                self._warm_nvidia_cards(claim)
             except ClaimError as error:
                 claim = error
             fetched[ref.uid] = (claim, time.perf_counter() - started)
         return fetched
+
+    def _warm_nvidia_cards(self, claim: Json) -> None:
+        """In enforcer mode, look up (reading NVIDIA's slices when needed) each card of this node
+        that `claim`'s allocation names, before the lock: under it `plan` only reads the cache,
+        so a slow API holds up no other claim's Prepare or Unprepare. A card that cannot be
+        read is the claim's error there, from the cache."""
+        if self._nvidia_cards is None:
+            return
+        for device in allocated_devices(claim, node=self._node):
+            with contextlib.suppress(CardProblem):
+                self._nvidia_cards.card(device)
 
     def _commit_new(
         self,
@@ -456,12 +470,15 @@ class DeviceState:
         except Exception as error:  # the API unreachable after retries: this claim fails
             raise ClaimError(f"reading ResourceClaim {ref.namespace}/{ref.name}: {error}") from None
 
-    def plan(self, claim: Json, ref: ClaimRef) -> PreparedClaim:
-        """What preparing `claim` means on this node, without writing anything."""
+    def plan(self, claim: Json, ref: ClaimRef, *, read_cards: bool = True) -> PreparedClaim:
+        """What preparing `claim` means on this node, without writing anything. `read_cards`:
+        NVIDIA's slices may be read (enforcer mode); False under the lock, where only what
+        `_fetch_unprepared` warmed is looked at."""
         if self._nvidia_cards is not None:
+            cards = self._nvidia_cards
+            card = cards.card if read_cards else cards.cached_card
             enforced = enforced_shares(claim, uid=ref.uid, node=self._node,
-                                       driver=self._profile.driver,
-                                       card=self._nvidia_cards.card)  # fmt: skip
+                                       driver=self._profile.driver, card=card)  # fmt: skip
             shares, devices = enforced.shares, self._enforcer_devices(enforced)
         else:
             shares = claim_shares(
@@ -482,8 +499,12 @@ class DeviceState:
             cdi_spec=spec_text(spec),
         )
 
-    def _prepare_new(self, claim: Json, ref: ClaimRef) -> PreparedClaim:
-        prepared = self.plan(claim, ref)
+    def _prepare_new(
+        self, claim: Json, ref: ClaimRef, *, read_cards: bool = False
+    ) -> PreparedClaim:
+        """Under the lock: NVIDIA's slices are read only with `read_cards` (the rebuild at
+        start, before any call is served); a Prepare warmed them before (`_warm_nvidia_cards`)."""
+        prepared = self.plan(claim, ref, read_cards=read_cards)
         try:
             write_spec(prepared.cdi_spec, ref.uid, self._layout)
         except OSError as error:

@@ -22,7 +22,7 @@ from tests.unit.node.nvidia_claims import (
 from vgpu_bridge.core.profiles import ENFORCER_DRIVER
 from vgpu_bridge.node.allocation import ClaimError
 from vgpu_bridge.node.enforcer import EnforcedClaim, enforced_shares, enforcer_device
-from vgpu_bridge.node.nvidia_slices import CardProblem, NvidiaCards, cards_in_slices
+from vgpu_bridge.node.nvidia_slices import MAX_AGE_S, CardProblem, NvidiaCards, cards_in_slices
 
 Json = dict[str, Any]
 GIB = 2**30
@@ -293,3 +293,49 @@ def test_a_claim_replaced_unallocated_or_on_another_node_is_refused() -> None:
         _enforce(unallocated)
     with pytest.raises(ClaimError, match="allocated to node"):
         _enforce(nvidia_claim(node="node-b"))
+
+
+MAX_STALE_S = 10 * MAX_AGE_S  # nvidia_slices.MAX_STALE_S
+
+
+def test_after_a_failed_read_a_card_read_not_long_ago_is_still_served() -> None:
+    """Within MIN_REFRESH_S of a failed read the API is not asked again; what was read within
+    MAX_STALE_S still answers (a card's uuid and size do not change while it is published)."""
+    slices, clock = Slices(nvidia_slice()), Clock()
+    cards = NvidiaCards(slices, node=NODE, clock=clock)
+    cards.card("gpu-0")
+    clock.now += 31  # old: read again
+    slices.broken = RuntimeError("connection refused")
+    with pytest.raises(CardProblem, match="refused"):
+        cards.card("gpu-0")
+    clock.now += 0.5
+    assert cards.card("gpu-0").uuid == mock_uuid(0)
+    assert slices.reads == 2
+
+
+def test_after_a_failed_read_a_card_read_too_long_ago_is_the_read_error() -> None:
+    slices, clock = Slices(nvidia_slice()), Clock()
+    cards = NvidiaCards(slices, node=NODE, clock=clock)
+    cards.card("gpu-0")
+    clock.now += MAX_STALE_S
+    slices.broken = RuntimeError("connection refused")
+    with pytest.raises(CardProblem, match="refused"):
+        cards.card("gpu-0")
+    clock.now += 0.5  # not read again yet: the last read's error, not the old card
+    with pytest.raises(CardProblem, match=r"reading gpu\.nvidia\.com's ResourceSlices.*refused"):
+        cards.card("gpu-0")
+    assert slices.reads == 2
+
+
+def test_a_cached_lookup_never_reads() -> None:
+    slices, clock = Slices(nvidia_slice()), Clock()
+    cards = NvidiaCards(slices, node=NODE, clock=clock)
+    with pytest.raises(CardProblem, match=r"'gpu-0' is not in gpu\.nvidia\.com's slice"):
+        cards.cached_card("gpu-0")
+    cards.card("gpu-0")
+    clock.now += 31  # old, yet served without a read
+    assert cards.cached_card("gpu-1").uuid == mock_uuid(1)
+    clock.now += MAX_STALE_S
+    with pytest.raises(CardProblem, match="last read"):
+        cards.cached_card("gpu-1")
+    assert slices.reads == 1
