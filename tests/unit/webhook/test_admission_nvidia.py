@@ -223,19 +223,22 @@ def test_the_quick_path_leaves_a_pod_naming_claims_to_a_worker(admitter: Admitte
 
 
 @pytest.mark.parametrize(
-    ("config", "limits"),
-    [({}, {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 1}),
-     ({"resource_count_name": "example.com/vgpu", "resource_memory_name": "example.com/vmem",
-       "resource_core_name": "example.com/vcores"}, {"nvidia.com/gpu": 1})],
+    ("renamed", "limits"),
+    [(False, {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 1}),
+     (True, {"nvidia.com/gpu": 1})],
     ids=["implicit-class-name", "nvidia-count-beside-a-renamed-one"],
 )  # fmt: skip
 def test_a_translated_pod_whose_other_container_keeps_nvidias_resource_is_refused(
-    recorded: RecordingApi, config: dict[str, str], limits: dict[str, Any]
+    recorded: RecordingApi, renamed: bool, limits: dict[str, Any]
 ) -> None:
     """Translation leaves a key it does not own as it is: the patched pod is checked too."""
     from vgpu_bridge.core import TranslatorConfig
 
-    translator = TranslatorConfig(**config)
+    translator = TranslatorConfig()
+    if renamed:
+        translator = TranslatorConfig(resource_count_name="example.com/vgpu",
+                                      resource_memory_name="example.com/vmem",
+                                      resource_core_name="example.com/vcores")  # fmt: skip
     admitter = admitter_over(recorded, profile=NVIDIA, config=translator)
     hami = {translator.resource_count_name: 1, translator.resource_memory_name: 3000}
     obj = pod(hami)
