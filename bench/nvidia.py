@@ -28,9 +28,12 @@ Three parts (``--parts``, default all), each a table:
   NVIDIA-shaped slices (one slice per node, ``--consumable-shares=100``) plus the enforcer's
   slice of each node, and ``whole`` (plain devices, one each) as the baseline; the claims are
   what the translator writes for ``gpumem: 8192, gpucores: 10``. Reported: each shares / whole
-  and nvidia-shares / shares, per round, median. Left out: binding is measured, no pod runs.
+  and nvidia-shares / shares, per round, median. ``--workloads`` also offers ``nvidia-alone``
+  (the same share without the enforcer request: NVIDIA's driver alone), which tells the
+  enforcer's cost from that of NVIDIA's shapes. Left out: binding is measured, no pod runs.
 
-``.venv/bin/python bench/nvidia.py [--parts admission,prepare,schedule] [--repeats N] [--gpus N]``
+``.venv/bin/python bench/nvidia.py [--parts admission,prepare,schedule] [--repeats N] [--gpus N]
+[--workloads shares,nvidia-shares,nvidia-alone,whole]``
 """
 
 from __future__ import annotations
@@ -86,6 +89,7 @@ from e2e.webhook.process import CONFIGS, WebhookProcess, configuration
 from vgpu_bridge.core import (
     DEFAULT,
     ENFORCER_DRIVER,
+    ENFORCER_REQUEST,
     DeviceFilter,
     DriverProfile,
     GpuRequest,
@@ -97,7 +101,9 @@ from vgpu_bridge.core.profiles import nvidia_profile
 from vgpu_bridge.node.kubeletapi import dra_v1_pb2_grpc
 
 RESOURCE = f"/apis/{RESOURCE_V1}"
-NVIDIA_SHARES = "nvidia-shares"
+NVIDIA_SHARES, NVIDIA_ALONE = "nvidia-shares", "nvidia-alone"
+DEFAULT_WORKLOADS = ("shares", NVIDIA_SHARES, "whole")
+WORKLOADS = ("shares", NVIDIA_SHARES, NVIDIA_ALONE, "whole")
 GOAL_RATIO = 1.2
 PARTS = ("admission", "prepare", "schedule")
 CARD_MEMORY = schedule.CARD_MEMORY
@@ -135,10 +141,24 @@ def nvidia_share_claim() -> Json:
                             cores=schedule.SHARE_CORES)  # fmt: skip
 
 
-def schedule_workloads() -> list[schedule.Workload]:
-    by_name = {w.name: w for w in schedule.WORKLOADS}
-    nvidia = schedule.Workload(NVIDIA_SHARES, publish_nvidia, nvidia_share_claim)
-    return [by_name["shares"], nvidia, by_name["whole"]]
+def without_enforcer() -> Json:
+    """The nvidia share claim without its enforcer request and config: NVIDIA's driver alone,
+    which tells the enforcer's cost from the cost of NVIDIA's shapes."""
+    spec = nvidia_share_claim()
+    devices = spec["devices"]
+    requests = [r for r in devices["requests"] if r["name"] != ENFORCER_REQUEST]
+    return {"devices": {k: v for k, v in devices.items() if k not in ("requests", "config")}
+            | {"requests": requests}}  # fmt: skip
+
+
+def schedule_workloads(wanted: Sequence[str] = DEFAULT_WORKLOADS) -> list[schedule.Workload]:
+    """`wanted` of ours (``bench/schedule.py``'s shares and whole), nvidia-shares and
+    nvidia-alone (nvidia-shares without the enforcer request), in that order."""
+    every = {w.name: w for w in schedule.WORKLOADS} | {
+        NVIDIA_SHARES: schedule.Workload(NVIDIA_SHARES, publish_nvidia, nvidia_share_claim),
+        NVIDIA_ALONE: schedule.Workload(NVIDIA_ALONE, publish_nvidia, without_enforcer),
+    }
+    return [every[name] for name in wanted]
 
 
 def _spread(values: list[float]) -> str:
@@ -156,8 +176,12 @@ def schedule_ratios(results: Sequence[schedule.Result]) -> list[str]:
     for run in results:
         runs.setdefault(run.workload, []).append(run)
     lines = []
-    for top, bottom in ((NVIDIA_SHARES, "whole"), (NVIDIA_SHARES, "shares")):
+    pairs_wanted = ((NVIDIA_SHARES, "whole"), (NVIDIA_SHARES, "shares"),
+                    (NVIDIA_SHARES, NVIDIA_ALONE))  # fmt: skip
+    for top, bottom in pairs_wanted:
         pairs = list(zip(runs.get(top, []), runs.get(bottom, []), strict=False))
+        if not pairs:
+            continue
         rate = [t.pods_per_s / b.pods_per_s for t, b in pairs if b.pods_per_s > 0]
         algo = [t.algorithm_ms / b.algorithm_ms for t, b in pairs if b.algorithm_ms > 0]
         lines.append(f"{top} / {bottom} = {_spread(rate)}x pods/s, {_spread(algo)}x algorithm "
@@ -165,13 +189,15 @@ def schedule_ratios(results: Sequence[schedule.Result]) -> list[str]:
     return lines
 
 
-def schedule_part(settings: Settings, *, gpus: int, repeats: int) -> tuple[str, bool]:
+def schedule_part(
+    settings: Settings, *, gpus: int, repeats: int, workloads: Sequence[str] = DEFAULT_WORKLOADS
+) -> tuple[str, bool]:
     """Every workload once per round, interleaved; the table and whether every pod was bound."""
     scale = schedule.Scale.at_gpus(gpus)
     runner = schedule.RUNNERS[0]  # kube-scheduler
     results = []
     for round_ in range(repeats):
-        for workload in schedule_workloads():
+        for workload in schedule_workloads(workloads):
             result = schedule.run(runner, workload, settings, scale)
             results.append(result)
             print(f"round {round_ + 1}: " + schedule.table([result]).splitlines()[2],
@@ -530,11 +556,22 @@ def _parts(text: str) -> list[str]:
     return parts
 
 
+def _workloads(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(WORKLOADS))
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"workloads of {', '.join(WORKLOADS)}; got {text!r}")
+    return names
+
+
 def _arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench/nvidia.py", description=__doc__.split("\n")[0])
     parser.add_argument("--parts", type=_parts, default=list(PARTS), help="comma list")
     parser.add_argument("--repeats", type=int, default=1, help="interleaved rounds of schedule")
     parser.add_argument("--gpus", type=int, default=1_000, help="cards of the schedule part")
+    workloads_help = f"of the schedule part, a comma list of {', '.join(WORKLOADS)}"
+    parser.add_argument("--workloads", type=_workloads, default=list(DEFAULT_WORKLOADS),
+                        help=workloads_help)  # fmt: skip
     arguments = parser.parse_args(argv)
     if arguments.repeats < 1 or arguments.gpus < schedule.GPUS_PER_NODE:
         parser.error(f"--repeats >= 1, --gpus >= {schedule.GPUS_PER_NODE}")
@@ -549,7 +586,8 @@ def main(argv: Sequence[str]) -> int:
     if "prepare" in arguments.parts:
         tables.append(prepare_part(settings))
     if "schedule" in arguments.parts:
-        text, bound = schedule_part(settings, gpus=arguments.gpus, repeats=arguments.repeats)
+        text, bound = schedule_part(settings, gpus=arguments.gpus, repeats=arguments.repeats,
+                                    workloads=arguments.workloads)  # fmt: skip
         tables.append(text)
         ok = ok and bound
     load = os.getloadavg()

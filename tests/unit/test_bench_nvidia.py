@@ -11,10 +11,12 @@ import pytest
 
 from bench.nvidia import (
     _parts,
+    _workloads,
     admission_lines,
     nvidia_share_claim,
     ratio_lines,
     schedule_ratios,
+    without_enforcer,
 )
 from bench.nvidia_shapes import allocation, enforcer_device_class, enforcer_slice, node_cards
 from bench.schedule import Result, Scale
@@ -85,6 +87,12 @@ TRANSLATED = {
 }  # fmt: skip
 
 
+def test_nvidia_alone_is_the_same_share_without_the_enforcer_request_and_config() -> None:
+    alone, share = without_enforcer()["devices"], nvidia_share_claim()["devices"]
+    assert alone["requests"] == [r for r in share["requests"] if r["name"] == "gpu"]
+    assert "config" not in alone
+
+
 def result(workload: str, rate: float, algorithm_ms: float) -> Result:
     scale = Scale(nodes=2, pods=101, whole_per_node=51)
     return Result("kube-scheduler", workload, 100 / rate, 1.0, 1.0, 101, algorithm_ms, 1.0, scale)
@@ -132,6 +140,18 @@ def test_the_admission_goal_compares_the_median_p99_of_the_rounds() -> None:
     lines = admission_lines([ours, nvidia])
     assert "nvidia / default p99 = 1.17x (goal <= 1.2x): met" in lines
     assert "nvidia / default hook p99 = 1.00x (goal <= 1.2x): met" in lines
+
+
+def test_the_enforcers_cost_is_nvidia_shares_over_nvidia_alone_when_both_ran() -> None:
+    results = [result("nvidia-shares", 30, 3.0), result("nvidia-alone", 40, 2.0)]
+    (line,) = schedule_ratios(results)
+    assert line == "nvidia-shares / nvidia-alone = 0.75x pods/s, 1.50x algorithm time per pod"
+
+
+def test_unknown_workloads_are_refused_naming_the_known_ones() -> None:
+    assert _workloads("nvidia-alone,whole") == ["nvidia-alone", "whole"]
+    with pytest.raises(argparse.ArgumentTypeError, match="shares, nvidia-shares, nvidia-alone"):
+        _workloads("nvidia")
 
 
 def test_unknown_parts_are_refused_naming_the_known_ones() -> None:
