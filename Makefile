@@ -89,12 +89,14 @@ cluster-bin-current: venv
 .PHONY: e2e-k8s137
 # The e2e tier's DRA scenarios again on Kubernetes K8S_CURRENT (docs/kubernetes-versions.md):
 # the same test files as in `make e2e`, in a pytest session whose private control plane is
-# K8S_CURRENT's (webhook translation, kube-scheduler packing shares, node agent Prepare), and
+# K8S_CURRENT's (webhook translation, kube-scheduler packing shares, node agent Prepare, the same
+# on NVIDIA-shaped slices with our enforcer), and
 # e2e/test_extended_resource.py, which needs 1.37 (whole GPUs through DeviceClass
 # extendedResourceName; skipped in `make e2e` on the pinned 1.36).
 E2E_DRA_SCENARIOS := e2e/webhook/test_admission.py e2e/test_dra_sharing.py \
 	e2e/test_core_booking.py e2e/test_init_container_booking.py e2e/node/test_agent.py \
-	e2e/node/test_prepare_input.py e2e/test_extended_resource.py e2e/test_k8s_versions.py
+	e2e/node/test_prepare_input.py e2e/test_extended_resource.py e2e/test_k8s_versions.py \
+	e2e/test_nvidia_enforcer.py
 e2e-k8s137: venv cluster-bin-current
 	K8S_VERSION=$(K8S_CURRENT) $(PY) -m pytest $(E2E_DRA_SCENARIOS) -q
 
