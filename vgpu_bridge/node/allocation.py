@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from vgpu_bridge.core.opaque_config import ShareConfigError, parse_share_config
+from vgpu_bridge.core.opaque_config import GpuShareConfig, ShareConfigError, parse_share_config
 from vgpu_bridge.core.profiles import DriverProfile
 from vgpu_bridge.core.quantity import MiB, QuantityError, parse_quantity
 from vgpu_bridge.node.gpus import Gpu
@@ -145,11 +145,17 @@ def _priority(configs: list[Json], profile: DriverProfile, ref: str) -> int | No
         opaque = entry.get("opaque") or {}
         if opaque.get("driver") != profile.driver:
             continue
-        where = f"{ref}: status.allocation.devices.config[{index}].opaque.parameters"
-        try:
-            config = parse_share_config(opaque.get("parameters") or {})
-        except ShareConfigError as error:
-            raise ClaimError(f"{where}: {error}") from None
+        config = opaque_share_config(opaque, index, ref)
         if config.priority is not None:
             priority = config.priority
     return priority
+
+
+def opaque_share_config(opaque: Json, index: int, ref: str) -> GpuShareConfig:
+    """Our opaque config at `config[index]`, parsed; one place, so both our driver and the
+    NVIDIA enforcer refuse a bad one with the same message naming the field."""
+    where = f"{ref}: status.allocation.devices.config[{index}].opaque.parameters"
+    try:
+        return parse_share_config(opaque.get("parameters") or {})
+    except ShareConfigError as error:
+        raise ClaimError(f"{where}: {error}") from None

@@ -28,10 +28,16 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from vgpu_bridge.core.opaque_config import GpuShareConfig, ShareConfigError, parse_share_config
+from vgpu_bridge.core.opaque_config import GpuShareConfig
 from vgpu_bridge.core.profiles import NVIDIA_DRIVER
 from vgpu_bridge.core.quantity import MiB, QuantityError, parse_quantity
-from vgpu_bridge.node.allocation import ClaimError, ClaimShares, Share, checked_allocation
+from vgpu_bridge.node.allocation import (
+    ClaimError,
+    ClaimShares,
+    Share,
+    checked_allocation,
+    opaque_share_config,
+)
 from vgpu_bridge.node.nvidia_slices import (
     MEMORY_CAPACITY,
     SHARES_CAPACITY,
@@ -119,11 +125,7 @@ def _config(configs: Any, *, driver: str, ref: str) -> GpuShareConfig:
         opaque = (entry.get("opaque") if isinstance(entry, dict) else None) or {}
         if opaque.get("driver") != driver:
             continue
-        where = f"{ref}: status.allocation.devices.config[{index}].opaque.parameters"
-        try:
-            config = parse_share_config(opaque.get("parameters") or {})
-        except ShareConfigError as error:
-            raise ClaimError(f"{where}: {error}") from None
+        config = opaque_share_config(opaque, index, ref)
         priority = config.priority if config.priority is not None else priority
         cores = config.cores if config.cores is not None else cores
     return GpuShareConfig(priority=priority, cores=cores)
