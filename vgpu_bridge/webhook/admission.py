@@ -342,17 +342,7 @@ class Admitter:
         """Why a pod we do not translate is refused under the nvidia profile: it names a claim or
         template of NVIDIA's class without our enforcer's request (a share no one would hold to
         its limits), or one that cannot be read to tell (it could be made so after the pod)."""
-        problem = dns_label_problem(namespace) if namespace else "required"
-        if problem or not isinstance(namespace, str):
-            why = [FieldError("metadata.namespace", f"{problem}, so its claims cannot be read")]
-            return InvalidRequest(object_ref(pod), why).lines()
-        found = []
-        for path, resource, name in _claim_refs(pod):
-            reason = self._unenforced_claim_reason(
-                claims.claimed(resource, namespace, name), resource, name
-            )
-            if reason:
-                found.append(FieldError(path, reason))
+        found = _claim_problems(pod, namespace, claims, self._unenforced_claim_reason)
         return InvalidRequest(object_ref(pod), found).lines() if found else []
 
     def _unenforced_claim_reason(self, claimed: Claimed, resource: str, name: str) -> str | None:
@@ -447,17 +437,7 @@ class Admitter:
         self, pod: Mapping[str, Any], namespace: object, claims: ClaimLookup
     ) -> list[FieldError]:
         """The claims the pod names that are of our class, or cannot be read to tell."""
-        problem = dns_label_problem(namespace) if namespace else "required"
-        if problem or not isinstance(namespace, str):
-            return [FieldError("metadata.namespace", f"{problem}, so its claims cannot be read")]
-        found = []
-        for path, resource, name in _claim_refs(pod):
-            reason = self._guardrail_claim_reason(
-                claims.claimed(resource, namespace, name), resource, name
-            )
-            if reason:
-                found.append(FieldError(path, reason))
-        return found
+        return _claim_problems(pod, namespace, claims, self._guardrail_claim_reason)
 
     def _guardrail_claim_reason(self, claimed: Claimed, resource: str, name: str) -> str | None:
         kind, device_class = resource[:-1], self.profile.device_class
@@ -588,3 +568,22 @@ def _claim_refs(pod: Mapping[str, Any]) -> list[tuple[str, str, str]]:
             if isinstance(name, str):
                 refs.append((f"spec.resourceClaims[{index}].{key}", resource, name))
     return refs
+
+
+def _claim_problems(
+    pod: Mapping[str, Any],
+    namespace: object,
+    claims: ClaimLookup,
+    reason: Callable[[Claimed, str, str], str | None],
+) -> list[FieldError]:
+    """`reason(claimed, resource, name)` for each claim and template the pod names, as field
+    errors; one error on the namespace instead when it cannot name claims to read."""
+    problem = dns_label_problem(namespace) if namespace else "required"
+    if problem or not isinstance(namespace, str):
+        return [FieldError("metadata.namespace", f"{problem}, so its claims cannot be read")]
+    found = []
+    for path, resource, name in _claim_refs(pod):
+        why = reason(claims.claimed(resource, namespace, name), resource, name)
+        if why:
+            found.append(FieldError(path, why))
+    return found
