@@ -23,6 +23,12 @@ RESOURCE_API = "/apis/resource.k8s.io/v1/namespaces/team-a"
 NVIDIA = nvidia_profile()
 OPTED_OUT = {"vgpu-bridge.io/ignore": "true"}
 HAMI = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000, "nvidia.com/gpucores": 30}
+# each check once for a claim the pod names and once for a template it names
+BY_CLAIM_OR_TEMPLATE = pytest.mark.parametrize(
+    ("resource", "key"),
+    [("resourceclaims", "resourceClaimName"),
+     ("resourceclaimtemplates", "resourceClaimTemplateName")],
+)  # fmt: skip
 
 
 @pytest.fixture
@@ -140,11 +146,7 @@ def test_under_our_own_profile_an_opted_out_pod_keeps_its_extended_resource(
     assert response["allowed"] is True, response
 
 
-@pytest.mark.parametrize(
-    ("resource", "key"),
-    [("resourceclaims", "resourceClaimName"),
-     ("resourceclaimtemplates", "resourceClaimTemplateName")],
-)  # fmt: skip
+@BY_CLAIM_OR_TEMPLATE
 def test_a_pod_naming_an_nvidia_claim_without_the_enforcer_is_refused(
     admitter: Admitter, recorded: RecordingApi, resource: str, key: str
 ) -> None:
@@ -156,11 +158,7 @@ def test_a_pod_naming_an_nvidia_claim_without_the_enforcer_is_refused(
     assert "no share without its limits" in message
 
 
-@pytest.mark.parametrize(
-    ("resource", "key"),
-    [("resourceclaims", "resourceClaimName"),
-     ("resourceclaimtemplates", "resourceClaimTemplateName")],
-)  # fmt: skip
+@BY_CLAIM_OR_TEMPLATE
 def test_a_pod_naming_an_enforced_nvidia_claim_is_admitted(
     admitter: Admitter, recorded: RecordingApi, resource: str, key: str
 ) -> None:
@@ -279,11 +277,7 @@ def nvidia_config(recorded: RecordingApi, resource: str, name: str) -> None:
     spec["devices"]["config"] = [{"opaque": {"driver": "gpu.nvidia.com", "parameters": parameters}}]
 
 
-@pytest.mark.parametrize(
-    ("resource", "key"),
-    [("resourceclaims", "resourceClaimName"),
-     ("resourceclaimtemplates", "resourceClaimTemplateName")],
-)  # fmt: skip
+@BY_CLAIM_OR_TEMPLATE
 def test_a_pod_naming_an_enforced_claim_with_an_nvidia_config_is_refused(
     admitter: Admitter, recorded: RecordingApi, resource: str, key: str
 ) -> None:
