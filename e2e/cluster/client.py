@@ -9,6 +9,8 @@ from __future__ import annotations
 import http.client
 import json
 import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,3 +132,22 @@ class KubeClient:
         context = ssl.create_default_context(cafile=str(self.ca_file))
         context.load_cert_chain(str(self.client.cert), str(self.client.key))
         return context
+
+
+@contextmanager
+def created_unless_present(kube: KubeClient, path: str, body: Json) -> Iterator[str]:
+    """`body` created at `path` while the block runs, unless it is there already (then it is
+    left as found: another test or the chart owns it); its name."""
+    name: str = body["metadata"]["name"]
+    try:
+        kube.create(path, body)
+        created = True
+    except ApiError as error:
+        if error.status != 409:
+            raise
+        created = False
+    try:
+        yield name
+    finally:
+        if created:
+            kube.delete(f"{path}/{name}")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 
 from e2e.cluster import KubeClient, KubeletStandIn, LocalCluster, create_fake_node
-from e2e.cluster.client import ApiError
+from e2e.cluster.client import created_unless_present
 from e2e.dra_objects import device_class
 from e2e.node.agent import AgentProcess, GrpcPreparer, running_agent
 from vgpu_bridge.core import DEFAULT
@@ -51,18 +51,10 @@ def agent_driver() -> str:
 def device_class_present(kube: KubeClient, driver: str) -> Iterator[str]:
     """The DeviceClass named `driver` for that driver (the chart's selector), created unless
     someone else already made it, and then removed again."""
-    try:
-        kube.create(f"{RESOURCE}/deviceclasses", device_class(driver, driver=driver))
-        created = True
-    except ApiError as error:
-        if error.status != 409:
-            raise
-        created = False
-    try:
-        yield driver
-    finally:
-        if created:
-            kube.delete(f"{RESOURCE}/deviceclasses/{driver}")
+    with created_unless_present(
+        kube, f"{RESOURCE}/deviceclasses", device_class(driver, driver=driver)
+    ) as name:
+        yield name
 
 
 @pytest.fixture(scope="module")

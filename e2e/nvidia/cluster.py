@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from e2e.cluster.client import ApiError, Json, KubeClient
+from e2e.cluster.client import Json, KubeClient, created_unless_present
 from e2e.dra_objects import device_class
 from e2e.nvidia.slices import NVIDIA_DEVICE_CLASS, NvidiaCard, nvidia_device_class
 from e2e.nvidia.slices import nvidia_resource_slice as nvidia_slice_body
@@ -18,30 +18,14 @@ ENFORCER_DEVICE = "enforcer"
 
 
 @contextmanager
-def _created(kube: KubeClient, path: str, body: Json) -> Iterator[str]:
-    """`body` created at `path` unless it is there already (then left as found); its name."""
-    name: str = body["metadata"]["name"]
-    try:
-        kube.create(path, body)
-        created = True
-    except ApiError as error:
-        if error.status != 409:
-            raise
-        created = False
-    try:
-        yield name
-    finally:
-        if created:
-            kube.delete(f"{path}/{name}")
-
-
-@contextmanager
 def nvidia_and_enforcer_classes(kube: KubeClient) -> Iterator[None]:
     """NVIDIA's chart's ``gpu.nvidia.com`` and our chart's enforcer class, while the block runs."""
     classes = f"{RESOURCE}/deviceclasses"
     with (
-        _created(kube, classes, nvidia_device_class()),
-        _created(kube, classes, device_class(ENFORCER_DRIVER, driver=ENFORCER_DRIVER)),
+        created_unless_present(kube, classes, nvidia_device_class()),
+        created_unless_present(
+            kube, classes, device_class(ENFORCER_DRIVER, driver=ENFORCER_DRIVER)
+        ),
     ):
         yield
 
