@@ -40,11 +40,7 @@ def main(argv: list[str]) -> int:
     except StepError as error:
         print(f"e2e-kind: {error}", file=sys.stderr)
         return 1
-    for line in restored.changes:
-        print(f"restored: {line}")
-    for line in restored.failures:
-        print(f"NOT restored: {line}", file=sys.stderr)
-    return 1 if restored.failures else 0
+    return restored.report()
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +57,15 @@ class Restored:
 
     changes: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+
+    def report(self) -> int:
+        """Prints what was put back (stdout) and what was not (stderr); the exit status of a
+        tier's `down`: 1 when anything could not be put back."""
+        for line in self.changes:
+            print(f"restored: {line}")
+        for line in self.failures:
+            print(f"NOT restored: {line}", file=sys.stderr)
+        return 1 if self.failures else 0
 
 
 def network_links() -> list[str]:

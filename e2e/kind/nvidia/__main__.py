@@ -61,11 +61,7 @@ def main(argv: list[str]) -> int:
     except (StepError, BuildError, ValueError) as error:
         print(f"e2e-nvidia: {error}", file=sys.stderr)
         return 1
-    for line in restored.changes:
-        print(f"restored: {line}")
-    for line in restored.failures:
-        print(f"NOT restored: {line}", file=sys.stderr)
-    return 1 if restored.failures else 0
+    return restored.report()
 
 
 if __name__ == "__main__":
