@@ -7,10 +7,13 @@ task names.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import secrets
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from e2e.cluster.client import Json, KubeClient
+from e2e.waiting import stays, wait_for
 
 JOBS = "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs"
 PODGROUPS = "/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups"
@@ -130,3 +133,40 @@ def pod_claims(kube: KubeClient, ns: str, pod: Json) -> list[Json]:
     """Every ResourceClaim generated for ``pod``."""
     names = [s["resourceClaimName"] for s in pod["status"].get("resourceClaimStatuses") or []]
     return [kube.get(f"{CLAIMS.format(ns=ns)}/{name}") for name in names]
+
+
+def gang_gets_nothing(kube: KubeClient, ns: str, job: str, size: int) -> None:
+    """Waits until vc-controller made the gang's `size` pods and claims and vc-scheduler tried
+    and marked its PodGroup Unschedulable; then no pod may be bound and no claim allocated for a
+    while (a gang that cannot fit whole gets nothing)."""
+
+    def considered() -> bool:
+        group = job_podgroup(kube, ns, job)
+        if group is None or len(job_pods(kube, ns, job)) != size or len(claims(kube, ns)) != size:
+            return False
+        conditions = group.get("status", {}).get("conditions") or []
+        return any(c["type"] == "Unschedulable" and c["status"] == "True" for c in conditions)
+
+    wait_for(considered, timeout_s=90, what="the gang's pods, claims and Unschedulable condition")
+
+    def nothing_allocated() -> bool:
+        bound = [p for p in job_pods(kube, ns, job) if p["spec"].get("nodeName")]
+        return not bound and not any(allocated(c) for c in claims(kube, ns))
+
+    stays(nothing_allocated, for_s=8, what="no pod bound and no claim allocated")
+
+
+@contextmanager
+def open_queue(kube: KubeClient, capability: Mapping[str, str]) -> Iterator[str]:
+    """A Queue of `capability` (a fresh name), once Volcano has opened it; deleted after."""
+    name = f"q-{secrets.token_hex(3)}"
+    kube.create(QUEUES, queue(name, capability))
+    wait_for(
+        lambda: kube.get(f"{QUEUES}/{name}").get("status", {}).get("state") == "Open",
+        timeout_s=30,
+        what=f"queue {name} Open",
+    )
+    try:
+        yield name
+    finally:
+        kube.delete(f"{QUEUES}/{name}")

@@ -7,7 +7,6 @@ the pods; the kubelet stand-in marks bound pods Running once their claims are re
 
 from __future__ import annotations
 
-import secrets
 from collections import Counter
 from collections.abc import Iterator
 
@@ -25,11 +24,12 @@ from e2e.volcano.objects import (
     allocated,
     claims,
     create_job,
+    gang_gets_nothing,
     job_podgroup,
     job_pods,
+    open_queue,
     pod_claims,
     podgroup,
-    queue,
     running,
     task,
     vcjob,
@@ -144,22 +144,7 @@ def test_gang_that_cannot_fit_stays_pending_with_nothing_allocated(
     """(c) 6 shares of 30000Mi: the cards hold 5 (2 + 2 + 1), so the gang of 6 gets nothing."""
     limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 30000}
     create_job(kube, vns, vcjob("big", [task("w", 6, {"limits": limits})], min_available=6))
-
-    def considered() -> bool:
-        """vc-controller made the pods and their claims; vc-scheduler tried and gave up."""
-        group = job_podgroup(kube, vns, "big")
-        if group is None or len(job_pods(kube, vns, "big")) != 6 or len(claims(kube, vns)) != 6:
-            return False
-        conditions = group.get("status", {}).get("conditions") or []
-        return any(c["type"] == "Unschedulable" and c["status"] == "True" for c in conditions)
-
-    wait_for(considered, timeout_s=90, what="the gang's pods, claims and Unschedulable condition")
-
-    def nothing_allocated() -> bool:
-        bound = [p for p in job_pods(kube, vns, "big") if p["spec"].get("nodeName")]
-        return not bound and not any(allocated(c) for c in claims(kube, vns))
-
-    stays(nothing_allocated, for_s=8, what="no pod bound and no claim allocated")
+    gang_gets_nothing(kube, vns, "big", 6)
     group = job_podgroup(kube, vns, "big")
     assert group is not None
     assert group["status"].get("phase") != "Running"
@@ -201,21 +186,14 @@ def quota_queue(kube: KubeClient) -> Iterator[str]:
     Volcano's capacity plugin refuses a request for a dimension missing from the queue's
     capability of the class.
     """
-    name = f"q-{secrets.token_hex(3)}"
     capability = {
         f"memory.deviceclass/{CLASS}": "40Gi",
         f"cores.deviceclass/{CLASS}": "200",
         f"milliCores.deviceclass/{CLASS}": "200k",
         f"deviceclass/{CLASS}": "2",
     }
-    kube.create(QUEUES, queue(name, capability))
-    wait_for(
-        lambda: kube.get(f"{QUEUES}/{name}").get("status", {}).get("state") == "Open",
-        timeout_s=30,
-        what=f"queue {name} Open",
-    )
-    yield name
-    kube.delete(f"{QUEUES}/{name}")
+    with open_queue(kube, capability) as name:
+        yield name
 
 
 def queued_job(kube: KubeClient, ns: str, name: str, queue_name: str, memory_mi: int) -> None:

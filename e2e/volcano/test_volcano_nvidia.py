@@ -12,7 +12,6 @@ is, and each share Volcano places gets its limits file.
 
 from __future__ import annotations
 
-import secrets
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,13 +39,13 @@ from e2e.volcano.objects import (
     JOBS,
     PODGROUPS,
     QUEUES,
-    allocated,
     claims,
     create_job,
+    gang_gets_nothing,
     job_podgroup,
     job_pods,
+    open_queue,
     pod_claims,
-    queue,
     running,
     task,
     vcjob,
@@ -297,41 +296,20 @@ def test_gang_that_fits_only_with_the_unenforced_card_stays_pending(
     enforcer runs. A share without its limits is never handed out: the gang gets nothing."""
     limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 50000}
     create_job(kube, nvns, vcjob("wide", [task("w", 3, {"limits": limits})], min_available=3))
-
-    def considered() -> bool:
-        group = job_podgroup(kube, nvns, "wide")
-        if group is None or len(job_pods(kube, nvns, "wide")) != 3 or len(claims(kube, nvns)) != 3:
-            return False
-        conditions = group.get("status", {}).get("conditions") or []
-        return any(c["type"] == "Unschedulable" and c["status"] == "True" for c in conditions)
-
-    wait_for(considered, timeout_s=90, what="the gang's pods, claims and Unschedulable condition")
-
-    def nothing_allocated() -> bool:
-        bound = [p for p in job_pods(kube, nvns, "wide") if p["spec"].get("nodeName")]
-        return not bound and not any(allocated(c) for c in claims(kube, nvns))
-
-    stays(nothing_allocated, for_s=8, what="no pod bound and no claim allocated")
+    gang_gets_nothing(kube, nvns, "wide", 3)
 
 
 @pytest.fixture
 def nvidia_queue(kube: KubeClient) -> Iterator[str]:
     """A queue that may hold 40Gi, 100 shares and 2 devices of NVIDIA's class; the enforcer's
     class is not named, which Volcano's capacity plugin takes as unlimited."""
-    name = f"q-{secrets.token_hex(3)}"
     capability = {
         f"memory.deviceclass/{NVIDIA_DEVICE_CLASS}": "40Gi",
         f"shares.deviceclass/{NVIDIA_DEVICE_CLASS}": "100",
         f"deviceclass/{NVIDIA_DEVICE_CLASS}": "2",
     }
-    kube.create(QUEUES, queue(name, capability))
-    wait_for(
-        lambda: kube.get(f"{QUEUES}/{name}").get("status", {}).get("state") == "Open",
-        timeout_s=30,
-        what=f"queue {name} Open",
-    )
-    yield name
-    kube.delete(f"{QUEUES}/{name}")
+    with open_queue(kube, capability) as name:
+        yield name
 
 
 def test_queue_capacity_counts_nvidia_shares_and_not_the_enforcer(
