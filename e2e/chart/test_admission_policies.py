@@ -22,13 +22,21 @@ from typing import Any
 import pytest
 
 from e2e.chart.cluster_api import Discovery, Identity, request_as, server_side_apply
+from e2e.chart.policy_objects import (
+    ADMIN,
+    POLICY_KINDS,
+    SCHEDULER,
+    claim_asking,
+    dry_run_create,
+    make_namespace,
+    template_asking,
+)
 from e2e.chart.rendering import Helm, Json, of_kind, one
 from e2e.cluster import KubeClient
 from e2e.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
-RESOURCE = "/apis/resource.k8s.io/v1"
 CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 OUR_CLASS = "gpu.vgpu-bridge.io"
 LEGACY = {"vgpu-bridge.io/pool": "legacy"}
@@ -42,11 +50,8 @@ MIGRATION = {
         "objectSelector": {"matchLabels": {"e2e.vgpu-bridge.io/never": "set"}},
     },
 }
-ADMIN = Identity("admin", ("system:masters", "system:authenticated"))
-SCHEDULER = Identity("system:kube-scheduler", ("system:authenticated",))
 STRATEGIC = "application/strategic-merge-patch+json"
 RBAC_GROUP = "rbac.authorization.k8s.io"
-POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 
 @dataclass(frozen=True)
@@ -58,15 +63,6 @@ class Installed:
     webhook: Identity
     #: (path, object) of each policy and binding, as applied
     policies: tuple[tuple[str, Json], ...]
-
-
-def make_namespace(kube: KubeClient, prefix: str, labels: dict[str, str] | None = None) -> str:
-    name = f"{prefix}-{secrets.token_hex(3)}"
-    metadata: Json = {"name": name, "labels": labels or {}}
-    kube.create(
-        "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
-    )
-    return name
 
 
 @pytest.fixture(scope="module")
@@ -120,33 +116,11 @@ def request_body(name: str, device_class: str, *, first_available: bool = False)
 
 
 def a_claim(device_class: str, *, first_available: bool = False) -> Json:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": f"claim-{secrets.token_hex(3)}"},
-        "spec": {"devices": {"requests": [request_body("gpu", device_class,
-                                                       first_available=first_available)]}},
-    }  # fmt: skip
+    return claim_asking(request_body("gpu", device_class, first_available=first_available))
 
 
 def a_template(device_class: str) -> Json:
-    claim = a_claim(device_class)
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": claim["metadata"],
-        "spec": {"spec": claim["spec"]},
-    }
-
-
-def create(
-    kube: KubeClient, namespace: str, resource: str, body: Json, *, identity: Identity = ADMIN
-) -> tuple[int, Json]:
-    """A server-side dry-run create; (status, body)."""
-    path = f"{RESOURCE}/namespaces/{namespace}/{resource}"
-    if resource == "pods":
-        path = f"/api/v1/namespaces/{namespace}/pods"
-    return request_as(kube, identity, "POST", path, body=body, query={"dryRun": "All"})
+    return template_asking(request_body("gpu", device_class))
 
 
 def refused(answer: tuple[int, Json]) -> str:
@@ -172,7 +146,7 @@ def test_a_claim_of_our_class_in_a_legacy_namespace_is_refused_naming_the_reques
     kube: KubeClient, installed: Installed
 ) -> None:
     message = wait_until_refused(
-        lambda: create(kube, installed.legacy, "resourceclaims", a_claim(OUR_CLASS))
+        lambda: dry_run_create(kube, installed.legacy, "resourceclaims", a_claim(OUR_CLASS))
     )
     assert "spec.devices.requests[gpu]: asks for a DeviceClass of vgpu-bridge" in message
     assert f"its webhook does not serve namespace {installed.legacy}" in message
@@ -183,7 +157,9 @@ def test_a_first_available_subrequest_of_our_class_is_refused_too(
     kube: KubeClient, installed: Installed
 ) -> None:
     body = a_claim(OUR_CLASS, first_available=True)
-    message = wait_until_refused(lambda: create(kube, installed.legacy, "resourceclaims", body))
+    message = wait_until_refused(
+        lambda: dry_run_create(kube, installed.legacy, "resourceclaims", body)
+    )
     assert "spec.devices.requests[gpu]" in message
 
 
@@ -192,7 +168,7 @@ def test_a_claim_template_of_our_class_in_a_legacy_namespace_is_refused(
 ) -> None:
     body = a_template(OUR_CLASS)
     message = wait_until_refused(
-        lambda: create(kube, installed.legacy, "resourceclaimtemplates", body)
+        lambda: dry_run_create(kube, installed.legacy, "resourceclaimtemplates", body)
     )
     assert "spec.spec.devices.requests[gpu]: asks for a DeviceClass of vgpu-bridge" in message
 
@@ -200,7 +176,7 @@ def test_a_claim_template_of_our_class_in_a_legacy_namespace_is_refused(
 def test_the_release_namespace_is_not_served_either(kube: KubeClient, installed: Installed) -> None:
     body = a_claim(OUR_CLASS)
     message = wait_until_refused(
-        lambda: create(kube, installed.release_namespace, "resourceclaims", body)
+        lambda: dry_run_create(kube, installed.release_namespace, "resourceclaims", body)
     )
     assert f"does not serve namespace {installed.release_namespace}" in message
 
@@ -208,7 +184,9 @@ def test_the_release_namespace_is_not_served_either(kube: KubeClient, installed:
 def test_claims_where_the_webhook_serves_or_of_other_classes_are_admitted(
     kube: KubeClient, installed: Installed
 ) -> None:
-    wait_until_refused(lambda: create(kube, installed.legacy, "resourceclaims", a_claim(OUR_CLASS)))
+    wait_until_refused(
+        lambda: dry_run_create(kube, installed.legacy, "resourceclaims", a_claim(OUR_CLASS))
+    )
     cases = [
         (installed.served, "resourceclaims", a_claim(OUR_CLASS)),
         (installed.served, "resourceclaimtemplates", a_template(OUR_CLASS)),
@@ -216,15 +194,17 @@ def test_claims_where_the_webhook_serves_or_of_other_classes_are_admitted(
         (installed.legacy, "resourceclaimtemplates", a_template("other.example.com")),
     ]
     for namespace, resource, body in cases:
-        status, answer = create(kube, namespace, resource, body)
+        status, answer = dry_run_create(kube, namespace, resource, body)
         assert status == 201, (namespace, resource, answer)
 
 
 def test_kube_schedulers_extended_resource_claims_are_let_through(
     kube: KubeClient, installed: Installed
 ) -> None:
-    wait_until_refused(lambda: create(kube, installed.legacy, "resourceclaims", a_claim(OUR_CLASS)))
-    status, answer = create(
+    wait_until_refused(
+        lambda: dry_run_create(kube, installed.legacy, "resourceclaims", a_claim(OUR_CLASS))
+    )
+    status, answer = dry_run_create(
         kube, installed.legacy, "resourceclaims", a_claim(OUR_CLASS), identity=SCHEDULER
     )
     assert status == 201, answer
@@ -362,7 +342,7 @@ def test_a_pod_setting_nvidia_visible_devices_is_refused_naming_the_container(
     kube: KubeClient, installed: Installed
 ) -> None:
     message = wait_until_refused(
-        lambda: create(kube, installed.served, "pods", a_pod(env=ALL_GPUS))
+        lambda: dry_run_create(kube, installed.served, "pods", a_pod(env=ALL_GPUS))
     )
     assert message.endswith(
         "spec.containers[main]: env NVIDIA_VISIBLE_DEVICES (other than void, none or empty), and "
@@ -402,14 +382,14 @@ REFUSED_PODS = [
 def test_pods_asking_the_nvidia_runtime_for_gpus_are_refused(
     kube: KubeClient, installed: Installed, nvidia_runtime_class: str, pod: Json, reason: str
 ) -> None:
-    message = wait_until_refused(lambda: create(kube, installed.served, "pods", pod))
+    message = wait_until_refused(lambda: dry_run_create(kube, installed.served, "pods", pod))
     assert reason in message
 
 
 def test_pods_that_switch_the_nvidia_runtime_off_or_live_where_allowed_are_admitted(
     kube: KubeClient, installed: Installed, nvidia_runtime_class: str
 ) -> None:
-    wait_until_refused(lambda: create(kube, installed.served, "pods", a_pod(env=ALL_GPUS)))
+    wait_until_refused(lambda: dry_run_create(kube, installed.served, "pods", a_pod(env=ALL_GPUS)))
     cases = [
         (installed.served, a_pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}])),
         (installed.served, a_pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}])),
@@ -420,7 +400,7 @@ def test_pods_that_switch_the_nvidia_runtime_off_or_live_where_allowed_are_admit
         (installed.served, a_pod(env=ALL_CAPABILITIES, runtime="nvidia", claim_template="share")),
     ]
     for namespace, pod in cases:
-        status, answer = create(kube, namespace, "pods", pod)
+        status, answer = dry_run_create(kube, namespace, "pods", pod)
         assert status == 201, (namespace, pod["spec"], answer)
 
 
@@ -437,7 +417,7 @@ def test_an_ephemeral_container_setting_the_variable_is_refused_when_added(
         return request_as(kube, ADMIN, "PATCH", path, body=body, content_type=STRATEGIC,
                           query={"dryRun": "All"})  # fmt: skip
 
-    wait_until_refused(lambda: create(kube, installed.served, "pods", a_pod(env=ALL_GPUS)))
+    wait_until_refused(lambda: dry_run_create(kube, installed.served, "pods", a_pod(env=ALL_GPUS)))
     message = refused(add("debug", ALL_GPUS))
     assert "spec.ephemeralContainers[debug]: env NVIDIA_VISIBLE_DEVICES" in message
     status, answer = add("plain", [])

@@ -20,19 +20,23 @@ from typing import Any
 
 import pytest
 
-from e2e.chart.cluster_api import Discovery, Identity, request_as, server_side_apply
+from e2e.chart.cluster_api import Discovery, server_side_apply
+from e2e.chart.policy_objects import (
+    POLICY_KINDS,
+    SCHEDULER,
+    claim_asking,
+    dry_run_create,
+    make_namespace,
+    template_asking,
+)
 from e2e.chart.rendering import Helm, Json
 from e2e.cluster import KubeClient
 from e2e.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
-RESOURCE = "/apis/resource.k8s.io/v1"
 NVIDIA_CLASS = "gpu.nvidia.com"
 ENFORCER = "enforcer.vgb.io"
-ADMIN = Identity("admin", ("system:masters", "system:authenticated"))
-SCHEDULER = Identity("system:kube-scheduler", ("system:authenticated",))
-POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 ADMIN_ACCESS_LABEL = {"resource.kubernetes.io/admin-access": "true"}
 
 
@@ -41,15 +45,6 @@ class Installed:
     served: str
     allowed: str
     admin: str  # labelled for admin-access claims
-
-
-def make_namespace(kube: KubeClient, prefix: str, labels: dict[str, str] | None = None) -> str:
-    name = f"{prefix}-{secrets.token_hex(3)}"
-    metadata: Json = {"name": name, "labels": labels or {}}
-    kube.create(
-        "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
-    )
-    return name
 
 
 @pytest.fixture(scope="module")
@@ -97,38 +92,13 @@ ENFORCER_REQUEST = {
 }
 
 
-def a_claim(*requests: Json) -> Json:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": f"claim-{secrets.token_hex(3)}"},
-        "spec": {"devices": {"requests": list(requests)}},
-    }
-
-
-def a_template(*requests: Json) -> Json:
-    claim = a_claim(*requests)
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": claim["metadata"],
-        "spec": {"spec": claim["spec"]},
-    }
-
-
-def create(
-    kube: KubeClient, namespace: str, resource: str, body: Json, *, identity: Identity = ADMIN
-) -> tuple[int, Json]:
-    """A server-side dry-run create; (status, body)."""
-    path = f"{RESOURCE}/namespaces/{namespace}/{resource}"
-    return request_as(kube, identity, "POST", path, body=body, query={"dryRun": "All"})
-
-
 def wait_until_refused(kube: KubeClient, installed: Installed) -> None:
     """The policies reach admission through an informer: wait for the first refusal."""
 
     def refused() -> bool | None:
-        status, _ = create(kube, installed.served, "resourceclaims", a_claim(gpu_request()))
+        status, _ = dry_run_create(
+            kube, installed.served, "resourceclaims", claim_asking(gpu_request())
+        )
         return True if status in (403, 422) else None
 
     wait_for(refused, timeout_s=30, what="the nvidiaEnforced policy to apply")
@@ -144,7 +114,9 @@ def test_a_share_of_nvidias_class_without_the_enforcer_is_refused_naming_the_req
     kube: KubeClient, installed: Installed
 ) -> None:
     wait_until_refused(kube, installed)
-    message = refusal(create(kube, installed.served, "resourceclaims", a_claim(gpu_request())))
+    message = refusal(
+        dry_run_create(kube, installed.served, "resourceclaims", claim_asking(gpu_request()))
+    )
     expected = (
         f"spec.devices.requests[gpu]: asks for DeviceClass {NVIDIA_CLASS} without a request "
         f"of DeviceClass {ENFORCER}"
@@ -157,9 +129,9 @@ def test_a_first_available_alternative_of_nvidias_class_is_refused_too(
     kube: KubeClient, installed: Installed
 ) -> None:
     wait_until_refused(kube, installed)
-    body = a_claim(gpu_request(first_available=True))
+    body = claim_asking(gpu_request(first_available=True))
     assert "spec.devices.requests[gpu]" in refusal(
-        create(kube, installed.served, "resourceclaims", body)
+        dry_run_create(kube, installed.served, "resourceclaims", body)
     )
 
 
@@ -167,8 +139,8 @@ def test_a_claim_template_without_the_enforcer_is_refused(
     kube: KubeClient, installed: Installed
 ) -> None:
     wait_until_refused(kube, installed)
-    body = a_template(gpu_request())
-    message = refusal(create(kube, installed.served, "resourceclaimtemplates", body))
+    body = template_asking(gpu_request())
+    message = refusal(dry_run_create(kube, installed.served, "resourceclaimtemplates", body))
     assert "spec.spec.devices.requests[gpu]: asks for DeviceClass gpu.nvidia.com" in message
 
 
@@ -181,7 +153,9 @@ def test_the_enforcer_only_as_a_first_available_alternative_does_not_count(
         {"name": "other", "deviceClassName": "other.example.com"},
         {"name": "limits", "deviceClassName": ENFORCER},
     ]}  # fmt: skip
-    refusal(create(kube, installed.served, "resourceclaims", a_claim(gpu_request(), maybe)))
+    refusal(
+        dry_run_create(kube, installed.served, "resourceclaims", claim_asking(gpu_request(), maybe))
+    )
 
 
 def test_kube_schedulers_extended_resource_claims_are_refused(
@@ -189,9 +163,9 @@ def test_kube_schedulers_extended_resource_claims_are_refused(
 ) -> None:
     """A pod still asking nvidia.com/gpu would get a card without limits: it stays pending."""
     wait_until_refused(kube, installed)
-    body = a_claim({"name": "container-0-request-0",
+    body = claim_asking({"name": "container-0-request-0",
                     "exactly": {"deviceClassName": NVIDIA_CLASS, "count": 1}})  # fmt: skip
-    refusal(create(kube, installed.served, "resourceclaims", body, identity=SCHEDULER))
+    refusal(dry_run_create(kube, installed.served, "resourceclaims", body, identity=SCHEDULER))
 
 
 def test_shares_with_the_enforcer_and_claims_of_other_classes_are_admitted(
@@ -200,15 +174,16 @@ def test_shares_with_the_enforcer_and_claims_of_other_classes_are_admitted(
     wait_until_refused(kube, installed)
     other = {"name": "gpu", "exactly": {"deviceClassName": "other.example.com"}}
     cases = [
-        (installed.served, "resourceclaims", a_claim(gpu_request(), ENFORCER_REQUEST)),
+        (installed.served, "resourceclaims", claim_asking(gpu_request(), ENFORCER_REQUEST)),
         (installed.served, "resourceclaims",
-         a_claim(gpu_request(first_available=True), ENFORCER_REQUEST)),
-        (installed.served, "resourceclaimtemplates", a_template(gpu_request(), ENFORCER_REQUEST)),
-        (installed.served, "resourceclaims", a_claim(other)),
-        (installed.allowed, "resourceclaims", a_claim(gpu_request())),
+         claim_asking(gpu_request(first_available=True), ENFORCER_REQUEST)),
+        (installed.served, "resourceclaimtemplates",
+         template_asking(gpu_request(), ENFORCER_REQUEST)),
+        (installed.served, "resourceclaims", claim_asking(other)),
+        (installed.allowed, "resourceclaims", claim_asking(gpu_request())),
     ]  # fmt: skip
     for namespace, resource, body in cases:
-        status, answer = create(kube, namespace, resource, body)
+        status, answer = dry_run_create(kube, namespace, resource, body)
         assert status == 201, (namespace, resource, answer)
 
 
@@ -218,9 +193,9 @@ def test_an_admin_access_request_books_nothing_and_is_admitted(
     """Admin access (monitoring) is allowed only in namespaces labelled for it and takes no
     share; the policy leaves it to that label."""
     wait_until_refused(kube, installed)
-    body = a_claim({"name": "watch",
+    body = claim_asking({"name": "watch",
                     "exactly": {"deviceClassName": NVIDIA_CLASS, "adminAccess": True}})  # fmt: skip
-    status, answer = create(kube, installed.admin, "resourceclaims", body)
+    status, answer = dry_run_create(kube, installed.admin, "resourceclaims", body)
     assert status == 201, answer
 
 
@@ -239,15 +214,15 @@ def with_nvidia_config(body: Json) -> Json:
 
 @pytest.mark.parametrize(
     ("resource", "field", "make"),
-    [("resourceclaims", "spec.devices.config", a_claim),
-     ("resourceclaimtemplates", "spec.spec.devices.config", a_template)],
+    [("resourceclaims", "spec.devices.config", claim_asking),
+     ("resourceclaimtemplates", "spec.spec.devices.config", template_asking)],
 )  # fmt: skip
 def test_an_opaque_config_of_nvidias_driver_is_refused_even_with_the_enforcer(
     kube: KubeClient, installed: Installed, resource: str, field: str, make: Any
 ) -> None:
     wait_until_refused(kube, installed)
     body = with_nvidia_config(make(gpu_request(), ENFORCER_REQUEST))
-    message = refusal(create(kube, installed.served, resource, body))
+    message = refusal(dry_run_create(kube, installed.served, resource, body))
     assert f"{field}: an opaque config of driver {NVIDIA_CLASS}" in message
     assert "every other share" in message
 
@@ -256,6 +231,6 @@ def test_an_opaque_config_of_nvidias_driver_is_admitted_in_an_allowed_namespace(
     kube: KubeClient, installed: Installed
 ) -> None:
     wait_until_refused(kube, installed)
-    body = with_nvidia_config(a_claim(gpu_request(), ENFORCER_REQUEST))
-    status, answer = create(kube, installed.allowed, "resourceclaims", body)
+    body = with_nvidia_config(claim_asking(gpu_request(), ENFORCER_REQUEST))
+    status, answer = dry_run_create(kube, installed.allowed, "resourceclaims", body)
     assert status == 201, answer
