@@ -93,15 +93,19 @@ ENFORCER_REQUEST = {
 
 
 def wait_until_refused(kube: KubeClient, installed: Installed) -> None:
-    """The policies reach admission through an informer: wait for the first refusal."""
+    """The policies reach admission through an informer, the claims' and the templates' each
+    on its own: wait until both refuse."""
 
     def refused() -> bool | None:
-        status, _ = dry_run_create(
-            kube, installed.served, "resourceclaims", claim_asking(gpu_request())
-        )
-        return True if status in (403, 422) else None
+        answers = [
+            dry_run_create(kube, installed.served, "resourceclaims", claim_asking(gpu_request())),
+            dry_run_create(
+                kube, installed.served, "resourceclaimtemplates", template_asking(gpu_request())
+            ),
+        ]
+        return True if all(status in (403, 422) for status, _ in answers) else None
 
-    wait_for(refused, timeout_s=30, what="the nvidiaEnforced policy to apply")
+    wait_for(refused, timeout_s=30, what="the nvidiaEnforced policies to apply")
 
 
 def refusal(answer: tuple[int, Json]) -> str:
