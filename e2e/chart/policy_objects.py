@@ -4,8 +4,10 @@ and claim templates of given requests, each made as a server-side dry run by a c
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from e2e.chart.cluster_api import Identity, request_as
+from e2e.chart.cluster_api import Discovery, Identity, request_as, server_side_apply
 from e2e.chart.rendering import Json
 from e2e.cluster import KubeClient
 
@@ -54,3 +56,18 @@ def dry_run_create(
     if resource == "pods":
         path = f"/api/v1/namespaces/{namespace}/pods"
     return request_as(kube, identity, "POST", path, body=body, query={"dryRun": "All"})
+
+
+@contextmanager
+def applied(kube: KubeClient, objects: list[Json]) -> Iterator[list[str]]:
+    """Each of `objects` server-side applied for real while the block runs (their API paths, in
+    order), then deleted again, last first."""
+    discovery = Discovery(kube)
+    paths = [discovery.path(obj) for obj in objects]
+    for path, obj in zip(paths, objects, strict=True):
+        server_side_apply(kube, path, obj, dry_run=False)
+    try:
+        yield paths
+    finally:
+        for path in reversed(paths):
+            kube.delete(path)

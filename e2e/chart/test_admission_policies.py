@@ -21,11 +21,12 @@ from typing import Any
 
 import pytest
 
-from e2e.chart.cluster_api import Discovery, Identity, request_as, server_side_apply
+from e2e.chart.cluster_api import Identity, request_as, server_side_apply
 from e2e.chart.policy_objects import (
     ADMIN,
     POLICY_KINDS,
     SCHEDULER,
+    applied,
     claim_asking,
     dry_run_create,
     make_namespace,
@@ -70,7 +71,6 @@ def installed(helm: Helm, kube: KubeClient) -> Iterator[Installed]:
     """The chart's policies and bindings, the webhook's configuration, service account and
     certificate role, created for real with the migration's values; a legacy and a served
     namespace beside the release's."""
-    discovery = Discovery(kube)
     release_namespace = make_namespace(kube, "vb-policies")
     legacy = make_namespace(kube, "team-legacy", LEGACY)
     served = make_namespace(kube, "team-dra")
@@ -79,28 +79,24 @@ def installed(helm: Helm, kube: KubeClient) -> Iterator[Installed]:
     kinds = POLICY_KINDS | {"ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                             "MutatingWebhookConfiguration"}  # fmt: skip
     wanted = [obj for obj in objects if obj["kind"] in kinds]
-    paths = [discovery.path(obj) for obj in wanted]
-    for path, obj in zip(paths, wanted, strict=True):
-        server_side_apply(kube, path, obj, dry_run=False)
     account = next(
         obj["metadata"]["name"]
         for obj in of_kind(objects, "ServiceAccount")
         if obj["metadata"]["name"].endswith("-webhook")
     )
-    yield Installed(
-        release_namespace=release_namespace,
-        legacy=legacy,
-        served=served,
-        configuration=one(objects, "MutatingWebhookConfiguration")["metadata"]["name"],
-        webhook=Identity.service_account(release_namespace, account),
-        policies=tuple(
-            (path, obj)
-            for path, obj in zip(paths, wanted, strict=True)
-            if obj["kind"] in POLICY_KINDS
-        ),
-    )
-    for path in reversed(paths):
-        kube.delete(path)
+    with applied(kube, wanted) as paths:
+        yield Installed(
+            release_namespace=release_namespace,
+            legacy=legacy,
+            served=served,
+            configuration=one(objects, "MutatingWebhookConfiguration")["metadata"]["name"],
+            webhook=Identity.service_account(release_namespace, account),
+            policies=tuple(
+                (path, obj)
+                for path, obj in zip(paths, wanted, strict=True)
+                if obj["kind"] in POLICY_KINDS
+            ),
+        )
     for namespace in (release_namespace, legacy, served):
         kube.delete(f"/api/v1/namespaces/{namespace}")
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from e2e.chart.cluster_api import Discovery, server_side_apply
 from e2e.chart.policy_objects import (
     POLICY_KINDS,
     SCHEDULER,
+    applied,
     claim_asking,
     dry_run_create,
     make_namespace,
@@ -51,7 +51,6 @@ class Installed:
 def installed(helm: Helm, kube: KubeClient) -> Iterator[Installed]:
     """The nvidiaEnforced policies and bindings, created for real as the chart renders them with
     one allowed namespace (the bindings then cover every other one)."""
-    discovery = Discovery(kube)
     served = make_namespace(kube, "team-nv")
     allowed = make_namespace(kube, "nv-allowed")
     admin = make_namespace(kube, "nv-admin", ADMIN_ACCESS_LABEL)
@@ -64,12 +63,8 @@ def installed(helm: Helm, kube: KubeClient) -> Iterator[Installed]:
     wanted = [o for o in objects
               if o["kind"] in POLICY_KINDS and "-enforced" in o["metadata"]["name"]]  # fmt: skip
     assert len(wanted) == 4, [o["metadata"]["name"] for o in wanted]
-    paths = [discovery.path(obj) for obj in wanted]
-    for path, obj in zip(paths, wanted, strict=True):
-        server_side_apply(kube, path, obj, dry_run=False)
-    yield Installed(served=served, allowed=allowed, admin=admin)
-    for path in reversed(paths):
-        kube.delete(path)
+    with applied(kube, wanted):
+        yield Installed(served=served, allowed=allowed, admin=admin)
     for namespace in (served, allowed, admin):
         kube.delete(f"/api/v1/namespaces/{namespace}")
 
