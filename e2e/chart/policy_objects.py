@@ -71,3 +71,10 @@ def applied(kube: KubeClient, objects: list[Json]) -> Iterator[list[str]]:
     finally:
         for path in reversed(paths):
             kube.delete(path)
+
+
+def refusal(answer: tuple[int, Json]) -> str:
+    """The message of a refused `dry_run_create` (fails the test when it was not refused)."""
+    status, body = answer
+    assert status in (403, 422), (status, body)
+    return str(body.get("message", ""))

@@ -30,6 +30,7 @@ from e2e.chart.policy_objects import (
     claim_asking,
     dry_run_create,
     make_namespace,
+    refusal,
     template_asking,
 )
 from e2e.chart.rendering import Helm, Json, of_kind, one
@@ -117,12 +118,6 @@ def a_claim(device_class: str, *, first_available: bool = False) -> Json:
 
 def a_template(device_class: str) -> Json:
     return template_asking(request_body("gpu", device_class))
-
-
-def refused(answer: tuple[int, Json]) -> str:
-    status, body = answer
-    assert status in (403, 422), (status, body)
-    return str(body.get("message", ""))
 
 
 def wait_until_refused(probe: Any) -> str:
@@ -414,7 +409,7 @@ def test_an_ephemeral_container_setting_the_variable_is_refused_when_added(
                           query={"dryRun": "All"})  # fmt: skip
 
     wait_until_refused(lambda: dry_run_create(kube, installed.served, "pods", a_pod(env=ALL_GPUS)))
-    message = refused(add("debug", ALL_GPUS))
+    message = refusal(add("debug", ALL_GPUS))
     assert "spec.ephemeralContainers[debug]: env NVIDIA_VISIBLE_DEVICES" in message
     status, answer = add("plain", [])
     assert status == 200, answer["message"]

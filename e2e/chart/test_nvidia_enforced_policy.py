@@ -27,6 +27,7 @@ from e2e.chart.policy_objects import (
     claim_asking,
     dry_run_create,
     make_namespace,
+    refusal,
     template_asking,
 )
 from e2e.chart.rendering import Helm, Json
@@ -101,12 +102,6 @@ def wait_until_refused(kube: KubeClient, installed: Installed) -> None:
         return True if all(status in (403, 422) for status, _ in answers) else None
 
     wait_for(refused, timeout_s=30, what="the nvidiaEnforced policies to apply")
-
-
-def refusal(answer: tuple[int, Json]) -> str:
-    status, body = answer
-    assert status in (403, 422), (status, body)
-    return str(body.get("message", ""))
 
 
 def test_a_share_of_nvidias_class_without_the_enforcer_is_refused_naming_the_request(
