@@ -133,11 +133,13 @@ test-first-tiers: venv
 	$(MAKE) -j1 e2e
 
 # 10,000 GPUs by simulation (bench/scale.py: fake nodes, our agent's slices, allocated claims
-# on the local control plane): the viewer's and a webhook replica's cost per step. Long (the
+# on the local control plane): the viewer's and a webhook replica's cost per step, and scheduling
+# on NVIDIA-shaped slices beside ours (bench/nvidia.py). Long (the
 # 10,000-GPU step creates 30,000 objects); not part of `make bench`.
 bench-scale: venv cluster-bin-pinned
 	$(PY) bench/scale.py
 	$(PY) bench/schedule.py --gpu-steps 1000,2500,10000 --repeats 1 --profile .cache/bench-profiles
+	$(PY) bench/nvidia.py --parts schedule --gpus 1000
 
 bench: venv cluster-bin-pinned helm-bin
 	$(PY) bench/translate.py
@@ -146,6 +148,7 @@ bench: venv cluster-bin-pinned helm-bin
 	$(PY) bench/pending_pods.py
 	$(PY) bench/schedule.py
 	$(PY) bench/node.py
+	$(PY) bench/nvidia.py --parts admission,prepare
 	$(MAKE) -C native/vgpu bench
 	flock /tmp/vgpu-node-tier.lock $(PY) bench/kind.py
 
