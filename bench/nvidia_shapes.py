@@ -14,6 +14,7 @@ from __future__ import annotations
 import uuid as uuidlib
 from typing import Any
 
+from e2e.dra_objects import resource_slice
 from e2e.nvidia.slices import NVIDIA_DRIVER, NvidiaCard
 from vgpu_bridge.core import ENFORCER_DRIVER
 
@@ -33,20 +34,6 @@ def card_uuid(node: str, minor: int) -> str:
     return "GPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f"{node}/{minor}"))
 
 
-def _slice(name: str, *, driver: str, node: str, devices: list[Json]) -> Json:
-    return {
-        "apiVersion": RESOURCE_V1,
-        "kind": "ResourceSlice",
-        "metadata": {"name": name},
-        "spec": {
-            "driver": driver,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
-        },
-    }
-
-
 def enforcer_slice(node: str) -> Json:
     """Our agent's one device in enforcer mode: no capacity, shared by every claim of the node."""
     device = {
@@ -54,7 +41,9 @@ def enforcer_slice(node: str) -> Json:
         "attributes": {"enforces": {"string": NVIDIA_DRIVER}},
         "allowMultipleAllocations": True,
     }
-    return _slice(f"{node}-{ENFORCER_DRIVER}", driver=ENFORCER_DRIVER, node=node, devices=[device])
+    return resource_slice(
+        f"{node}-{ENFORCER_DRIVER}", driver=ENFORCER_DRIVER, node=node, devices=[device]
+    )
 
 
 def _device_class(name: str, expression: str, **spec: Any) -> Json:
