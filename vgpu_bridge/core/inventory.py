@@ -68,8 +68,10 @@ def _map(value: object, ref: str, path: str) -> Mapping[str, Any]:
     return value
 
 
-def _full_gpu(device: Mapping[str, Any], driver: object) -> bool:
-    """False for a device typed as one of `NOT_CARDS` (a MIG or VFIO device)."""
+def is_full_gpu(device: Mapping[str, Any], driver: object) -> bool:
+    """False for a device typed as one of `NOT_CARDS` (a MIG or VFIO device); any other type is
+    a card (NVIDIA's `gpu`, HAMi's `hami-gpu`; ours carry none). The status view reads cards
+    by it too."""
     attributes = device.get("attributes")
     if not isinstance(attributes, Mapping):
         return True
@@ -82,7 +84,7 @@ def _memory(device: object, capacity_name: str, ref: str, path: str, driver: obj
     device = _map(device, ref, path)
     if "basic" in device:
         device, path = _map(device["basic"], ref, f"{path}.basic"), f"{path}.basic"
-    if not _full_gpu(device, driver):
+    if not is_full_gpu(device, driver):
         return None
     capacity = _map(device.get("capacity"), ref, f"{path}.capacity")
     entry = capacity.get(capacity_name, capacity.get(f"{driver}/{capacity_name}"))

@@ -12,7 +12,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from vgpu_bridge.core.inventory import NOT_CARDS
+from vgpu_bridge.core.inventory import is_full_gpu
 from vgpu_bridge.core.opaque_config import ShareConfigError, parse_share_config
 from vgpu_bridge.core.placements import placements, quantity_or_none
 from vgpu_bridge.core.profiles import DriverProfile
@@ -185,7 +185,7 @@ def slice_cards(slices: Iterable[Json], *, profile: DriverProfile) -> list[Card]
     """The full GPUs of `profile`'s driver in the newest generation of each pool, as empty
     cards."""
     return [_card(pool, d, profile) for pool, d in _newest_devices(slices, profile)
-            if _full_gpu(d, profile.driver)]  # fmt: skip
+            if is_full_gpu(d, profile.driver)]  # fmt: skip
 
 
 def non_card_devices(slices: Iterable[Json], *, profile: DriverProfile) -> set[tuple[str, str]]:
@@ -193,7 +193,7 @@ def non_card_devices(slices: Iterable[Json], *, profile: DriverProfile) -> set[t
     and VFIO devices beside its cards (`type` mig, vfio); claims on them are not shares of ours
     (nothing of ours enforces them), so the view leaves them out."""
     return {(pool, str(d.get("name", ""))) for pool, d in _newest_devices(slices, profile)
-            if not _full_gpu(d, profile.driver)}  # fmt: skip
+            if not is_full_gpu(d, profile.driver)}  # fmt: skip
 
 
 def _newest_devices(slices: Iterable[Json], profile: DriverProfile) -> list[tuple[str, Json]]:
@@ -210,14 +210,6 @@ def _newest_devices(slices: Iterable[Json], profile: DriverProfile) -> list[tupl
         if _generation(pool) == newest[pool.get("name", "")]:
             found += [(pool.get("name", ""), d) for d in spec.get("devices") or ()]
     return found
-
-
-def _full_gpu(device: Json, driver: str) -> bool:
-    """False for a device typed as one of the inventory's `NOT_CARDS` (MIG, VFIO): any other
-    type is a card (NVIDIA's `gpu`, HAMi's `hami-gpu`; ours carry none)."""
-    attributes = device.get("attributes") or {}
-    typed = attributes.get("type", attributes.get(f"{driver}/type"))
-    return not isinstance(typed, dict) or typed.get("string") not in NOT_CARDS
 
 
 def _generation(pool: Json) -> int:
