@@ -140,15 +140,21 @@ def _capacity(consumed: Json, name: str, profile: DriverProfile, where: str) -> 
 
 def _priority(configs: list[Json], profile: DriverProfile, ref: str) -> int | None:
     """`priority` of our opaque config (`GpuShareConfig`); the last one that applies wins."""
-    priority = None
-    for index, entry in enumerate(configs):
-        opaque = entry.get("opaque") or {}
-        if opaque.get("driver") != profile.driver:
+    return share_config(configs, driver=profile.driver, ref=ref).priority
+
+
+def share_config(configs: Any, *, driver: str, ref: str) -> GpuShareConfig:
+    """The claim's opaque configs of `driver` (ours), merged: the last one that sets a field
+    wins it. ClaimError naming the entry for a config we cannot honour."""
+    priority = cores = None
+    for index, entry in enumerate(configs if isinstance(configs, list) else []):
+        opaque = (entry.get("opaque") if isinstance(entry, dict) else None) or {}
+        if opaque.get("driver") != driver:
             continue
         config = opaque_share_config(opaque, index, ref)
-        if config.priority is not None:
-            priority = config.priority
-    return priority
+        priority = config.priority if config.priority is not None else priority
+        cores = config.cores if config.cores is not None else cores
+    return GpuShareConfig(priority=priority, cores=cores)
 
 
 def opaque_share_config(opaque: Json, index: int, ref: str) -> GpuShareConfig:

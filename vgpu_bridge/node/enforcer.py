@@ -36,7 +36,7 @@ from vgpu_bridge.node.allocation import (
     ClaimShares,
     Share,
     checked_allocation,
-    opaque_share_config,
+    share_config,
 )
 from vgpu_bridge.node.nvidia_slices import (
     MEMORY_CAPACITY,
@@ -84,7 +84,7 @@ def enforced_shares(
     if not isinstance(results, list) or len(results) > MAX_RESULTS:
         raise ClaimError(f"{ref}: status.allocation.devices.results: not a list of results")
     share_id = _enforcer_result(results, node=node, driver=driver, ref=ref)
-    config = _config(devices.get("config") or [], driver=driver, ref=ref)
+    config = share_config(devices.get("config") or [], driver=driver, ref=ref)
     shares = tuple(
         _share(result, index, node=node, config=config, card=card, ref=ref)
         for index, result in enumerate(results)
@@ -116,19 +116,6 @@ def _enforcer_result(results: list[Any], *, node: str, driver: str, ref: str) ->
 
 def _named(result: Json) -> str:
     return f"{str(result.get('pool'))[:64]}/{str(result.get('device'))[:64]}"
-
-
-def _config(configs: Any, *, driver: str, ref: str) -> GpuShareConfig:
-    """Our opaque config (`GpuShareConfig`); the last one given wins, field by field."""
-    priority = cores = None
-    for index, entry in enumerate(configs if isinstance(configs, list) else []):
-        opaque = (entry.get("opaque") if isinstance(entry, dict) else None) or {}
-        if opaque.get("driver") != driver:
-            continue
-        config = opaque_share_config(opaque, index, ref)
-        priority = config.priority if config.priority is not None else priority
-        cores = config.cores if config.cores is not None else cores
-    return GpuShareConfig(priority=priority, cores=cores)
 
 
 def _share(
