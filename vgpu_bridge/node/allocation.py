@@ -126,11 +126,18 @@ def _share(
 
 
 def _capacity(consumed: Json, name: str, profile: DriverProfile, where: str) -> Decimal:
-    value = consumed.get(name, consumed.get(f"{profile.driver}/{name}"))
+    hint = "is DRAConsumableCapacity on?); refusing to guess one"
+    return consumed_quantity(consumed, name, driver=profile.driver, where=where, hint=hint)
+
+
+def consumed_quantity(consumed: Json, name: str, *, driver: str, where: str, hint: str) -> Decimal:
+    """`consumedCapacity[name]` (plain or `<driver>/<name>`) of a result; ClaimError when the
+    scheduler recorded none (`hint` ends that message) or it is no quantity."""
+    value = consumed.get(name, consumed.get(f"{driver}/{name}"))
     if value is None:
         raise ClaimError(
             f"{where}: no consumedCapacity[{name}]: the scheduler did not record this share's "
-            "size (is DRAConsumableCapacity on?); refusing to guess one"
+            f"size ({hint}"
         )
     try:
         return parse_quantity(value)

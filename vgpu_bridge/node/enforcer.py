@@ -30,12 +30,13 @@ from typing import Any
 
 from vgpu_bridge.core.opaque_config import GpuShareConfig
 from vgpu_bridge.core.profiles import NVIDIA_DRIVER
-from vgpu_bridge.core.quantity import MiB, QuantityError, parse_quantity
+from vgpu_bridge.core.quantity import MiB
 from vgpu_bridge.node.allocation import (
     ClaimError,
     ClaimShares,
     Share,
     checked_allocation,
+    consumed_quantity,
     share_config,
 )
 from vgpu_bridge.node.nvidia_slices import (
@@ -148,17 +149,9 @@ def _share(
 
 
 def _consumed(consumed: Json, name: str, where: str) -> Decimal:
-    value = consumed.get(name, consumed.get(f"{NVIDIA_DRIVER}/{name}"))
-    if value is None:
-        raise ClaimError(
-            f"{where}: no consumedCapacity[{name}]: the scheduler did not record this share's "
-            "size (is DRAConsumableCapacity on, and NVIDIA's --consumable-shares?); no share "
-            "without its limits"
-        )
-    try:
-        return parse_quantity(value)
-    except QuantityError as error:
-        raise ClaimError(f"{where}: consumedCapacity[{name}]: {error}") from None
+    return consumed_quantity(consumed, name, driver=NVIDIA_DRIVER, where=where,
+                             hint="is DRAConsumableCapacity on, and NVIDIA's "
+                                  "--consumable-shares?); no share without its limits")  # fmt: skip
 
 
 def _memory(consumed: Json, card: NvidiaCard, where: str) -> int:
