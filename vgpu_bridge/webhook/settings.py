@@ -97,6 +97,13 @@ class Settings(FlagSettings):
         "(it owns the Secret)",
         check=dns_subdomain_problem,
     )
+    webhook_configuration: str = setting(
+        "",
+        description="the MutatingWebhookConfiguration that calls us (the chart's): it owns every "
+        "ResourceClaimTemplate we make (and the --tls-secret Secret), so deleting it (helm "
+        "uninstall) deletes them; empty: --tls-webhook-configuration, else no owner",
+        check=lambda name: dns_subdomain_problem(name) if name else None,
+    )
     tls_service: str = setting(
         "vgpu-bridge-webhook",
         description="with --tls-secret: the Service the API server calls us by (the "
@@ -223,6 +230,14 @@ class Settings(FlagSettings):
         super().__post_init__()
         if self.tls_secret is not None and self.tls_webhook_configuration is None:
             raise SettingsError([("tls_webhook_configuration", "required with --tls-secret")])
+        if self.webhook_configuration and self.tls_webhook_configuration not in (
+            None,
+            self.webhook_configuration,
+        ):
+            raise SettingsError(
+                [("tls_webhook_configuration", f"must be --webhook-configuration "
+                  f"{self.webhook_configuration} (the one configuration owns and trusts us)")]
+            )  # fmt: skip
         if self.enforcer_driver == self.driver_name:
             raise SettingsError(
                 [("enforcer_driver", f"must differ from --driver-name {self.driver_name}")]
@@ -241,6 +256,12 @@ class Settings(FlagSettings):
             resource_priority_name=self.resource_priority_name,
             allow_privileged=self.allow_privileged,
         )
+
+    def owner_configuration(self) -> str:
+        """The configuration that owns what we make ("": none). The one that
+        `--tls-webhook-configuration` names owns the Secret already: with no other named, it owns
+        the templates too."""
+        return self.webhook_configuration or self.tls_webhook_configuration or ""
 
     def driver_profile(self) -> DriverProfile:
         """The profile the webhook's claims are made for (`nvidia` in NVIDIA's mode, with our
