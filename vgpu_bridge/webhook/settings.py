@@ -181,6 +181,14 @@ class Settings(FlagSettings):
     idle_timeout_seconds: float = setting(
         60, gt=0, le=3600, description="a keep-alive connection may idle this long"
     )
+    drain_seconds: float = setting(
+        10,
+        ge=0,
+        le=300,
+        description="on SIGTERM: not ready at once, reviews still answered this long (each "
+        "reply closes its connection), then the requests in flight finished; a second signal "
+        "ends it; 0: stop at once",
+    )
     workers: int = setting(8, ge=1, le=256, description="threads that run admissions")
     max_queued_reviews: int = setting(
         128,
