@@ -23,6 +23,7 @@ from vgpu_bridge.webhook.claim_bookings import ClaimBookings
 from vgpu_bridge.webhook.inventory import InventoryCache
 from vgpu_bridge.webhook.legacy import legacy_hami_warnings
 from vgpu_bridge.webhook.metrics import WebhookMetrics
+from vgpu_bridge.webhook.ownership import Owner
 from vgpu_bridge.webhook.pending_pods import PendingWholeCards
 from vgpu_bridge.webhook.prevalidate import Prevalidator
 from vgpu_bridge.webhook.quotas import QuotaCache, QuotaGate
@@ -45,10 +46,12 @@ def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, S
     metrics = WebhookMetrics()
     metrics.unreadable_slices.set_function(lambda: len(inventory.unreadable()))
     hami_names = hami.for_config(config).names  # HAMi's quotas name its resources
+    owner = Owner(api, settings.owner_configuration())  # uninstall deletes what we make
     store = TemplateStore(
         api,
         grace_s=settings.sweep_grace_seconds,
         max_per_namespace=settings.max_templates_per_namespace,
+        owner=owner,
     )
     gate = QuotaGate(
         api=api,
@@ -79,7 +82,8 @@ def build(settings: Settings, api: KubeApi) -> tuple[Admitter, InventoryCache, S
         quotas=gate,
         prevalidator=Prevalidator(),
     )
-    sweeper = Sweeper(api, grace_s=settings.sweep_grace_seconds, extra=settings.extra_workloads())
+    sweeper = Sweeper(api, grace_s=settings.sweep_grace_seconds, extra=settings.extra_workloads(),
+                      owner=owner)  # fmt: skip
     admitter.metrics.templates_left_behind.set_function(lambda: sweeper.left_behind)
     return admitter, inventory, sweeper
 
@@ -169,7 +173,8 @@ def api_workers(
         followed = (admitter.quotas.claims, admitter.quotas.pending)
         quotas += [cache for cache in followed if cache is not None]
     synced = [inventory.synced, *(q.synced for q in quotas)]
-    restorer = TemplateRestorer(admitter.api, ensure=admitter.store.ensure)
+    restorer = TemplateRestorer(admitter.api, ensure=admitter.store.ensure,
+                                owner=admitter.store.owner)  # fmt: skip
     admitter.store.index.on_deleted = restorer.deleted
     events = attach_events(admitter)
     return [

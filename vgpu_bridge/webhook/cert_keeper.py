@@ -38,6 +38,7 @@ from vgpu_bridge.kube import Json, KubeApi, KubeError, api_path
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook import certificates
 from vgpu_bridge.webhook.certificates import Material
+from vgpu_bridge.webhook.ownership import owner_reference
 
 log = get_logger("vgpu_bridge.webhook.cert_keeper")
 CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
@@ -174,14 +175,7 @@ class CertificateKeeper:
             "name": self.places.secret,
             "namespace": self.places.namespace,
             "labels": LABELS,
-            "ownerReferences": [
-                {
-                    "apiVersion": "admissionregistration.k8s.io/v1",
-                    "kind": "MutatingWebhookConfiguration",
-                    "name": self.places.configuration,
-                    "uid": owner_uid,
-                }
-            ],
+            "ownerReferences": [owner_reference(self.places.configuration, owner_uid)],
         }
         if resource_version:
             metadata["resourceVersion"] = resource_version

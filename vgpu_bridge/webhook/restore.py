@@ -6,7 +6,9 @@ then cannot make the pod's claim, and nothing else would ever make that template
 deletion the watch reports is checked against the namespace: a template that a pod whose claim is
 not made yet, or a workload (its future pods), still names is created again from the deleted
 object, which holds everything it needs (the spec is deterministic and the name carries its hash).
-The sweeper deletes only unreferenced templates, so it never fights this.
+The sweeper deletes only unreferenced templates, so it never fights this. Nor does it fight the
+garbage collector: while the configuration that owns our templates is gone (an uninstall: it is
+deleted first, and the collector then deletes every template), nothing is made again.
 
 Deletions are queued by the watch thread and handled by a worker, which collects a burst for a
 moment and then makes one API pass per namespace.
@@ -24,6 +26,7 @@ from vgpu_bridge.core.claims import template_name
 from vgpu_bridge.core.workloads import pod_templates
 from vgpu_bridge.kube import Json, KubeApi, KubeError, api_path
 from vgpu_bridge.logs import get_logger
+from vgpu_bridge.webhook.ownership import NO_OWNER, Owner, OwnerGone
 from vgpu_bridge.webhook.templates import REFERRERS, TemplateConflict
 
 log = get_logger("vgpu_bridge.webhook.restore")
@@ -98,12 +101,18 @@ def _unclaimed(pod: dict[str, Any]) -> set[str]:
 
 class TemplateRestorer:
     """Takes deleted templates from the watch (`deleted`, never blocks) and makes again, on its
-    own thread (`run`), those still needed."""
+    own thread (`run`), those still needed, while `owner` exists."""
 
     def __init__(
-        self, api: KubeApi, *, ensure: Ensure, max_pending: int = 10_000, linger_s: float = 0.5
+        self,
+        api: KubeApi,
+        *,
+        ensure: Ensure,
+        max_pending: int = 10_000,
+        linger_s: float = 0.5,
+        owner: Owner = NO_OWNER,
     ) -> None:
-        self._api, self._ensure = api, ensure
+        self._api, self._ensure, self._owner = api, ensure, owner
         self._pending: queue.Queue[Json] = queue.Queue(maxsize=max_pending)
         # Deletions come in bursts (the sweeper deletes a namespace's templates one after
         # another): after the first, more are collected for `linger_s`, so a burst costs a few
@@ -141,10 +150,26 @@ class TemplateRestorer:
             namespace = (template.get("metadata") or {}).get("namespace")
             if fresh is not None and isinstance(namespace, str) and namespace:
                 by_namespace.setdefault(namespace, []).append(fresh)
+        if not by_namespace or not self._owner_there():
+            return []
         restored = []
         for namespace, templates in sorted(by_namespace.items()):
             restored += self._restore_in(namespace, templates)
         return restored
+
+    def _owner_there(self) -> bool:
+        """Whether our owner exists now (confirmed, so `ensure` writes its current uid)."""
+        try:
+            self._owner.confirm()
+        except OwnerGone:
+            log.info("deleted claim templates not restored: their owner is gone (uninstall)",
+                     configuration=self._owner.name)  # fmt: skip
+            return False
+        except KubeError as exc:
+            log.warning("deleted claim templates not restored: owner unreadable",
+                        configuration=self._owner.name, error=str(exc))  # fmt: skip
+            return False
+        return True
 
     def _restore_in(self, namespace: str, templates: list[Json]) -> list[str]:
         try:

@@ -10,6 +10,9 @@ What exists is learnt from a watch on our templates (`TemplateIndex`), never fro
 was once created: a template deleted behind our back (by hand, or with its namespace) is made
 again by the next admission that needs it, and at once when a pod or workload still names it
 (`on_deleted`, see restore.py).
+
+Every template we make is owned by our MutatingWebhookConfiguration (ownership.py), so deleting it
+deletes them; the sweeper's pass adopts the ones made before they were (the previous release's).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from vgpu_bridge.core.workloads import WORKLOAD_KINDS, pod_templates
 from vgpu_bridge.kube import Json, KubeApi, KubeError, api_path
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook.extra_workloads import ExtraResource, TooLarge, template_names_anywhere
+from vgpu_bridge.webhook.ownership import NO_OWNER, Owner, OwnerGone, adopted_references
 from vgpu_bridge.webhook.watching import follow
 
 log = get_logger("vgpu_bridge.webhook")
@@ -55,6 +59,10 @@ class TemplateConflict(Exception):
 
 class TemplateLimit(TemplateConflict):
     """The namespace already holds `--max-templates-per-namespace` of our templates."""
+
+
+class TemplateOwnerGone(TemplateConflict):
+    """The configuration that would own a new template does not exist (an uninstall)."""
 
 
 def _stamp(now: float) -> str:
@@ -188,7 +196,7 @@ class TemplateStore:
     """Makes sure the templates a plan needs exist, with our spec, before a pod that uses them
     is admitted. Existence comes from the index (or, when it cannot tell, from the API server);
     a remembered template that was deleted is created again. New templates are refused once a
-    namespace holds `max_per_namespace` of ours."""
+    namespace holds `max_per_namespace` of ours. Each new one is owned by `owner`."""
 
     def __init__(
         self,
@@ -198,8 +206,10 @@ class TemplateStore:
         index: TemplateIndex | None = None,
         max_per_namespace: int = 100,
         clock: Clock = time.time,
+        owner: Owner = NO_OWNER,
     ) -> None:
         self._api = api
+        self.owner = owner
         self._touch_every_s = grace_s / 4
         self._clock = clock
         self._max_per_namespace = max_per_namespace
@@ -232,6 +242,12 @@ class TemplateStore:
         name = template["metadata"]["name"]
         body = {**template, "metadata": {**template["metadata"], "namespace": namespace}}
         body["metadata"]["annotations"] = {LAST_ADMITTED: _stamp(now)}
+        try:
+            reference = self.owner.reference()
+        except OwnerGone as gone:
+            raise TemplateOwnerGone(str(gone)) from None
+        if reference is not None:
+            body["metadata"]["ownerReferences"] = [reference]
         try:
             created = self._api.create(path, body)
         except KubeError as exc:
@@ -284,7 +300,8 @@ class TemplateStore:
 
 
 class Sweeper:
-    """Deletes our templates that nothing references any more, after a grace period."""
+    """Deletes our templates that nothing references any more, after a grace period; adopts
+    (gives `owner`) those that have none, or an earlier configuration's."""
 
     def __init__(
         self,
@@ -293,8 +310,10 @@ class Sweeper:
         grace_s: float,
         clock: Clock = time.time,
         extra: Iterable[ExtraResource] = (),
+        owner: Owner = NO_OWNER,
     ) -> None:
         self._api = api
+        self._owner = owner
         self._grace_s = grace_s
         self._clock = clock
         self._extra = tuple(extra)  # custom workload kinds that may name templates too
@@ -305,6 +324,7 @@ class Sweeper:
         """One pass; returns `namespace/name` of each template deleted. A pass that fails leaves
         in `left_behind` the templates past the grace it had not yet kept or deleted."""
         items = self._api.list_all(ALL_TEMPLATES, labelSelector=OURS).items
+        self.adopt(items)
         now = self._clock()
         old = [t for t in items if now - last_used(t) > self._grace_s]
         deleted = []
@@ -317,6 +337,44 @@ class Sweeper:
                     deleted.append(f"{namespace}/{template['metadata']['name']}")
                 self.left_behind -= 1
         return deleted
+
+    def adopt(self, templates: list[Json]) -> list[str]:
+        """Give our owner to each of `templates` without it (made by the previous release, or
+        under a configuration since deleted and made again), with a resourceVersion
+        precondition; returns `namespace/name` of each. Nothing while the owner is not there:
+        the next pass tries again."""
+        if not self._owner.name:
+            return []
+        try:
+            reference = self._owner.confirm()
+        except OwnerGone:
+            log.info("templates not adopted: the owning configuration is not there (yet)",
+                     configuration=self._owner.name)  # fmt: skip
+            return []
+        assert reference is not None  # a name: confirmed or gone
+        adopted = []
+        for template in templates:
+            references = adopted_references(template, reference)
+            if references is not None and self._set_owners(template, references):
+                meta = template["metadata"]
+                meta["ownerReferences"] = references
+                adopted.append(f"{meta['namespace']}/{meta['name']}")
+        if adopted:
+            log.info("adopted claim templates", templates=adopted, configuration=self._owner.name)
+        return adopted
+
+    def _set_owners(self, template: Json, references: list[Json]) -> bool:
+        meta = template["metadata"]
+        patch = {"metadata": {"ownerReferences": references,
+                              "resourceVersion": meta["resourceVersion"]}}  # fmt: skip
+        try:
+            updated = self._api.merge_patch(templates_path(meta["namespace"], meta["name"]), patch)
+        except KubeError as exc:
+            if exc.status in (404, 409):  # gone, or changed since listed: the next pass
+                return False
+            raise
+        meta["resourceVersion"] = (updated.get("metadata") or {}).get("resourceVersion", "")
+        return True
 
     def _delete(self, template: Json) -> bool:
         meta = template["metadata"]
