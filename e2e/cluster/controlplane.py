@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import signal
 import ssl
+import time
 import urllib.request
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from e2e.cluster import processes
@@ -39,6 +41,7 @@ CONTROLLERS = (
     "deployment-controller,replicaset-controller"
 )
 STATE_FILE = "cluster.json"
+APISERVER = "kube-apiserver"
 START_TIMEOUT_S = 120.0
 
 
@@ -92,10 +95,44 @@ class LocalCluster:
         return all(c.alive() for c in self.components) and self.client().healthy()
 
     def stop(self) -> None:
-        """Stop every component (reverse start order) and delete the state directory."""
-        for component in reversed(self.components):
+        """Stop every component (reverse start order) and delete the state directory. The state
+        file names the processes running now (a restarted API server is a new one)."""
+        current = LocalCluster.load(self.state_dir) or self
+        for component in reversed(current.components):
             processes.stop(component)
         shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def restart_apiserver(self, *, down_s: float, die_with_parent: bool = True) -> LocalCluster:
+        """An API server outage: kube-apiserver killed (a crash: its connections are reset at
+        once; a SIGTERM'd one here waits out the whole 10 s grace for its watches), left down
+        `down_s`, then started again with the same flags, port, certificates and etcd, and waited
+        for. Returns the cluster with the new process, also saved to the state file (which `stop`
+        reads); its log goes on in the same file."""
+        old = self._component(APISERVER)
+        processes.stop(old, grace_s=0.0)
+        time.sleep(down_s)
+        argv = next(argv for name, argv, _ in _plan(self) if name == APISERVER)
+        new = processes.start(APISERVER, [str(self.binary), APISERVER, *argv], log=old.log,
+                              die_with_parent=die_with_parent)  # fmt: skip
+        restarted = replace(self, components=tuple(new if c is old else c for c in self.components))
+        restarted.save()
+        processes.wait_until(lambda: restarted.client().healthy("/readyz"),
+                             timeout_s=START_TIMEOUT_S, what=APISERVER, watch=(new,))  # fmt: skip
+        return restarted
+
+    @contextlib.contextmanager
+    def apiserver_paused(self) -> Iterator[None]:
+        """An API server that hangs instead of refusing: kube-apiserver stopped (SIGSTOP) for the
+        block, so connections open and requests wait unanswered, then continued (SIGCONT)."""
+        component = self._component(APISERVER)
+        processes.send_signal(component, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            processes.send_signal(component, signal.SIGCONT)
+
+    def _component(self, name: str) -> Running:
+        return next(c for c in self.components if c.name == name)
 
     def save(self) -> None:
         state = {
@@ -237,7 +274,7 @@ def _plan(cluster: LocalCluster) -> list[tuple[str, list[str], Callable[[], bool
     scheduler = [*common, f"--secure-port={p.scheduler}"]
     return [
         ("etcd", etcd, lambda: _http_ok(f"{etcd_url}/health")),
-        ("kube-apiserver", apiserver, lambda: cluster.client().healthy("/readyz")),
+        (APISERVER, apiserver, lambda: cluster.client().healthy("/readyz")),
         ("kube-controller-manager", controller_manager, lambda: _https_ok(p.controller_manager)),
         ("kube-scheduler", scheduler, lambda: _https_ok(p.scheduler)),
     ]

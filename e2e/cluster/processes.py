@@ -149,6 +149,12 @@ def stop(component: Running, *, grace_s: float = 10.0) -> None:
         _wait_gone(component, 5.0)
 
 
+def send_signal(component: Running, signum: signal.Signals) -> None:
+    """Send `signum` to the component's process group, if it is still ours."""
+    if component.alive():
+        _signal_group(component.pid, signum)
+
+
 def wait_until(
     ready: Callable[[], bool], *, timeout_s: float, what: str, watch: tuple[Running, ...] = ()
 ) -> None:
