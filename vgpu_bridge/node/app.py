@@ -34,6 +34,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,9 +75,12 @@ from vgpu_bridge.node.settings import Settings
 from vgpu_bridge.node.skipped_gpus import ShareableGpus
 from vgpu_bridge.node.slices import DeviceTaint
 from vgpu_bridge.node.state import DeviceState, StateLocked
+from vgpu_bridge.node.uninstall import NodeFiles, OwnerWatch, Uninstall
 
 log = get_logger("vgpu_bridge.node")
 Found = TypeVar("Found")
+WORKERS_END_S = 15.0  # on uninstall, what the periodic work may take to end its round (a sweep's
+# pass is bounded by claimdirs.MAX_REMOVAL_PASS_S)
 DRIVER_CHECK_PERIOD_S = 30  # how often the driver's libcuda is looked for (a few lstat calls)
 
 
@@ -126,6 +130,8 @@ class Agent:
     device_plugin_on_node: Callable[[], str | None] | None = None
     # the cards metrics show: `gpus`, or in enforcer mode NVIDIA's, read when asked
     cards: Cards = ()
+    # the agent's DaemonSet, watched: SIGTERM after it went is an uninstall; None: no --daemonset
+    owner: OwnerWatch | None = None
 
     def start(self) -> MetricsServer | None:
         """Checkpoint recovered, DRA then registration socket, then /metrics and /healthz."""
@@ -218,7 +224,15 @@ def build(
         kubelet = PodResources(settings.pod_resources_socket)
         pod_names = PodNames(api, state.snapshot, pod_resources=kubelet)
     return Agent(settings, profile, gpus, registry, state, server, publisher, health, host_pids,
-                 tenant_dirs, device_health, pod_names, driver_stack, cards=cards)  # fmt: skip
+                 tenant_dirs, device_health, pod_names, driver_stack, cards=cards,
+                 owner=owner_watch(settings, api))  # fmt: skip
+
+
+def owner_watch(settings: Settings, api: KubeApi) -> OwnerWatch | None:
+    """The agent's own DaemonSet, when the chart names it (`uninstall.py`)."""
+    if not settings.daemonset:
+        return None
+    return OwnerWatch(api, namespace=settings.daemonset_namespace, name=settings.daemonset)
 
 
 def node_cards(nvidia: NvidiaCards, state: DeviceState) -> Callable[[], tuple[Gpu, ...]]:
@@ -369,7 +383,11 @@ def stop_on_signals(stop: threading.Event) -> None:
 def run(agent: Agent, *, stop: threading.Event) -> int:
     """Start `agent`, serve until `stop` (set by SIGTERM/SIGINT on the main thread), shut down."""
     metrics = agent.start()
-    for worker in workers(agent, stop):
+    threads = workers(agent, stop)
+    if agent.owner is not None:
+        threads.append(threading.Thread(target=agent.owner.run, args=(stop,), daemon=True,
+                                        name="owner-watch"))  # fmt: skip
+    for worker in threads:
         worker.start()
 
     stop_on_signals(stop)
@@ -383,11 +401,37 @@ def run(agent: Agent, *, stop: threading.Event) -> int:
     for reason in stack.passed_over if stack else ():
         log.warning("a driver file is not given to containers", reason=reason)
     stop.wait()
+    if agent.owner is not None and agent.owner.uninstalling():
+        uninstall_from_node(agent, threads)
     agent.close()
     if metrics is not None:
         metrics.shutdown()
     log.info("node agent stopped")
     return 0
+
+
+def uninstall_from_node(agent: Agent, threads: Sequence[threading.Thread]) -> None:
+    """SIGTERM of an uninstall (`uninstall.py`). The periodic work ends its round during the
+    drain: none writes into a dir being removed after."""
+    assert agent.owner is not None
+    settings = agent.settings
+
+    def workers_done() -> None:
+        deadline = time.monotonic() + WORKERS_END_S
+        for thread in threads:
+            if thread.name != "owner-watch":
+                thread.join(timeout=max(deadline - time.monotonic(), 0))
+
+    Uninstall(
+        state=agent.state,
+        workers_done=workers_done,
+        stop_serving=agent.server.stop,
+        files=NodeFiles(agent.state.layout, settings.checkpoint_file),
+        api=agent.owner.api,
+        node=settings.node_name,
+        driver=agent.profile.driver,
+        drain_seconds=settings.uninstall_drain_seconds,
+    ).run()
 
 
 def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:

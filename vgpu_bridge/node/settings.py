@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -22,6 +23,7 @@ from vgpu_bridge.flag_settings import (
     setting,
     split_host_port,
 )
+from vgpu_bridge.kube import dns_label_problem, dns_subdomain_problem
 from vgpu_bridge.logs import LogLevel
 from vgpu_bridge.node.claimdirs import MAX_REMOVALS_PER_PASS
 
@@ -44,6 +46,11 @@ def driver_name_problem(value: str) -> str | None:
             f"this agent runs as {DEFAULT.driver}, or as {ENFORCER_DRIVER} with --enforce-driver"
         )
     return None
+
+
+def optional(problem: Callable[[object], str | None]) -> Callable[[str], str | None]:
+    """`problem`, with the empty string (unset) allowed."""
+    return lambda value: problem(value) if value else None
 
 
 def enforce_driver_problem(value: str) -> str | None:
@@ -160,8 +167,32 @@ class Settings(FlagSettings):
         "also evicts the pods using it, None only marks it",
     )
 
+    daemonset: str = setting(
+        "",
+        check=optional(dns_subdomain_problem),
+        description="this agent's DaemonSet (in --daemonset-namespace): when it is gone or being "
+        "deleted at SIGTERM, the agent is being uninstalled and removes everything of ours from "
+        "the node (uninstall.py); otherwise SIGTERM is a restart and changes nothing on disk; "
+        "empty: always a restart",
+    )
+    daemonset_namespace: str = setting(
+        "", check=optional(dns_label_problem), description="the namespace of --daemonset"
+    )
+    uninstall_drain_seconds: float = setting(
+        45,
+        gt=0,
+        le=600,
+        description="on uninstall, how long the kubelet may still unprepare claims (pods "
+        "terminating on the node) before the agent removes what is left; keep it below the "
+        "pod's terminationGracePeriodSeconds",
+    )
+
     def __post_init__(self) -> None:
         super().__post_init__()
+        if bool(self.daemonset) != bool(self.daemonset_namespace):
+            raise SettingsError(
+                [("daemonset", "--daemonset and --daemonset-namespace go together")]
+            )
         if self.driver_root_mount and not self.driver_root:
             raise SettingsError([("driver_root_mount", "needs --driver-root")])
         if self.enforce_driver:

@@ -140,6 +140,7 @@ class DeviceState:
         self._lock = threading.Lock()
         self._claims: dict[str, PreparedClaim] = {}
         self._owner: int | None = None  # fd holding the plugin dir's lock while we run
+        self._refusal: str | None = None  # why no new claim is prepared (uninstall); None: none
 
     # --- start-up -------------------------------------------------------------------------
 
@@ -191,6 +192,17 @@ class DeviceState:
                 f"another agent holds {self._checkpoint_file.with_name(LOCK_FILE)}"
             ) from None
         self._owner = fd
+
+    @property
+    def layout(self) -> CdiLayout:
+        """Where this state's specs, limits files and claim dirs are."""
+        return self._layout
+
+    def refuse_new_claims(self, reason: str) -> None:
+        """From now on a Prepare of a claim not prepared yet fails with `reason` (the agent is
+        being uninstalled: a claim prepared now would get files removed moments later); claims
+        already prepared still answer, and Unprepare works as before."""
+        self._refusal = reason
 
     def close(self) -> None:
         """Let another agent take over this plugin dir."""
@@ -279,6 +291,8 @@ class DeviceState:
                     ref.check()
                     hit = claims.get(ref.uid)
                     if hit is None:
+                        if self._refusal is not None:
+                            raise ClaimError(self._refusal)
                         if time.monotonic() > deadline:
                             raise ClaimError("not prepared: the call ran out of time; retried")
                         claim, read_s = fetched.get(ref.uid) or (None, 0.0)
@@ -314,6 +328,8 @@ class DeviceState:
         for ref in refs:
             if ref.uid in known or ref.uid in fetched or time.monotonic() > deadline:
                 continue
+            if self._refusal is not None:
+                break  # refused under the lock: no read needed
             started = time.perf_counter()
             claim: Json | ClaimError
             try:
