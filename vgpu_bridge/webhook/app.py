@@ -272,6 +272,58 @@ def start_all(threads: list[threading.Thread]) -> None:
         thread.start()
 
 
+class Stopper:
+    """What SIGTERM and SIGINT do. A rolling update ends a replica while kube-proxy still sends it
+    new connections for a moment, and the API server retries no webhook POST that was refused or
+    broken (client-go retries a write only on a Retry-After answer; Go's transport only one that
+    never left on a reused connection): so the first signal drains (issue 38). Both servers turn
+    not ready and close each connection after its reply; reviews are answered `drain_s` longer;
+    then the webhook server stops accepting and answers what is in flight (at most
+    `in_flight_s`). A second signal during the drain, a drain of 0, or an unusable API
+    (`now`) stop at once. `stop` tells the background threads, which the reviews of the drain
+    still need, once the server has stopped."""
+
+    def __init__(
+        self,
+        server: WebhookServer,
+        probes: ProbeServer | None,
+        *,
+        drain_s: float,
+        in_flight_s: float,
+        stop: threading.Event,
+    ) -> None:
+        self.server, self.probes, self.stop = server, probes, stop
+        self.drain_s, self.in_flight_s = drain_s, in_flight_s
+        self.draining = threading.Event()
+        self.hurried = threading.Event()
+
+    def signalled(self, signum: int, _frame: object) -> None:
+        if self.drain_s == 0 or self.draining.is_set():
+            self.now()
+            return
+        self.draining.set()
+        for server in (self.server, self.probes):
+            if server is not None:
+                server.drain()
+        log.info("draining", seconds=self.drain_s, signal=signal.Signals(signum).name)
+        threading.Thread(target=self._finish_after_drain, name="drain", daemon=True).start()
+
+    def now(self) -> None:
+        self.hurried.set()
+        self.stop.set()
+        threading.Thread(target=self.server.shutdown, daemon=True).start()
+
+    @property
+    def drained(self) -> bool:
+        return self.draining.is_set() and not self.hurried.is_set()
+
+    def _finish_after_drain(self) -> None:
+        if self.hurried.wait(self.drain_s):
+            return
+        self.server.finish(within_s=self.in_flight_s)
+        self.stop.set()
+
+
 def serve(settings: Settings) -> int:
     # structlog loads in the background, below
     logs.configure_json_logging(defer=True, level=settings.log_level)
@@ -286,14 +338,12 @@ def serve(settings: Settings) -> int:
         raise
     stop = threading.Event()
     unusable: list[KubeConfigError] = []
-
-    def shut_down(*_: object) -> None:
-        stop.set()
-        threading.Thread(target=server.shutdown, daemon=True).start()
+    stopper = Stopper(server, probes, drain_s=settings.drain_seconds,
+                      in_flight_s=settings.request_timeout_seconds, stop=stop)  # fmt: skip
 
     def cannot_connect(error: KubeConfigError) -> None:
         unusable.append(error)
-        shut_down()
+        stopper.now()
 
     following = partial(
         api_workers,
@@ -309,14 +359,16 @@ def serve(settings: Settings) -> int:
         threads.append(threading.Thread(target=keeper.keep, args=(stop,),
                                         kwargs={"every_s": settings.tls_check_seconds},
                                         name="certificate", daemon=True))  # fmt: skip
-    signal.signal(signal.SIGTERM, shut_down)
-    signal.signal(signal.SIGINT, shut_down)
+    signal.signal(signal.SIGTERM, stopper.signalled)
+    signal.signal(signal.SIGINT, stopper.signalled)
     log.info("serving", listen=settings.listen, metrics_listen=settings.metrics_listen,
              profile=settings.profile, driver=settings.driver_name)  # fmt: skip
     # the background starts once the server's workers run: a thread started while another
     # imports waits for the interpreter, and the workers are needed first
     server.serve_forever(started=lambda: start_all(threads))
     server.server_close()
+    if stopper.drained:
+        log.info("drained; stopped")
     if probes is not None:
         probes.shutdown()
         probes.server_close()

@@ -22,6 +22,15 @@ once, one whose deadline passed in the queue 504 without being handled, and both
 `shed`; one big request at a time is handed out (`workqueue.HEAVY_BYTES`), the workers taking the
 others meanwhile.
 Every failed connection is one structured log line, never a traceback on stderr.
+
+Stopping has two gentle steps before `shutdown()` (issue 38: a replica that a rolling update
+ends is still sent reviews until kube-proxy has seen its endpoint go, and the API server retries
+no refused or broken webhook POST). `drain()`: every reply from then on carries `Connection:
+close` and closes its connection, so the client's next request opens a new connection, which
+the Service sends to a replica that stays; nothing else changes. `finish(within_s)`: the
+connections already queued by the kernel are accepted, the listener closed, idle connections
+closed; the requests in flight (being read, queued or computed) are answered, then the loop
+stops, at the latest after `within_s`.
 """
 
 from __future__ import annotations
@@ -172,6 +181,8 @@ class ConnectionLoop:
         self._other_tokens = float(limits.others_burst)  # reads of requests other than reviews
         self._tokens_at = clock()
         self._parked: deque[_Connection] = deque()  # oldest first
+        self._draining = False  # every reply closes its connection
+        self._finish_by: float | None = None  # past it, stop even with requests in flight
 
     @property
     def open_connections(self) -> int:
@@ -216,6 +227,19 @@ class ConnectionLoop:
         self._wake()
         self._stopped.wait()
 
+    def drain(self) -> None:
+        """From now on every reply closes its connection (see the module)."""
+        self._draining = True
+        self._wake()
+
+    def finish(self, *, within_s: float) -> None:
+        """Stop accepting, answer what is in flight (at most `within_s`), then stop; returns once
+        stopped."""
+        self._draining = True
+        self._finish_by = self._clock() + within_s
+        self._wake()
+        self._stopped.wait()
+
     def close(self) -> None:
         self._selector.close()
         for sock in (self._listener, self._wake_r, self._wake_w):
@@ -239,19 +263,42 @@ class ConnectionLoop:
         if now >= self._next_expiry:
             self._next_expiry = now + EXPIRE_EVERY_S
             self._expire(now)
+        if self._finish_by is not None:
+            self._wind_down(now, self._finish_by)
+
+    def _wind_down(self, now: float, finish_by: float) -> None:
+        """A turn of `finish`: stop listening (once), close idle connections; stop when none is
+        left or the time is up."""
+        if self._listener.fileno() >= 0:
+            self._accept_all()  # the kernel answered their handshakes: they are ours to serve
+            self._selector.unregister(self._listener)
+            self._listener.close()
+            log.info("stopped accepting; finishing what is in flight", open=len(self._conns))
+        for conn in [c for c in self._conns if c.phase == "idle"]:
+            self._close(conn)
+        if not self._conns:
+            self._stop.set()
+        elif now >= finish_by:
+            log.warning("stopping with requests in flight", open=len(self._conns))
+            self._stop.set()
 
     # -- accepting ------------------------------------------------------------------------
 
-    def _accept(self) -> None:
+    def _accept_all(self) -> None:
+        while self._accept():
+            pass
+
+    def _accept(self) -> bool:
+        """Accept up to ACCEPTS_PER_WAKEUP connections; whether more may be waiting."""
         for _ in range(ACCEPTS_PER_WAKEUP):
             try:
                 sock, address = self._listener.accept()
             except BlockingIOError:
-                return
+                return False
             except OSError as error:  # e.g. out of file descriptors: make room, try later
                 log.warning("accept failed", error=str(error))
                 self._make_room()
-                return
+                return False
             if len(self._conns) >= self._limits.max_connections and not self._make_room():
                 sock.close()
                 log.warning(
@@ -263,6 +310,7 @@ class ConnectionLoop:
             except OSError as error:  # gone before we could set it up
                 sock.close()
                 log.warning("connection failed", peer=_peer(address), reason=_describe(error))
+        return True
 
     def _admit(self, sock: socket.socket, peer: str) -> None:
         sock.setblocking(False)
@@ -393,6 +441,7 @@ class ConnectionLoop:
                 self._step(waiting, refusal)
 
     def _reply(self, conn: _Connection, reply: Reply) -> None:
+        conn.close_after = conn.close_after or self._draining
         conn.out = wire.response(
             reply.status, reply.body, content_type=reply.content_type, close=conn.close_after
         )

@@ -40,6 +40,7 @@ log = get_logger("vgpu_bridge.webhook.server")
 NOT_FOUND = Reply(404, b"not found")
 CLIENT_CERT_REQUIRED = Reply(403, b"a client certificate signed by --client-ca-file is required")
 EMPTY_REVIEW = Reply(400, b"an AdmissionReview is required: the request has no body")
+DRAINING = Reply(503, b"draining: not ready")
 #: reviews up to this size may be answered on the selector thread (a pod without GPUs is a few
 #: KiB, with managedFields and a long env rarely past 20); with `fastpath.QUICK_MAX_CONTAINERS`
 #: this keeps one quick review near the turn's budget (issue 25: 64 KiB of 1,994 tiny containers
@@ -96,6 +97,7 @@ class ProbeRoutes:
 
     def __init__(self, admitter: Admitter, ready: Callable[[], bool]) -> None:
         self.admitter, self.ready = admitter, ready
+        self.draining = False  # stopping: never ready again, whatever `ready` says
         self._bookings_made: tuple[float, bytes | None] = (0.0, None)
         self._metrics_made: tuple[float, bytes | None] = (0.0, None)
 
@@ -114,6 +116,8 @@ class ProbeRoutes:
         if request.head.path == "/healthz":
             return Reply(200, b"ok")
         if request.head.path == "/readyz":
+            if self.draining:
+                return DRAINING
             ready = self.ready()
             return Reply(200 if ready else 503, b"ok" if ready else b"not ready")
         return None
@@ -243,17 +247,35 @@ class ProbeServer:
         self.admitter, self.ready = admitter, ready
         self.socket = bind(address)
         self.server_address: tuple[str, int] = self.socket.getsockname()[:2]
-        self.loop = self._loop(limits or Limits(max_body_bytes=admitter.settings.max_body_bytes))
+        self.routes = self._routes()
+        self.loop = ConnectionLoop(
+            self.socket,
+            routes=self.routes,
+            limits=limits or Limits(max_body_bytes=admitter.settings.max_body_bytes),
+            tls=self._tls_context(),
+            shed=self._shed,
+        )
 
-    def _loop(self, limits: Limits) -> ConnectionLoop:
-        return ConnectionLoop(self.socket, routes=ProbeRoutes(self.admitter, self.ready),
-                              limits=limits, shed=self._shed)  # fmt: skip
+    def _routes(self) -> ProbeRoutes:
+        return ProbeRoutes(self.admitter, self.ready)
+
+    def _tls_context(self) -> Callable[[], ssl.SSLContext] | None:
+        return None
 
     def _shed(self, reason: str) -> None:
         self.admitter.metrics.shed.labels(reason).inc()
 
     def serve_forever(self, started: Callable[[], None] | None = None) -> None:
         self.loop.serve_forever(started)
+
+    def drain(self) -> None:
+        """Not ready from now on, and every reply closes its connection (`ConnectionLoop`)."""
+        self.routes.draining = True
+        self.loop.drain()
+
+    def finish(self, *, within_s: float) -> None:
+        """Stop accepting, answer the requests in flight (at most `within_s`), stop."""
+        self.loop.finish(within_s=within_s)
 
     def shutdown(self) -> None:
         self.loop.shutdown()
@@ -277,11 +299,11 @@ class WebhookServer(ProbeServer):
         self.tls = tls
         super().__init__(address, admitter=admitter, ready=ready, limits=limits)
 
-    def _loop(self, limits: Limits) -> ConnectionLoop:
-        routes = AdmissionRoutes(self.admitter, self.ready, tls=self.tls)
-        return ConnectionLoop(
-            self.socket, routes=routes, limits=limits, tls=lambda: self.tls.context, shed=self._shed
-        )
+    def _routes(self) -> ProbeRoutes:
+        return AdmissionRoutes(self.admitter, self.ready, tls=self.tls)
+
+    def _tls_context(self) -> Callable[[], ssl.SSLContext] | None:
+        return lambda: self.tls.context
 
 
 def watch_tls(tls: TLSFiles, stop: threading.Event, *, every_s: float = 2.0) -> None:
