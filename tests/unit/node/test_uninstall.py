@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.node.claims import NODE
 from tests.unit.recording_api import RecordingApi
 from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.node.cdi import CdiLayout
@@ -287,7 +288,7 @@ def test_during_an_uninstall_new_claims_are_refused_and_prepared_ones_still_answ
     layout = CdiLayout(cdi_dir=tmp_path / "cdi", vgpu_dir=tmp_path / "vgpu", driver=DEFAULT.driver)
     (tmp_path / "plugin").mkdir()
     checkpoint_file = tmp_path / "plugin" / "checkpoint.json"
-    state = DeviceState(recorded.api, node=extended.NODE, profile=DEFAULT, gpus=extended.GPUS,
+    state = DeviceState(recorded.api, node=NODE, profile=DEFAULT, gpus=extended.GPUS,
                         layout=layout, checkpoint_file=checkpoint_file)  # fmt: skip
     state.start()
     try:
