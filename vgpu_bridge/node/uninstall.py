@@ -65,6 +65,7 @@ MAX_EVENTS = 100  # Events one node's uninstall posts at most (one per pod)
 MAX_NOTE = 1024  # events.k8s.io/v1 refuses a longer note
 DRAIN_POLL_S = 0.5  # how often the drain looks at the prepared claims (in memory, no API)
 WATCH_RETRY_S = 5.0  # after a failed list or watch of the DaemonSet
+EVENTS_S = 15.0  # what reading the claims and posting the Events may take, the API slow or gone
 REMOVAL_S = 20.0  # what the removal of the node's files may take (its passes; a tenant's tree)
 REFUSAL = "the vgpu-bridge agent on this node is being uninstalled: no new claim is prepared"
 
@@ -308,12 +309,15 @@ class PodRef:
     claim: str  # the claim's name, in the pod's namespace
 
 
-def pods_holding(api: KubeApi, claims: Iterable[PreparedClaim], *, limit: int) -> list[PodRef]:
-    """The pods each claim is reserved for (`status.reservedFor`), at most `limit`, each once;
-    a claim that cannot be read (gone, or the API refusing) names none."""
+def pods_holding(
+    api: KubeApi, claims: Iterable[PreparedClaim], *, limit: int, deadline: float
+) -> list[PodRef]:
+    """The pods each claim is reserved for (`status.reservedFor`), at most `limit`, each once,
+    as far as the claims could be read by `deadline`; a claim that cannot be read (gone, or the
+    API refusing) names none."""
     found: dict[str, PodRef] = {}
     for claim in claims:
-        if len(found) >= limit:
+        if len(found) >= limit or time.monotonic() > deadline:
             break
         path = api_path(CLAIMS, "namespaces", claim.namespace, "resourceclaims", claim.name)
         try:
@@ -371,12 +375,17 @@ def event_body(pod: PodRef, *, node: str, driver: str, wall: float) -> Json:
 def tell_pods(
     api: KubeApi, claims: Iterable[PreparedClaim], *, node: str, driver: str,
     limit: int = MAX_EVENTS,
+    seconds: float = EVENTS_S,
 ) -> int:  # fmt: skip
     """One Warning Event on each pod holding one of `claims` (at most `limit`); how many were
     posted. One that cannot be posted is logged (after `helm uninstall` the agent's token may
     be refused already)."""
+    deadline = time.monotonic() + seconds
     posted = 0
-    for pod in pods_holding(api, claims, limit=limit):
+    for pod in pods_holding(api, claims, limit=limit, deadline=deadline):
+        if time.monotonic() > deadline:
+            log.warning("uninstall: out of time to tell the pods", posted=posted)
+            break
         path = api_path(EVENTS, "namespaces", pod.namespace, "events")
         try:
             api.create(path, event_body(pod, node=node, driver=driver, wall=time.time()))
