@@ -13,6 +13,14 @@ turns that version's claims into the next version's, and that version's name), o
 time, after its own checksum is verified; the result is checked as this version and rewritten as
 this version at once. When VERSION changes, the old one gets an entry here (NVIDIA's driver
 migrates its checkpoint the same way, V1 to V2). A version with no path to VERSION is corrupt.
+
+Downgrades: a file of a later version than VERSION (`vN`, N greater, with no entry in MIGRATIONS)
+was written by a newer release, whose claims still run on the node: it is `CheckpointTooNew`, and
+the agent refuses to start, naming the file and the versions it reads, and leaves it as it is
+(never quarantined and rebuilt: the rebuild would prepare those claims again by this release's
+rules, and the start would remove what it does not know). Fixtures of each release's files
+(tests/fixtures/ondisk/<commit>/, read by tests/unit/test_ondisk_*) keep the previous release's
+file readable.
 """
 
 from __future__ import annotations
@@ -41,6 +49,13 @@ QUARANTINE_SUFFIX = ".corrupt-"
 
 class CheckpointCorrupt(ValueError):
     """The checkpoint file exists but cannot be trusted."""
+
+
+class CheckpointTooNew(OSError):
+    """The checkpoint was written by a newer release (a downgrade): this agent cannot read it, and
+    must not drop it either, since the claims it lists still run on the node. Not
+    `CheckpointCorrupt` (quarantined and rebuilt); an OSError, like a file the agent cannot
+    read, so that the agent's start fails with this message and exit status 1 (`app.main`)."""
 
 
 #: the claims of one version (as JSON) -> (the next version, its claims)
@@ -135,6 +150,11 @@ def load(
     if raw is None:
         return {}
     version = raw.get("version")
+    if _is_newer(version, migrations):
+        raise CheckpointTooNew(
+            f"{path}: version {version!r} was written by a newer release (this agent reads "
+            f"{_known(migrations)}): upgrade again, or remove {path} after draining the node"
+        )
     if not isinstance(version, str) or (version != VERSION and version not in migrations):
         raise CheckpointCorrupt(f"{path}: version {version!r}, this agent reads {VERSION}")
     if not isinstance(raw.get("claims"), dict) or raw.get("checksum") != _checksum(
@@ -149,6 +169,24 @@ def load(
     if version != VERSION:
         save(path, parsed.claims)
     return parsed.claims
+
+
+def _version_number(version: object) -> int | None:
+    """N of a version spelt `vN` (how every version is named), else None."""
+    found = re.fullmatch(r"v([0-9]{1,9})", version) if isinstance(version, str) else None
+    return int(found.group(1)) if found else None
+
+
+def _is_newer(version: object, migrations: Mapping[str, Migration]) -> bool:
+    """Whether `version` is a later one than VERSION (and not one `migrations` knows): only a
+    newer release writes it. Anything else unknown stays corrupt."""
+    number, ours = _version_number(version), _version_number(VERSION)
+    return number is not None and ours is not None and number > ours and version not in migrations
+
+
+def _known(migrations: Mapping[str, Migration]) -> str:
+    """The versions this agent reads, for a message: VERSION, and those it upgrades from."""
+    return ", ".join([VERSION, *sorted(v for v in migrations if v != VERSION)])
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

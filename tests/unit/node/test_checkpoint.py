@@ -52,7 +52,7 @@ def _tamper(path: Path, how: str) -> None:
     if how == "truncated":
         path.write_text(path.read_text()[:40])
     elif how == "other version":
-        path.write_text(json.dumps({**data, "version": "v9"}))
+        path.write_text(json.dumps({**data, "version": "v0"}))  # older, no upgrade known
     elif how == "edited":
         data["claims"]["0c1a1d00-0000-4000-8000-000000000001"]["devices"][0]["cores"] = 100
         path.write_text(json.dumps(data))
