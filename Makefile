@@ -13,6 +13,7 @@ help:
 	@echo "make lint    ruff + mypy strict"
 	@echo "make bench   benchmarks, printed as tables"
 	@echo "make bench-scale   admission, the viewer, the webhook, the dense node and scheduling at 1,000, 2,500 and 10,000 simulated GPUs (issue 26)"
+	@echo "make bench-day2   day two on kind: upgrades, outages, a node restart, uninstall, downgrade under load (issue 38; REUSE=1 keeps a running cluster)"
 	@echo "make chart   check the chart's README, lint it, package it into dist/"
 	@echo "make kubectl-plugin   the kubectl plugin as a zipapp and krew's archive, in dist/"
 	@echo "make demo    the local cluster, the webhook, a node agent with mock GPUs, examples/ applied, a table (KEEP=1 keeps the cluster)"
@@ -151,6 +152,16 @@ bench: venv cluster-bin-pinned helm-bin
 	$(PY) bench/nvidia.py --parts admission,prepare
 	$(MAKE) -C native/vgpu bench
 	flock /tmp/vgpu-node-tier.lock $(PY) bench/kind.py
+
+# Day two on kind (issue 38, bench/day2.py): helm upgrade from the previous release under 20 GPU
+# pod creates/s, agent upgrade with running shares, API server down 30 s and etcd paused, a node
+# restarted, a webhook replica SIGKILLed, helm uninstall with running shares, downgrade; prints
+# the table and appends it to bench/results/day2-<date>.md. Brings kind up and down itself
+# (REUSE=1: the running cluster of `python -m e2e.kind up`). Root; not part of `make bench`.
+.PHONY: bench-day2
+bench-day2: venv cluster-bin-pinned helm-bin
+	flock /tmp/vgpu-node-tier.lock $(PY) bench/day2.py $(if $(REUSE),--reuse) \
+		--out bench/results/day2-$$(date -u +%Y-%m-%d).md
 
 # The demo (e2e/demo): builds or reuses the local cluster, runs the webhook and a node agent with
 # mock GPUs, applies examples/, prints what each workload got. KEEP=1 leaves the cluster up.
