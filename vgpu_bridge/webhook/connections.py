@@ -285,8 +285,10 @@ class ConnectionLoop:
     # -- accepting ------------------------------------------------------------------------
 
     def _accept_all(self) -> None:
-        while self._accept():
-            pass
+        """Accept what the kernel has queued: at most a full backlog, however fast clients come."""
+        for _ in range(LISTEN_BACKLOG // ACCEPTS_PER_WAKEUP + 1):
+            if not self._accept():
+                return
 
     def _accept(self) -> bool:
         """Accept up to ACCEPTS_PER_WAKEUP connections; whether more may be waiting."""
