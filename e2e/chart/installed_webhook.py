@@ -57,7 +57,8 @@ def running_release_webhook(
     kube: KubeClient, kubeconfig: Path, release: Release, workdir: Path
 ) -> Iterator[LocalWebhook]:
     """`vgpu-bridge webhook` with the Deployment's env; only where it listens, where it writes
-    its files and how it reaches the API differ (a pod's emptyDir and token)."""
+    its files and how it reaches the API differ (a pod's emptyDir and token), and it stops at
+    once on the test's SIGTERM (no drain: no Service routes to it)."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = {
@@ -67,6 +68,7 @@ def running_release_webhook(
         "VGPU_BRIDGE_TLS_CERT_FILE": str(workdir / "tls.crt"),
         "VGPU_BRIDGE_TLS_KEY_FILE": str(workdir / "tls.key"),
         "VGPU_BRIDGE_KUBECONFIG": str(kubeconfig),
+        "VGPU_BRIDGE_DRAIN_SECONDS": "0",  # stopped by the test, not by a roll: at once
     }
     env.pop("VGPU_BRIDGE_METRICS_LISTEN", None)
     log_file = workdir / "webhook.log"
