@@ -1,0 +1,231 @@
+"""Write tests/fixtures/ondisk/<commit>/: what one release leaves on a node's disk, written by that
+release's own code, for the tests that read it with today's (tests/unit/test_ondisk_fixtures.py,
+native/vgpu/tests/test_ondisk.c).
+
+    python scripts/ondisk_fixtures.py               # the previous release (PREVIOUS_RELEASE)
+    python scripts/ondisk_fixtures.py --commit C    # another release
+    python scripts/ondisk_fixtures.py --force       # replace a fixture (never done silently)
+
+Containers started under release N keep running while the agent becomes N+1 (and back, after a
+downgrade): libvgpu of N, loaded in them, reads the limits file and the shared region the next
+agent keeps; that agent reads N's checkpoint, claim dirs, host-pids files and priority boards.
+So the fixture is made by N itself: its tree is taken from git (`git archive C`, never the working
+tree), its agent (`DeviceState`, run by this script with that tree first on the import path, over
+an API in a dict) prepares two claims of mock GPUs, and its libvgpu (built from that tree, over
+its fake driver, with the claim's CDI environment) creates the claim's region and the node's
+priority board. Nothing is typed by hand but the ResourceClaims the API would hold.
+
+The fixture is committed and never regenerated silently: a change to a format is a new version
+with an upgrade (docs/upgrade.md), and the fixture of the release before it stays as it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "ondisk"
+PREVIOUS_RELEASE = "fdf5730"  # e2e/kind/releases.py names the same commit
+# Where the release's agent writes: its CDI specs carry these host paths, so they must not depend
+# on a temporary name (a second run writes the same specs).
+WORK = Path("/tmp/vgpu-bridge-ondisk")
+DRIVER = "gpu.vgpu-bridge.io"
+NODE = "node-a"
+# the fake driver's cards (native/vgpu/tests/fake/fake.h): libvgpu over it sees these UUIDs
+GPU_UUIDS = ("GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae00", "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae01")
+GPU_MEMORY = 16 * 2**30  # the fake driver's default
+CLAIM_A = "0c1a1d00-0000-4000-8000-00000000000a"  # one share, priority 0: the region's claim
+CLAIM_B = "0c1a1d00-0000-4000-8000-00000000000b"  # a share on each card, no priority
+HOST_PIDS = {(1, 4242): 98765}  # (pid in the container, start time) -> host pid
+NATIVE_TARGETS = ("build/libvgpu.so", "build/fake/libcuda.so.1", "build/fake/libnvidia-ml.so.1",
+                  "build/gpu_check")  # fmt: skip
+
+
+def _result(device: str, memory: str, cores: str, share: str) -> dict[str, Any]:
+    return {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device, "shareID": share,
+            "consumedCapacity": {"memory": memory, "cores": cores}}  # fmt: skip
+
+
+def _claim(uid: str, name: str, results: list[dict[str, Any]], priority: int | None) -> Any:
+    """A ResourceClaim allocated on NODE as the API server returns it."""
+    devices: dict[str, Any] = {"results": results}
+    if priority is not None:
+        parameters = {"apiVersion": "gpu.vgpu-bridge.io/v1alpha1", "kind": "GpuShareConfig",
+                      "priority": priority}  # fmt: skip
+        devices["config"] = [{"source": "FromClaim", "requests": ["gpu"],
+                              "opaque": {"driver": DRIVER, "parameters": parameters}}]  # fmt: skip
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "team-a", "uid": uid},
+        "spec": {"devices": {"requests": [{"name": "gpu"}]}},
+        "status": {"allocation": {"devices": devices},
+                   "reservedFor": [{"resource": "pods", "name": f"{name}-pod", "uid": uid}]},
+    }  # fmt: skip
+
+
+CLAIMS = [
+    _claim(CLAIM_A, "train-gpu", [_result("gpu-0", "3000Mi", "30",
+                                          "7c6c2d7e-0000-4000-8000-00000000000a")], 0),
+    _claim(CLAIM_B, "serve-gpu", [
+        _result("gpu-0", "1Gi", "20", "7c6c2d7e-0000-4000-8000-0000000000b0"),
+        _result("gpu-1", "2Gi", "0", "7c6c2d7e-0000-4000-8000-0000000000b1"),
+    ], None),
+]  # fmt: skip
+
+
+def agent_side(work: Path) -> None:
+    """Run with the release's tree first on the import path: its agent prepares CLAIMS under
+    `work` and writes what it answered (prepared.json) and a host-pids file for CLAIM_A."""
+    from kubernetes import client
+
+    import vgpu_bridge
+    from vgpu_bridge.atomic_files import write_atomic
+    from vgpu_bridge.core import DEFAULT
+    from vgpu_bridge.kube import KubeApi
+    from vgpu_bridge.node import hostpids
+    from vgpu_bridge.node.cdi import CdiLayout, claim_dir
+    from vgpu_bridge.node.gpus import Gpu
+    from vgpu_bridge.node.state import ClaimRef, DeviceState, answered
+
+    tree = Path(os.environ["ONDISK_TREE"])
+    assert Path(vgpu_bridge.__file__).is_relative_to(tree), vgpu_bridge.__file__
+    by_path = {f"/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims/"
+               f"{c['metadata']['name']}": c for c in CLAIMS}  # fmt: skip
+
+    class ClaimsApi(KubeApi):
+        def get(self, path: str) -> Any:
+            return json.loads(json.dumps(by_path[path]))
+
+    gpus = [Gpu(index=i, uuid=uuid, product_name="NVIDIA Fake GPU", memory=GPU_MEMORY, minor=i)
+            for i, uuid in enumerate(GPU_UUIDS)]  # fmt: skip
+    layout = CdiLayout(cdi_dir=work / "cdi", vgpu_dir=work / "vgpu", driver=DEFAULT.driver)
+    assert DEFAULT.driver == DRIVER
+    state = DeviceState(ClaimsApi(client.ApiClient(client.Configuration())), node=NODE,
+                        profile=DEFAULT, gpus=gpus, layout=layout,
+                        checkpoint_file=work / "plugin" / "checkpoint.json")  # fmt: skip
+    state.start()
+    refs = [ClaimRef("team-a", c["metadata"]["name"], c["metadata"]["uid"]) for c in CLAIMS]
+    results = state.prepare(refs)
+    assert all(r.error is None for r in results.values()), results
+    answers = {uid: [d.model_dump(mode="json") for d in answered(r.devices)]
+               for uid, r in results.items()}  # fmt: skip
+    (work / "prepared.json").write_text(json.dumps(answers, indent=2, sort_keys=True) + "\n")
+    write_atomic(claim_dir(layout.vgpu_dir, CLAIM_A) / hostpids.FILE,
+                 hostpids.format_host_pids(HOST_PIDS), durable=False)  # fmt: skip
+    state.close()
+
+
+def libvgpu_side(work: Path, native: Path) -> None:
+    """CLAIM_A's container under the release's libvgpu (its CDI environment, the fake driver):
+    one allocation refused over the limit, one that fits, launches at priority 0. What stays is
+    its region (the device, its limits, the refusal; no live process) and the card's board."""
+    spec = json.loads((work / "cdi" / f"k8s.{DRIVER}-claim_{CLAIM_A}.json").read_text())
+    env = dict(os.environ, LD_LIBRARY_PATH=str(native / "build" / "fake"),
+               LD_PRELOAD=str(native / "build" / "libvgpu.so"))  # fmt: skip
+    for edits in [spec["containerEdits"], *(d["containerEdits"] for d in spec["devices"])]:
+        env.update(entry.split("=", 1) for entry in edits.get("env", []))
+    env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(work / "vgpu" / "claims" / CLAIM_A / "vgpu.cache")
+    env["CUDA_TASK_PRIORITY_DIR"] = str(work / "vgpu" / "priority")
+    check = str(native / "build" / "gpu_check")
+    over, fits = str(3001 * 2**20), str(1000 * 2**20)
+    for argv, status in (([check, "alloc", over], 2), ([check, "alloc", fits], 0),
+                         ([check, "launch", "100"], 0)):  # fmt: skip
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+        if done.returncode != status:
+            sys.exit(f"{' '.join(argv)}: exit {done.returncode}, wanted {status}\n{done.stderr}")
+
+
+def modes(top: Path) -> dict[str, str]:
+    """Every path's mode (octal) by relative path: git keeps none of them, the agent checks them."""
+    found = {}
+    for path in sorted(top.rglob("*")):
+        found[str(path.relative_to(top))] = oct(path.lstat().st_mode & 0o7777)
+    return found
+
+
+def _revision(commit: str) -> str:
+    """The commit's full name: a short one could come to name two."""
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", f"{commit}^{{commit}}"],
+                          check=True, capture_output=True, text=True)  # fmt: skip
+    return done.stdout.strip()
+
+
+def release_tree(commit: str, tree: Path) -> Path:
+    """The release's agent and libvgpu, from git, into `tree`; its native dir, built."""
+    paths = ["vgpu_bridge", "native/vgpu"]
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, *paths],
+                             check=True, capture_output=True).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    native = tree / "native" / "vgpu"
+    subprocess.run(["make", "-C", str(native), "-s", *NATIVE_TARGETS], check=True)
+    return native
+
+
+def release_node(commit: str, tree: Path, native: Path) -> Path:
+    """The node's files as the release leaves them, under WORK/<commit>."""
+    work = WORK / commit
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    env = dict(os.environ, PYTHONPATH=str(tree), ONDISK_TREE=str(tree))
+    subprocess.run([sys.executable, "-P", str(Path(__file__).resolve()), "--agent-side",
+                    str(work)], env=env, cwd=tree, check=True)  # fmt: skip
+    libvgpu_side(work, native)
+    (work / "plugin" / "agent.lock").unlink()  # the lock's file, not a format
+    return work
+
+
+def describe(commit: str, work: Path) -> dict[str, Any]:
+    return {
+        "commit": commit,
+        "revision": _revision(commit),
+        "work": str(work),
+        "claims": [CLAIM_A, CLAIM_B],
+        "gpus": list(GPU_UUIDS),
+        "hostPids": [[*key, host] for key, host in HOST_PIDS.items()],
+        "command": f"python scripts/ondisk_fixtures.py --commit {commit}",
+    }
+
+
+def generate(commit: str, out: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="ondisk-tree-") as scratch:
+        tree = Path(scratch)
+        work = release_node(commit, tree, release_tree(commit, tree))
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    (work / "prepared.json").rename(out / "prepared.json")
+    shutil.copytree(work, out / "node", symlinks=True)
+    (out / "modes.json").write_text(json.dumps(modes(work), indent=2) + "\n")
+    (out / "claims.json").write_text(json.dumps(CLAIMS, indent=2) + "\n")
+    (out / "release.json").write_text(json.dumps(describe(commit, work), indent=2) + "\n")
+    shutil.rmtree(work)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--commit", default=PREVIOUS_RELEASE)
+    parser.add_argument("--force", action="store_true", help="replace an existing fixture")
+    parser.add_argument("--agent-side", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.agent_side is not None:
+        agent_side(args.agent_side)
+        return 0
+    out = FIXTURES / args.commit
+    if out.exists() and not args.force:
+        print(f"{out} exists: fixtures are not regenerated silently (--force)", file=sys.stderr)
+        return 1
+    generate(args.commit, out)
+    print(f"wrote {out.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
