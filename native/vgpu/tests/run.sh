@@ -282,6 +282,13 @@ for variant in $VARIANTS; do
 	# the node agent's limits file at the compiled-in path (a private mount namespace, as root)
 	run test_limits_file "${FAKE[@]}" CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" TEST_TMP="$TMP" \
 		timeout 120 "$T/test_limits_file"
+	# what an earlier release left on a node (tests/fixtures/ondisk/<commit>): its limits file,
+	# region and board taken as written; a newer version of either file fails closed
+	for fixture in "$HERE"/../../../tests/fixtures/ondisk/*/; do
+		run "test_ondisk[$(basename "$fixture")]" "${FAKE[@]}" TEST_TMP="$TMP" \
+			ONDISK_FIXTURE="$fixture" CUDA_TASK_PRIORITY=0 \
+			CUDA_TASK_PRIORITY_DIR=/usr/local/vgpu/priority timeout 120 "$T/test_ondisk"
+	done
 	# what LD_PRELOAD enforcement cannot stop (SECURITY.md): these cases pass by escaping
 	pick test_bypass $(all_cases test_bypass)
 	run test_bypass "${FAKE[@]}" "${LIM[@]}" CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" \
