@@ -30,8 +30,16 @@ OWNER_KIND = "MutatingWebhookConfiguration"
 FRESH_S = 30.0
 
 
-class OwnerGone(Exception):
+class OwnerUnavailable(Exception):
+    """The uid of the configuration that owns what we make cannot be had: nothing is written."""
+
+
+class OwnerGone(OwnerUnavailable):
     """The configuration that owns what we make does not exist (now)."""
+
+
+class OwnerForbidden(OwnerUnavailable):
+    """We may not read that configuration: a ClusterRole without the chart's rule."""
 
 
 def owner_reference(name: str, uid: str) -> Json:
@@ -94,12 +102,19 @@ class Owner:
         return self.confirm()
 
     def confirm(self) -> Json | None:
-        """The reference from a GET now; OwnerGone (and the remembered uid dropped) on a 404."""
+        """The reference from a GET now; OwnerGone (and the remembered uid dropped) on a 404,
+        OwnerForbidden on a 403."""
         if not self.name or self.api is None:
             return None
         try:
             configuration = self.api.get(api_path(CONFIGURATIONS, self.name))
         except KubeError as error:
+            if error.status == 403:
+                raise OwnerForbidden(
+                    f"may not get MutatingWebhookConfiguration {self.name} "
+                    "(--webhook-configuration), which owns the claim templates vgpu-bridge makes: "
+                    "its ClusterRole needs get on it (the chart's grants it)"
+                ) from None
             if error.status != 404:
                 raise
             with self._lock:

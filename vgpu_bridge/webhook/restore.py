@@ -26,7 +26,7 @@ from vgpu_bridge.core.claims import template_name
 from vgpu_bridge.core.workloads import pod_templates
 from vgpu_bridge.kube import Json, KubeApi, KubeError, api_path
 from vgpu_bridge.logs import get_logger
-from vgpu_bridge.webhook.ownership import NO_OWNER, Owner, OwnerGone
+from vgpu_bridge.webhook.ownership import NO_OWNER, Owner, OwnerForbidden, OwnerGone
 from vgpu_bridge.webhook.templates import REFERRERS, TemplateConflict
 
 log = get_logger("vgpu_bridge.webhook.restore")
@@ -165,7 +165,7 @@ class TemplateRestorer:
             log.info("deleted claim templates not restored: their owner is gone (uninstall)",
                      configuration=self._owner.name)  # fmt: skip
             return False
-        except KubeError as exc:
+        except (KubeError, OwnerForbidden) as exc:
             log.warning("deleted claim templates not restored: owner unreadable",
                         configuration=self._owner.name, error=str(exc))  # fmt: skip
             return False

@@ -32,7 +32,7 @@ from vgpu_bridge.core.workloads import WORKLOAD_KINDS, pod_templates
 from vgpu_bridge.kube import Json, KubeApi, KubeError, api_path
 from vgpu_bridge.logs import get_logger
 from vgpu_bridge.webhook.extra_workloads import ExtraResource, TooLarge, template_names_anywhere
-from vgpu_bridge.webhook.ownership import NO_OWNER, Owner, OwnerGone, adopted_references
+from vgpu_bridge.webhook.ownership import NO_OWNER, Owner, OwnerUnavailable, adopted_references
 from vgpu_bridge.webhook.watching import follow
 
 log = get_logger("vgpu_bridge.webhook")
@@ -62,7 +62,8 @@ class TemplateLimit(TemplateConflict):
 
 
 class TemplateOwnerGone(TemplateConflict):
-    """The configuration that would own a new template does not exist (an uninstall)."""
+    """The configuration that would own a new template does not exist (an uninstall), or we may
+    not read it."""
 
 
 def _stamp(now: float) -> str:
@@ -244,8 +245,8 @@ class TemplateStore:
         body["metadata"]["annotations"] = {LAST_ADMITTED: _stamp(now)}
         try:
             reference = self.owner.reference()
-        except OwnerGone as gone:
-            raise TemplateOwnerGone(str(gone)) from None
+        except OwnerUnavailable as unavailable:
+            raise TemplateOwnerGone(str(unavailable)) from None
         if reference is not None:
             body["metadata"]["ownerReferences"] = [reference]
         try:
@@ -314,6 +315,7 @@ class Sweeper:
     ) -> None:
         self._api = api
         self._owner = owner
+        self.max_adopted_per_pass = 1000  # the rest in the next passes: a sweep is never held up
         self._grace_s = grace_s
         self._clock = clock
         self._extra = tuple(extra)  # custom workload kinds that may name templates too
@@ -347,13 +349,14 @@ class Sweeper:
             return []
         try:
             reference = self._owner.confirm()
-        except OwnerGone:
-            log.info("templates not adopted: the owning configuration is not there (yet)",
-                     configuration=self._owner.name)  # fmt: skip
+        except (OwnerUnavailable, KubeError) as unavailable:  # the sweep goes on regardless
+            log.warning("claim templates not adopted", reason=str(unavailable))
             return []
         assert reference is not None  # a name: confirmed or gone
-        adopted = []
+        adopted: list[str] = []
         for template in templates:
+            if len(adopted) >= self.max_adopted_per_pass:
+                break
             references = adopted_references(template, reference)
             if references is not None and self._set_owners(template, references):
                 meta = template["metadata"]

@@ -185,3 +185,24 @@ def test_a_template_changed_since_it_was_listed_is_left_for_the_next_pass(
     recorded.answer("PATCH", templates_path(NAMESPACE, "old"), 409)
     sweeper = Sweeper(recorded.api, grace_s=1e9, owner=Owner(recorded.api, CONFIGURATION))
     assert sweeper.adopt([listed("old")]) == []
+
+
+def test_without_leave_to_read_the_configuration_the_refusal_names_the_missing_rule(
+    recorded: RecordingApi,
+) -> None:
+    recorded.answer("GET", CONFIGURATION_PATH, 403)
+    with pytest.raises(TemplateOwnerGone) as refused:
+        store(recorded, Owner(recorded.api, CONFIGURATION)).ensure(NAMESPACE, [template()])
+    assert "needs get on it" in str(refused.value)
+    assert recorded.made("POST") == []
+
+
+def test_a_pass_adopts_a_bounded_number_and_the_next_pass_the_rest(recorded: RecordingApi) -> None:
+    configuration_exists(recorded)
+    many = [listed(f"old-{i}") for i in range(5)]
+    for made in many:
+        recorded.answer("PATCH", templates_path(NAMESPACE, made["metadata"]["name"]), 200, {})
+    sweeper = Sweeper(recorded.api, grace_s=1e9, owner=Owner(recorded.api, CONFIGURATION))
+    sweeper.max_adopted_per_pass = 3
+    assert len(sweeper.adopt(many)) == 3
+    assert sweeper.adopt(many) == [f"{NAMESPACE}/old-3", f"{NAMESPACE}/old-4"]
