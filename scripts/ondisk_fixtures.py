@@ -44,6 +44,7 @@ GPU_UUIDS = ("GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadae00", "GPU-a0a1a2a3-a4a5-a6a7
 GPU_MEMORY = 16 * 2**30  # the fake driver's default
 CLAIM_A = "0c1a1d00-0000-4000-8000-00000000000a"  # one share, priority 0: the region's claim
 CLAIM_B = "0c1a1d00-0000-4000-8000-00000000000b"  # a share on each card, no priority
+CLAIM_E = "0c1a1d00-0000-4000-8000-00000000000e"  # enforcer mode: NVIDIA's card, our limits
 HOST_PIDS = {(1, 4242): 98765}  # (pid in the container, start time) -> host pid
 NATIVE_TARGETS = ("build/libvgpu.so", "build/fake/libcuda.so.1", "build/fake/libnvidia-ml.so.1",
                   "build/gpu_check")  # fmt: skip
@@ -83,58 +84,91 @@ CLAIMS = [
 
 
 def agent_side(work: Path) -> None:
-    """Run with the release's tree first on the import path: its agent prepares CLAIMS under
-    `work` and writes what it answered (prepared.json) and a host-pids file for CLAIM_A."""
-    from kubernetes import client
-
+    """Run with the release's tree first on the import path: its agent prepares CLAIMS on a
+    node of ours (`work/node`) and ENFORCED on a node in enforcer mode (`work/enforcer-node`),
+    each writing what it answered beside (prepared.json) and, for CLAIM_A, a host-pids file."""
     import vgpu_bridge
-    from vgpu_bridge.atomic_files import write_atomic
-    from vgpu_bridge.core import DEFAULT
-    from vgpu_bridge.kube import KubeApi
-    from vgpu_bridge.node import hostpids
-    from vgpu_bridge.node.cdi import CdiLayout, claim_dir
-    from vgpu_bridge.node.gpus import Gpu
-    from vgpu_bridge.node.state import ClaimRef, DeviceState, answered
 
     tree = Path(os.environ["ONDISK_TREE"])
     assert Path(vgpu_bridge.__file__).is_relative_to(tree), vgpu_bridge.__file__
-    by_path = {f"/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims/"
-               f"{c['metadata']['name']}": c for c in CLAIMS}  # fmt: skip
+    from tests.unit.node import nvidia_claims
+    from vgpu_bridge.atomic_files import write_atomic
+    from vgpu_bridge.core import DEFAULT
+    from vgpu_bridge.core.profiles import ENFORCER_DRIVER, our_profile
+    from vgpu_bridge.node import hostpids
+    from vgpu_bridge.node.cdi import claim_dir
+    from vgpu_bridge.node.gpus import Gpu
+    from vgpu_bridge.node.nvidia_slices import NvidiaCards
+
+    gpus = [Gpu(index=i, uuid=uuid, product_name="NVIDIA Fake GPU", memory=GPU_MEMORY, minor=i)
+            for i, uuid in enumerate(GPU_UUIDS)]  # fmt: skip
+    assert DEFAULT.driver == DRIVER
+    prepare(work / "node", CLAIMS, profile=DEFAULT, gpus=gpus)
+    write_atomic(claim_dir(work / "node" / "vgpu", CLAIM_A) / hostpids.FILE,
+                 hostpids.format_host_pids(HOST_PIDS), durable=False)  # fmt: skip
+    enforced = enforced_claims(nvidia_claims)
+    slices = [nvidia_claims.nvidia_slice()]
+    cards = NvidiaCards(lambda: [{"spec": s["spec"]} for s in slices], node=NODE)
+    prepare(work / "enforcer-node", enforced, profile=our_profile(ENFORCER_DRIVER), gpus=[],
+            nvidia_cards=cards)  # fmt: skip
+
+
+def enforced_claims(helpers: Any) -> list[Any]:
+    """A claim of NVIDIA's card gpu-1 with our enforcer beside (30% SM, priority 1), shaped by the
+    release's own helpers (tests/unit/node/nvidia_claims.py of that tree)."""
+    results = [helpers.nvidia_result("gpu-1", memory="2Gi", shares="30"),
+               helpers.enforcer_result()]  # fmt: skip
+    config = [helpers.enforcer_config(cores=30, priority=1)]
+    return [helpers.nvidia_claim(*results, uid=CLAIM_E, name="infer-gpu", config=config)]
+
+
+def prepare(root: Path, claims: list[Any], **agent: Any) -> None:
+    """The release's agent, over an API holding `claims`, prepares them all under `root`."""
+    from kubernetes import client
+
+    from vgpu_bridge.core.profiles import DriverProfile
+    from vgpu_bridge.kube import KubeApi
+    from vgpu_bridge.node.cdi import CdiLayout
+    from vgpu_bridge.node.state import ClaimRef, DeviceState, answered
+
+    by_path = {f"/apis/resource.k8s.io/v1/namespaces/{c['metadata']['namespace']}/"
+               f"resourceclaims/{c['metadata']['name']}": c for c in claims}  # fmt: skip
 
     class ClaimsApi(KubeApi):
         def get(self, path: str) -> Any:
             return json.loads(json.dumps(by_path[path]))
 
-    gpus = [Gpu(index=i, uuid=uuid, product_name="NVIDIA Fake GPU", memory=GPU_MEMORY, minor=i)
-            for i, uuid in enumerate(GPU_UUIDS)]  # fmt: skip
-    layout = CdiLayout(cdi_dir=work / "cdi", vgpu_dir=work / "vgpu", driver=DEFAULT.driver)
-    assert DEFAULT.driver == DRIVER
+    profile: DriverProfile = agent["profile"]
+    layout = CdiLayout(cdi_dir=root / "cdi", vgpu_dir=root / "vgpu", driver=profile.driver,
+                       enforcer=agent.get("nvidia_cards") is not None)  # fmt: skip
     state = DeviceState(ClaimsApi(client.ApiClient(client.Configuration())), node=NODE,
-                        profile=DEFAULT, gpus=gpus, layout=layout,
-                        checkpoint_file=work / "plugin" / "checkpoint.json")  # fmt: skip
+                        layout=layout, checkpoint_file=root / "plugin" / "checkpoint.json",
+                        **agent)  # fmt: skip
     state.start()
-    refs = [ClaimRef("team-a", c["metadata"]["name"], c["metadata"]["uid"]) for c in CLAIMS]
+    refs = [ClaimRef(c["metadata"]["namespace"], c["metadata"]["name"], c["metadata"]["uid"])
+            for c in claims]  # fmt: skip
     results = state.prepare(refs)
     assert all(r.error is None for r in results.values()), results
     answers = {uid: [d.model_dump(mode="json") for d in answered(r.devices)]
                for uid, r in results.items()}  # fmt: skip
-    (work / "prepared.json").write_text(json.dumps(answers, indent=2, sort_keys=True) + "\n")
-    write_atomic(claim_dir(layout.vgpu_dir, CLAIM_A) / hostpids.FILE,
-                 hostpids.format_host_pids(HOST_PIDS), durable=False)  # fmt: skip
+    (root / "prepared.json").write_text(json.dumps(answers, indent=2, sort_keys=True) + "\n")
+    (root / "claims.json").write_text(json.dumps(claims, indent=2) + "\n")
     state.close()
+    (root / "plugin" / "agent.lock").unlink()  # the lock's file, not a format
 
 
 def libvgpu_side(work: Path, native: Path) -> None:
     """CLAIM_A's container under the release's libvgpu (its CDI environment, the fake driver):
     one allocation refused over the limit, one that fits, launches at priority 0. What stays is
     its region (the device, its limits, the refusal; no live process) and the card's board."""
-    spec = json.loads((work / "cdi" / f"k8s.{DRIVER}-claim_{CLAIM_A}.json").read_text())
+    node = work / "node"
+    spec = json.loads((node / "cdi" / f"k8s.{DRIVER}-claim_{CLAIM_A}.json").read_text())
     env = dict(os.environ, LD_LIBRARY_PATH=str(native / "build" / "fake"),
                LD_PRELOAD=str(native / "build" / "libvgpu.so"))  # fmt: skip
     for edits in [spec["containerEdits"], *(d["containerEdits"] for d in spec["devices"])]:
         env.update(entry.split("=", 1) for entry in edits.get("env", []))
-    env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(work / "vgpu" / "claims" / CLAIM_A / "vgpu.cache")
-    env["CUDA_TASK_PRIORITY_DIR"] = str(work / "vgpu" / "priority")
+    env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(node / "vgpu" / "claims" / CLAIM_A / "vgpu.cache")
+    env["CUDA_TASK_PRIORITY_DIR"] = str(node / "vgpu" / "priority")
     check = str(native / "build" / "gpu_check")
     over, fits = str(3001 * 2**20), str(1000 * 2**20)
     for argv, status in (([check, "alloc", over], 2), ([check, "alloc", fits], 0),
@@ -145,10 +179,14 @@ def libvgpu_side(work: Path, native: Path) -> None:
 
 
 def modes(top: Path) -> dict[str, str]:
-    """Every path's mode (octal) by relative path: git keeps none of them, the agent checks them."""
+    """Every path's mode (octal) by relative path, a directory's with a trailing slash: git
+    keeps neither the modes, which the agent checks, nor empty directories."""
     found = {}
     for path in sorted(top.rglob("*")):
-        found[str(path.relative_to(top))] = oct(path.lstat().st_mode & 0o7777)
+        if path.name in ("prepared.json", "claims.json"):
+            continue
+        slash = "/" if path.is_dir() else ""
+        found[f"{path.relative_to(top)}{slash}"] = oct(path.lstat().st_mode & 0o7777)
     return found
 
 
@@ -161,7 +199,7 @@ def _revision(commit: str) -> str:
 
 def release_tree(commit: str, tree: Path) -> Path:
     """The release's agent and libvgpu, from git, into `tree`; its native dir, built."""
-    paths = ["vgpu_bridge", "native/vgpu"]
+    paths = ["vgpu_bridge", "native/vgpu", "tests", "e2e"]  # tests, e2e: the NVIDIA shapes
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, *paths],
                              check=True, capture_output=True).stdout  # fmt: skip
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
@@ -179,7 +217,6 @@ def release_node(commit: str, tree: Path, native: Path) -> Path:
     subprocess.run([sys.executable, "-P", str(Path(__file__).resolve()), "--agent-side",
                     str(work)], env=env, cwd=tree, check=True)  # fmt: skip
     libvgpu_side(work, native)
-    (work / "plugin" / "agent.lock").unlink()  # the lock's file, not a format
     return work
 
 
@@ -188,7 +225,7 @@ def describe(commit: str, work: Path) -> dict[str, Any]:
         "commit": commit,
         "revision": _revision(commit),
         "work": str(work),
-        "claims": [CLAIM_A, CLAIM_B],
+        "claims": {"node": [CLAIM_A, CLAIM_B], "enforcer-node": [CLAIM_E]},
         "gpus": list(GPU_UUIDS),
         "hostPids": [[*key, host] for key, host in HOST_PIDS.items()],
         "command": f"python scripts/ondisk_fixtures.py --commit {commit}",
@@ -200,11 +237,8 @@ def generate(commit: str, out: Path) -> None:
         tree = Path(scratch)
         work = release_node(commit, tree, release_tree(commit, tree))
     shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    (work / "prepared.json").rename(out / "prepared.json")
-    shutil.copytree(work, out / "node", symlinks=True)
+    shutil.copytree(work, out, symlinks=True)
     (out / "modes.json").write_text(json.dumps(modes(work), indent=2) + "\n")
-    (out / "claims.json").write_text(json.dumps(CLAIMS, indent=2) + "\n")
     (out / "release.json").write_text(json.dumps(describe(commit, work), indent=2) + "\n")
     shutil.rmtree(work)
 
