@@ -2,11 +2,19 @@
 (our driver's ResourceSlices, our ResourceClaimTemplates). A watch the server ends (its timeout)
 is resumed from the last resourceVersion seen (bookmarks keep it fresh), so no event, a deletion
 included, falls between two watches; any failure (an expired version too) relists after an
-exponential backoff (ended by `stop` at once), so a cache never follows a broken watch."""
+exponential backoff (ended by `stop` at once), so a cache never follows a broken watch.
+
+The backoff spares a server that answers (errors, a slow list). While it refuses connections (it
+is down: restarted, crashed) the list is tried every UNREACHABLE_RETRY_S instead, and the backoff
+starts over after: a refused connection costs it nothing, and a backoff grown during the outage
+would leave every cache stale for up to LAST_RETRY_S after its return (issue 38: tries at 0.5,
+1.5, 3.5, 7.5, 15.5, 31.5 and 61.5 s left a 35 s outage unnoticed for 26 s more). Each cache logs
+when it follows again after failing, with how many tries failed and for how long."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 from vgpu_bridge.kube import LIST_PAGE_SIZE, Json, KubeApi
@@ -14,6 +22,8 @@ from vgpu_bridge.logs import get_logger
 
 log = get_logger("vgpu_bridge.webhook.watching")
 FIRST_RETRY_S, LAST_RETRY_S = 0.5, 30.0
+#: how often the list is tried while the API server refuses connections
+UNREACHABLE_RETRY_S = 1.0
 
 
 class WatchError(RuntimeError):
@@ -49,21 +59,59 @@ def follow(
     but for those `screen` passes over unread (see `KubeApi.watch`): a SKIPPED event only moves
     the version a watch resumes from."""
     delay_s = FIRST_RETRY_S
+    failing = _Failing(what)
     while not stop.is_set():
         try:
             listed = api.list_all(path, keep=keep, limit=page_size, **selectors)
             version = listed.resource_version
             on_list(listed.items)
             del listed  # what on_list kept of the items is theirs: none held twice while watching
+            failing.over()
             _follow_from(api, path, version, stop, on_event, watch_timeout_s, selectors, screen)
         except Exception as error:  # any failure: relist after a backoff
             on_stale()
-            log.warning(f"{what} watch failed; retrying", error=str(error), retry_in_s=delay_s)
-            stop.wait(delay_s)
-            delay_s = min(delay_s * 2, LAST_RETRY_S)
+            failing.failed()
+            refused = connection_refused(error)
+            wait_s = UNREACHABLE_RETRY_S if refused else delay_s
+            log.warning(f"{what} watch failed; retrying", error=str(error), retry_in_s=wait_s)
+            stop.wait(wait_s)
+            delay_s = FIRST_RETRY_S if refused else min(delay_s * 2, LAST_RETRY_S)
         else:
             on_stale()
             delay_s = FIRST_RETRY_S
+
+
+def connection_refused(error: BaseException) -> bool:
+    """Whether `error` is the API server refusing (or resetting) the connection: nothing
+    listens, it answered nothing."""
+    import urllib3
+
+    if isinstance(error, urllib3.exceptions.MaxRetryError) and error.reason is not None:
+        error = error.reason
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, ConnectionError):  # refused, reset, aborted, broken pipe
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+class _Failing:
+    """Since when the lists of one cache fail, to say so once it follows again."""
+
+    def __init__(self, what: str) -> None:
+        self._what, self._since, self._failures = what, 0.0, 0
+
+    def failed(self) -> None:
+        if not self._failures:
+            self._since = time.monotonic()
+        self._failures += 1
+
+    def over(self) -> None:
+        if self._failures:
+            log.info(f"{self._what} watch follows again", failed_tries=self._failures,
+                     failing_for_s=round(time.monotonic() - self._since, 1))  # fmt: skip
+        self._failures = 0
 
 
 def _follow_from(

@@ -1,7 +1,8 @@
 """The list-then-watch loop behind the webhook's caches, against a real `KubeApi` and a loopback
 API server that serves one list and scripted watches: a watch the server ends is resumed from the
 last version it reported (a deletion between two watches is still an event, never lost in a
-relist); an ERROR (a version too old) relists."""
+relist); an ERROR (a version too old) relists. While the server refuses connections (it is down)
+the list is tried again every second; a server that answers with errors is backed off from."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl, urlsplit
 
+import urllib3
 from kubernetes import client
 
-from vgpu_bridge.kube import Json, KubeApi
-from vgpu_bridge.webhook.watching import follow
+from vgpu_bridge.kube import Json, KubeApi, KubeError, Listed
+from vgpu_bridge.webhook.watching import LAST_RETRY_S, UNREACHABLE_RETRY_S, follow
 
 PATH = "/apis/resource.k8s.io/v1/resourceclaimtemplates"
 
@@ -122,3 +124,74 @@ def test_an_expired_version_relists_and_says_the_cache_is_stale_until_then() -> 
     assert len(lists) == 2  # the ERROR made it list again
     assert stale >= 1
     assert watched_from(script)[:2] == ["10", "10"]
+
+
+class WaitsRecorded(threading.Event):
+    """A `stop` whose waits return at once and are recorded (no test sleeps through a backoff)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(0.0 if timeout is None else timeout)
+        return self.is_set()
+
+
+def refused() -> Exception:
+    """What `KubeApi` raises while nothing listens on the API server's port."""
+    failure = "Failed to establish a new connection"
+    reason = urllib3.exceptions.NewConnectionError(None, failure)  # type: ignore[arg-type]
+    reason.__cause__ = ConnectionRefusedError(111, "Connection refused")
+    return urllib3.exceptions.MaxRetryError(None, PATH, reason)  # type: ignore[arg-type]
+
+
+@dataclass
+class Outage:
+    """An API server whose lists fail with `failures` in turn, then answer (empty); its watches
+    end at once, and the first one sets `stop`."""
+
+    failures: list[Exception]
+    stop: WaitsRecorded = field(default_factory=WaitsRecorded)
+    waits_before_list: list[float] | None = None
+
+    def list_all(self, path: str, **_query: Any) -> Listed:
+        if self.failures:
+            raise self.failures.pop(0)
+        self.waits_before_list = list(self.stop.waits)
+        return Listed([], "7")
+
+    def watch(self, path: str, **_query: Any) -> Iterator[Json]:
+        self.stop.set()
+        return iter(())
+
+
+def follow_through(outage: Outage) -> list[float]:
+    """`follow` against `outage` until its first watch; the waits between its tries to list."""
+    follow(cast(KubeApi, outage), PATH, stop=outage.stop, on_list=lambda _items: None,
+           on_event=lambda _kind, _obj: None, what="template")  # fmt: skip
+    assert outage.waits_before_list is not None, "never listed"
+    return outage.waits_before_list
+
+
+def test_while_the_api_server_refuses_connections_the_list_is_tried_again_every_second() -> None:
+    """A refused connection costs the server nothing: no backoff grows while it is down, so the
+    caches follow it again within a second of its return, not up to LAST_RETRY_S later."""
+    waits = follow_through(Outage([refused() for _ in range(10)]))
+    assert waits == [UNREACHABLE_RETRY_S] * 10
+
+
+def test_a_server_that_answers_with_errors_is_backed_off_from() -> None:
+    failures: list[Exception] = [KubeError("GET", PATH, 500, "etcd") for _ in range(8)]
+    waits = follow_through(Outage(failures))
+    assert waits == [0.5, 1, 2, 4, 8, 16, LAST_RETRY_S, LAST_RETRY_S]
+
+
+def test_the_backoff_starts_over_once_the_server_is_back_after_refusing() -> None:
+    """Errors, then the server gone, then errors from it back (its start): backed off from 0.5 s
+    again, not from where the errors before the outage had left it."""
+    failures: list[Exception] = [KubeError("GET", PATH, 500, "etcd") for _ in range(4)]
+    failures += [refused(), refused()]
+    failures += [KubeError("GET", PATH, 503, "starting") for _ in range(2)]
+    waits = follow_through(Outage(failures))
+    assert waits == [0.5, 1, 2, 4, UNREACHABLE_RETRY_S, UNREACHABLE_RETRY_S, 0.5, 1]
