@@ -21,6 +21,7 @@ COMMANDS = {
     "webhook": "serve the mutating admission webhook (HTTPS)",
     "node": "serve the node agent (DRA kubelet plugin)",
     "status": "which pods share which GPU, what each booked and uses (also `kubectl vgpu status`)",
+    "uninstall-notice": "before an uninstall: wait for GPU pods being deleted, tell running ones",
 }
 #: the pip extra a role command needs beyond a bare install (pyproject.toml), and the modules
 #: that extra brings which the command imports (tests/unit/test_packaging.py keeps them in step)
@@ -149,11 +150,25 @@ def _run_status(args: argparse.Namespace) -> int:
     return main(args, os.environ)
 
 
+def _add_uninstall_notice_arguments(parser: argparse.ArgumentParser) -> None:
+    from vgpu_bridge import uninstall_notice
+
+    uninstall_notice.add_arguments(parser)
+    parser.set_defaults(run=_run_uninstall_notice)
+
+
+def _run_uninstall_notice(args: argparse.Namespace) -> int:
+    from vgpu_bridge.uninstall_notice import main
+
+    return main(args, os.environ)
+
+
 _ADD_ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "translate": _add_translate_arguments,
     "webhook": _add_webhook_arguments,
     "node": _add_node_arguments,
     "status": _add_status_arguments,
+    "uninstall-notice": _add_uninstall_notice_arguments,
 }
 
 
