@@ -1,6 +1,6 @@
 """What the agent needs from the chart to tell an uninstall from a restart at SIGTERM
 (vgpu_bridge/node/uninstall.py): its own DaemonSet's name and namespace, leave to read and watch
-that DaemonSet alone, and a grace period the uninstall's drain, removal and Events fit in."""
+that DaemonSet alone, and a grace period the uninstall's drain and removal fit in."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from e2e.chart.rendering import Helm, Json, of_kind
 from vgpu_bridge.node.settings import Settings
-from vgpu_bridge.node.uninstall import EVENTS_S, REMOVAL_S
+from vgpu_bridge.node.uninstall import REMOVAL_S
 
 pytestmark = pytest.mark.e2e
 
@@ -53,7 +53,7 @@ def test_the_agent_may_read_and_watch_its_own_daemonset_and_no_other(helm: Helm)
     assert role["metadata"]["namespace"] == daemonset["metadata"]["namespace"]
 
 
-def test_the_grace_period_holds_the_drain_the_removal_and_the_events(helm: Helm) -> None:
+def test_the_grace_period_holds_the_drain_and_the_removal(helm: Helm) -> None:
     grace = _agent(helm.template())["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     drain = Settings(node_name="n").uninstall_drain_seconds
-    assert grace > drain + REMOVAL_S + EVENTS_S
+    assert grace > drain + REMOVAL_S

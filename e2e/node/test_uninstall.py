@@ -1,9 +1,10 @@
 """The agent at SIGTERM on the real control plane (vgpu_bridge/node/uninstall.py): with its
 DaemonSet deleted (`helm uninstall`) it keeps serving the kubelet's unprepares of a terminating
-pod, then removes every file of ours from the node and posts a Warning Event on the pod still
-running; with its DaemonSet there (a rolling update, an eviction, a drain) SIGTERM changes
-nothing on disk. The DaemonSet is an object only (its node selector matches no node: no pod of
-it runs); the agent is a real process, the kubelet's calls go over its real gRPC socket."""
+pod, then removes every file of ours from the node, and posts no Event (the chart's pre-delete
+hook, `vgpu-bridge uninstall-notice`, told the running pods before); with its DaemonSet there (a
+rolling update, an eviction, a drain) SIGTERM changes nothing on disk. The DaemonSet is an
+object only (its node selector matches no node: no pod of it runs); the agent is a real process,
+the kubelet's calls go over its real gRPC socket."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from e2e.node.conftest import AGENT_GPUS
 from e2e.pods import claim_of, running_pod
 from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.node.kubeletapi import dra_v1_pb2, dra_v1_pb2_grpc
-from vgpu_bridge.node.uninstall import EVENT_REASON
+from vgpu_bridge.uninstall_notice import EVENT_REASON
 
 pytestmark = pytest.mark.e2e
 RESOURCE = "/apis/resource.k8s.io/v1"
@@ -131,7 +132,7 @@ def _uninstall_events(kube: KubeClient, namespace: str) -> list[Json]:
     return [e for e in events if e.get("reason") == EVENT_REASON]
 
 
-def test_uninstall_waits_for_the_terminating_pod_removes_our_files_and_tells_the_running_pod(
+def test_uninstall_waits_for_the_terminating_pod_removes_our_files_and_leaves_telling_to_the_hook(
     kube: KubeClient, e2e_cluster: LocalCluster, namespace: str, agent_node: str,
     our_device_class: str,
 ) -> None:  # fmt: skip
@@ -147,10 +148,8 @@ def test_uninstall_waits_for_the_terminating_pod_removes_our_files_and_tells_the
         assert not agent.layout.spec_path(leaving.uid).exists()
         assert _sigterm_and_exit_code(agent) == 0
         assert _ours_on_node(agent) == []
-        events = _uninstall_events(kube, namespace)
-        assert [e["regarding"]["name"] for e in events] == ["running"]
-        assert events[0]["type"] == "Warning"
-        assert node.shares["running"].claim["metadata"]["name"] in events[0]["note"]
+        # one teller, before anything is deleted: the hook (e2e/test_uninstall_notice.py)
+        assert _uninstall_events(kube, namespace) == []
 
 
 def test_sigterm_with_the_daemonset_there_is_a_restart_and_leaves_every_file(

@@ -427,9 +427,6 @@ def uninstall_from_node(agent: Agent, threads: Sequence[threading.Thread]) -> No
         workers_done=workers_done,
         stop_serving=agent.server.stop,
         files=NodeFiles(agent.state.layout, settings.checkpoint_file),
-        api=agent.owner.api,
-        node=settings.node_name,
-        driver=agent.profile.driver,
         drain_seconds=settings.uninstall_drain_seconds,
     ).run()
 

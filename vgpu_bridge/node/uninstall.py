@@ -22,8 +22,9 @@ the sockets go, and everything of ours on the node (`remove_node_files`): our dr
 the limits files, every claim's shared-region dir (host-pids inside), the priority dir, the
 installed libvgpu.so and ld.so.preload, the checkpoint and its lock. Container-writable dirs go
 through the trash and `files.remove_tree` (never through a link), in passes bounded in time.
-Last, one Warning Event on each pod that still holds a claim we had prepared (its pods from the
-claim's `status.reservedFor`; at most MAX_EVENTS): what it lost and what deleting it will do.
+The claims still prepared are logged. The agent tells no pod: by its SIGTERM `helm uninstall`
+has deleted its RBAC, so its Events would be refused; the chart's pre-delete hook
+(`vgpu_bridge/uninstall_notice.py`) tells the running pods before anything is deleted.
 """
 
 from __future__ import annotations
@@ -31,12 +32,10 @@ from __future__ import annotations
 import enum
 import os
 import re
-import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -58,14 +57,8 @@ Json = dict[str, Any]
 log = get_logger("vgpu_bridge.node.uninstall")
 
 DAEMONSETS = "/apis/apps/v1"
-EVENTS = "/apis/events.k8s.io/v1"
-CLAIMS = "/apis/resource.k8s.io/v1"
-EVENT_REASON = "VgpuBridgeUninstalled"
-MAX_EVENTS = 100  # Events one node's uninstall posts at most (one per pod)
-MAX_NOTE = 1024  # events.k8s.io/v1 refuses a longer note
 DRAIN_POLL_S = 0.5  # how often the drain looks at the prepared claims (in memory, no API)
 WATCH_RETRY_S = 5.0  # after a failed list or watch of the DaemonSet
-EVENTS_S = 15.0  # what reading the claims and posting the Events may take, the API slow or gone
 REMOVAL_S = 20.0  # what the removal of the node's files may take (its passes; a tenant's tree)
 REFUSAL = "the vgpu-bridge agent on this node is being uninstalled: no new claim is prepared"
 
@@ -301,102 +294,6 @@ def _still_there(files: NodeFiles) -> list[str]:
     return left + [f"{layout.cdi_dir / name}: still there" for name in specs]
 
 
-@dataclass(frozen=True, order=True)
-class PodRef:
-    namespace: str
-    name: str
-    uid: str
-    claim: str  # the claim's name, in the pod's namespace
-
-
-def pods_holding(
-    api: KubeApi, claims: Iterable[PreparedClaim], *, limit: int, deadline: float
-) -> list[PodRef]:
-    """The pods each claim is reserved for (`status.reservedFor`), at most `limit`, each once,
-    as far as the claims could be read by `deadline`; a claim that cannot be read (gone, or the
-    API refusing) names none."""
-    found: dict[str, PodRef] = {}
-    for claim in claims:
-        if len(found) >= limit or time.monotonic() > deadline:
-            break
-        path = api_path(CLAIMS, "namespaces", claim.namespace, "resourceclaims", claim.name)
-        try:
-            current = api.get(path)
-        except Exception as error:  # KubeError, or unreachable after the client's retries
-            log.warning("cannot read a claim to tell its pods", claim=claim.name,
-                        namespace=claim.namespace, error=str(error))  # fmt: skip
-            continue
-        if (current.get("metadata") or {}).get("uid") != claim.uid:
-            continue  # replaced by another claim of the same name: not ours
-        for user in (current.get("status") or {}).get("reservedFor") or []:
-            if user.get("resource") == "pods" and user.get("uid") and len(found) < limit:
-                found.setdefault(user["uid"], PodRef(claim.namespace, str(user.get("name", "")),
-                                                     str(user["uid"]), claim.name))  # fmt: skip
-    return sorted(found.values())
-
-
-def note(pod: PodRef, *, node: str, driver: str) -> str:
-    """What the pod lost and what deleting it will do, at most MAX_NOTE characters."""
-    return (
-        f"vgpu-bridge was uninstalled from node {node}: the limits file and shared region of "
-        f"claim {pod.claim} are gone, so processes this pod starts from now on are not held to "
-        f"its GPU share (the claim stays allocated). Deleting the pod leaves it Terminating "
-        f"until DRA driver {driver} is installed again (the kubelet waits for it to unprepare "
-        f"the claim), or use kubectl delete pod --force."
-    )[:MAX_NOTE]
-
-
-def event_body(pod: PodRef, *, node: str, driver: str, wall: float) -> Json:
-    stamp = datetime.fromtimestamp(wall, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return {
-        "apiVersion": "events.k8s.io/v1",
-        "kind": "Event",
-        "metadata": {
-            "name": f"{pod.name[:200]}.{secrets.token_hex(8)}",
-            "namespace": pod.namespace,
-        },
-        "eventTime": stamp,
-        "reportingController": driver,
-        "reportingInstance": node[:128],
-        "action": "Uninstall",
-        "reason": EVENT_REASON,
-        "type": "Warning",
-        "regarding": {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "namespace": pod.namespace,
-            "name": pod.name,
-            "uid": pod.uid,
-        },
-        "note": note(pod, node=node, driver=driver),
-    }
-
-
-def tell_pods(
-    api: KubeApi, claims: Iterable[PreparedClaim], *, node: str, driver: str,
-    limit: int = MAX_EVENTS,
-    seconds: float = EVENTS_S,
-) -> int:  # fmt: skip
-    """One Warning Event on each pod holding one of `claims` (at most `limit`); how many were
-    posted. One that cannot be posted is logged (after `helm uninstall` the agent's token may
-    be refused already)."""
-    deadline = time.monotonic() + seconds
-    posted = 0
-    for pod in pods_holding(api, claims, limit=limit, deadline=deadline):
-        if time.monotonic() > deadline:
-            log.warning("uninstall: out of time to tell the pods", posted=posted)
-            break
-        path = api_path(EVENTS, "namespaces", pod.namespace, "events")
-        try:
-            api.create(path, event_body(pod, node=node, driver=driver, wall=time.time()))
-        except Exception as error:
-            log.warning("cannot tell a pod what the uninstall took", pod=pod.name,
-                        namespace=pod.namespace, error=str(error))  # fmt: skip
-            continue
-        posted += 1
-    return posted
-
-
 @dataclass(frozen=True)
 class Uninstall:
     """The parts the uninstall works with (`app.run` makes it from the agent)."""
@@ -405,16 +302,14 @@ class Uninstall:
     workers_done: Callable[[], None]  # returns once the periodic work has stopped
     stop_serving: Callable[[], None]  # the kubelet's sockets closed and removed
     files: NodeFiles
-    api: KubeApi
-    node: str
-    driver: str
     drain_seconds: float
 
     def run(self) -> None:
-        """Refuse new claims, drain, stop serving, remove our files, tell the pods left."""
+        """Refuse new claims, drain, stop serving, remove our files."""
         self.state.refuse_new_claims(REFUSAL)
         left = drain(self.state, seconds=self.drain_seconds)
-        log.info("uninstall: drain over", claims_still_prepared=len(left))
+        log.info("uninstall: drain over", claims_still_prepared=len(left),
+                 claims=[f"{c.namespace}/{c.name}" for c in left[:20]])  # fmt: skip
         self.workers_done()
         self.stop_serving()
         not_removed = remove_node_files(self.files)
@@ -422,5 +317,3 @@ class Uninstall:
             log.error("uninstall: files of ours are left on the node", left=not_removed[:20])
         else:
             log.info("uninstall: nothing of ours is left on the node")
-        told = tell_pods(self.api, left, node=self.node, driver=self.driver) if left else 0
-        log.info("uninstall done", pods_told=told, claims_left=len(left))

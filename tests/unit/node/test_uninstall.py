@@ -1,7 +1,8 @@
 """The agent's uninstall from a node (`uninstall.py`): SIGTERM is an uninstall only when its
 DaemonSet, seen once, is gone or being deleted; the uninstall removes every file of ours from a
-node (never through a link a container planted, never another driver's spec), and tells each
-pod still holding a claim what it lost. Node state is a temp dir; the API a recording server."""
+node (never through a link a container planted, never another driver's spec) and posts no
+Event (the chart's pre-delete hook tells the pods). Node state is a temp dir; the API a recording
+server."""
 
 from __future__ import annotations
 
@@ -17,15 +18,12 @@ from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.node.cdi import CdiLayout
 from vgpu_bridge.node.checkpoint import PreparedClaim
 from vgpu_bridge.node.uninstall import (
-    EVENT_REASON,
-    MAX_NOTE,
     NodeFiles,
     Owner,
     OwnerWatch,
     drain,
     is_uninstall,
     remove_node_files,
-    tell_pods,
 )
 
 Json = dict[str, Any]
@@ -207,67 +205,6 @@ def test_the_drain_ends_at_its_bound_with_the_claims_still_prepared() -> None:
     left = drain(Running(), seconds=5, clock=lambda: now[0], sleep=sleep)  # type: ignore[arg-type]
     assert [claim.name for claim in left] == ["running"]
     assert now[0] == 5
-
-
-# --- the pods' Events ----------------------------------------------------------------------
-
-
-def _reserved_claim(name: str, uid: str, pods: list[tuple[str, str]]) -> Json:
-    return {
-        "metadata": {"name": name, "namespace": "team", "uid": uid},
-        "status": {"reservedFor": [{"resource": "pods", "name": n, "uid": u} for n, u in pods]},
-    }
-
-
-def test_each_pod_still_holding_a_claim_gets_one_warning_event(recorded: RecordingApi) -> None:
-    base = f"{CLAIMS}/namespaces/team/resourceclaims"
-    recorded.objects[f"{base}/shared"] = _reserved_claim(
-        "shared", UID, [("a", "uid-a"), ("b", "uid-b")]
-    )
-    recorded.objects[f"{base}/also-a"] = _reserved_claim("also-a", OTHER_UID, [("a", "uid-a")])
-    recorded.answer("POST", "/apis/events.k8s.io/v1/namespaces/team/events", 201)
-    claims = [_claim("shared"), _claim("also-a", OTHER_UID)]
-    assert tell_pods(recorded.api, claims, node="gpu-node-1", driver=DEFAULT.driver) == 2
-    events = [call.body for call in recorded.made("POST")]
-    assert sorted(e["regarding"]["name"] for e in events) == ["a", "b"]
-    event = events[0]
-    assert event["type"] == "Warning"
-    assert event["reason"] == EVENT_REASON
-    assert event["regarding"] == {"apiVersion": "v1", "kind": "Pod", "namespace": "team",
-                                  "name": "a", "uid": "uid-a"}  # fmt: skip
-    assert "gpu-node-1" in event["note"]
-    assert "shared" in event["note"]
-    assert "Terminating" in event["note"]
-    assert "--force" in event["note"]
-    assert len(event["note"]) <= MAX_NOTE
-
-
-def test_a_claim_replaced_under_the_same_name_tells_nobody(recorded: RecordingApi) -> None:
-    recorded.objects[f"{CLAIMS}/namespaces/team/resourceclaims/shared"] = _reserved_claim(
-        "shared", OTHER_UID, [("a", "uid-a")]
-    )
-    assert tell_pods(recorded.api, [_claim("shared")], node="n", driver=DEFAULT.driver) == 0
-    assert recorded.made("POST") == []
-
-
-def test_events_are_bounded(recorded: RecordingApi) -> None:
-    pods = [(f"p{i}", f"uid-{i}") for i in range(10)]
-    recorded.objects[f"{CLAIMS}/namespaces/team/resourceclaims/wide"] = _reserved_claim(
-        "wide", UID, pods
-    )
-    recorded.answer("POST", "/apis/events.k8s.io/v1/namespaces/team/events", 201)
-    told = tell_pods(recorded.api, [_claim("wide")], node="n", driver=DEFAULT.driver, limit=3)
-    assert told == 3
-    assert len(recorded.made("POST")) == 3
-
-
-def test_events_the_api_refuses_are_logged_not_raised(recorded: RecordingApi) -> None:
-    recorded.objects[f"{CLAIMS}/namespaces/team/resourceclaims/shared"] = _reserved_claim(
-        "shared", UID, [("a", "uid-a")]
-    )
-    recorded.answer("POST", "/apis/events.k8s.io/v1/namespaces/team/events", 403,
-                    {"kind": "Status", "code": 403})  # fmt: skip
-    assert tell_pods(recorded.api, [_claim("shared")], node="n", driver=DEFAULT.driver) == 0
 
 
 # --- during the drain ----------------------------------------------------------------------
