@@ -103,6 +103,7 @@ def agent_side(work: Path) -> None:
     gpus = [Gpu(index=i, uuid=uuid, product_name="NVIDIA Fake GPU", memory=GPU_MEMORY, minor=i)
             for i, uuid in enumerate(GPU_UUIDS)]  # fmt: skip
     assert DEFAULT.driver == DRIVER
+    (work / "formats.json").write_text(json.dumps(formats(), indent=2, sort_keys=True) + "\n")
     prepare(work / "node", CLAIMS, profile=DEFAULT, gpus=gpus)
     write_atomic(claim_dir(work / "node" / "vgpu", CLAIM_A) / hostpids.FILE,
                  hostpids.format_host_pids(HOST_PIDS), durable=False)  # fmt: skip
@@ -111,6 +112,30 @@ def agent_side(work: Path) -> None:
     cards = NvidiaCards(lambda: [{"spec": s["spec"]} for s in slices], node=NODE)
     prepare(work / "enforcer-node", enforced, profile=our_profile(ENFORCER_DRIVER), gpus=[],
             nvidia_cards=cards)  # fmt: skip
+
+
+def formats() -> dict[str, Any]:
+    """The version of each format, as the `vgpu_bridge` on the import path writes and reads it,
+    and the checkpoint's fields (a field added or changed under the same version is a file the
+    release before cannot read: its model forbids what it does not know)."""
+    from vgpu_bridge.node import cdi, checkpoint, claimdirs, hostpids, region
+
+    def fields(model: Any) -> dict[str, str]:
+        return {name: f"{field.annotation}" + ("" if field.is_required() else " (optional)")
+                for name, field in model.model_fields.items()}  # fmt: skip
+
+    return {
+        "checkpoint": checkpoint.VERSION,
+        "checkpointFields": {
+            "PreparedClaim": fields(checkpoint.PreparedClaim),
+            "PreparedDevice": fields(checkpoint.PreparedDevice),
+        },
+        "limitsHeader": cdi.LIMITS_HEADER,
+        "hostPidsHeader": hostpids.HEADER,
+        "regionVersion": region.REGION_VERSION,
+        "regionSize": region.REGION_SIZE,
+        "boardSize": claimdirs.BOARD_SIZE,
+    }
 
 
 def enforced_claims(helpers: Any) -> list[Any]:
@@ -183,7 +208,7 @@ def modes(top: Path) -> dict[str, str]:
     keeps neither the modes, which the agent checks, nor empty directories."""
     found = {}
     for path in sorted(top.rglob("*")):
-        if path.name in ("prepared.json", "claims.json"):
+        if path.name in ("prepared.json", "claims.json", "formats.json"):
             continue
         slash = "/" if path.is_dir() else ""
         found[f"{path.relative_to(top)}{slash}"] = oct(path.lstat().st_mode & 0o7777)
