@@ -96,16 +96,18 @@ def every(
     work: Callable[[], object],
     *,
     again_soon: Callable[[], bool] = lambda: False,
-    soon_s: float = RESUME_S,
+    soon_s: float | Callable[[], float] = RESUME_S,
 ) -> None:
     """Run `work` now and then every `seconds` until `stop`; failures are logged and retried.
-    After a run that left work (`again_soon()`), the next comes after `soon_s` instead."""
+    After a run that left work (`again_soon()`), the next comes after `soon_s` (or what it
+    answers now; never later than `seconds`) instead."""
     while True:
         try:
             work()
         except Exception:
             log.exception(f"{what} failed; will retry")
-        if stop.wait(soon_s if again_soon() else seconds):
+        soon = soon_s() if callable(soon_s) else soon_s
+        if stop.wait(min(soon, seconds) if again_soon() else seconds):
             return
 
 
@@ -315,7 +317,10 @@ def workers(agent: Agent, stop: threading.Event) -> list[threading.Thread]:
     if agent.device_plugin_on_node is not None:
         periodic.append(("device-plugin", settings.gpu_wait_seconds, "looking for the plugin",
                          device_plugin_watch(agent)))  # fmt: skip
-    soon = {"tenant-dirs": {"again_soon": lambda: agent.tenant_dirs.unfinished}}
+    soon: dict[str, dict[str, object]] = {
+        "tenant-dirs": {"again_soon": lambda: agent.tenant_dirs.unfinished},
+        "slices": {"again_soon": agent.publisher.failing, "soon_s": agent.publisher.retry_in_s},
+    }
     return [
         threading.Thread(
             target=every, args=(seconds, stop, what, work), kwargs=soon.get(name, {}), name=name,

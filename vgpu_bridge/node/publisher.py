@@ -8,7 +8,10 @@ updated or created. A conflict (someone else wrote meanwhile) starts the sync ov
 calls `sync()` at start (republish on every start: the kubelet wipes a node's slices when it
 starts) and every resync period after that, and the device-health watcher calls it at once
 when a card's taint changes (`set_taints`); one `sync()` runs at a time. The outcome of the last
-finished `sync()` is kept in `last` (read by /healthz).
+finished `sync()` is kept in `last` (read by /healthz). After a failed `sync()` the agent tries
+again sooner than a resync period (`failing`, `retry_in_s`: 1 s, doubling up to the period):
+a change made while the API server was down (a card's taint) is published soon after its
+return, not a whole period later, and an API server that keeps failing is not hammered.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from vgpu_bridge.node.slices import DeviceTaint, build_slices
 Json = dict[str, Any]
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 CONFLICT_ATTEMPTS = 5
+#: the first retry after a failed sync; each failure in a row doubles it (capped by the caller)
+FIRST_RETRY_S = 1.0
 log = get_logger("vgpu_bridge.node.publisher")
 
 
@@ -74,7 +79,17 @@ class SlicePublisher:
         self._clock = clock
         self._taints: dict[str, DeviceTaint] = {}
         self._syncing = threading.Lock()
+        self._failures = 0  # failed syncs in a row
         self.last: Publication | None = None  # None until the first sync() ends
+
+    def failing(self) -> bool:
+        """Whether the last `sync()` failed (what it meant to publish is not published yet)."""
+        return self._failures > 0
+
+    def retry_in_s(self) -> float:
+        """How long to wait before the next try after the failures in a row: 1, 2, 4 … s."""
+        doublings = min(max(self._failures - 1, 0), 16)
+        return FIRST_RETRY_S * float(2**doublings)
 
     def set_gpus(self, gpus: Sequence[Gpu]) -> None:
         """A new list of GPUs; published by the next `sync()`."""
@@ -96,9 +111,11 @@ class SlicePublisher:
             succeeded_at = None if self.last is None else self.last.succeeded_at
             reason = str(error) or type(error).__name__
             self.last = Publication(self._clock(), reason, succeeded_at)
+            self._failures += 1
             raise
         now = self._clock()
         self.last = Publication(now, None, now)
+        self._failures = 0
         return result
 
     def _sync_with_retries(self) -> SyncResult:
