@@ -1,7 +1,9 @@
 """The cards' health turned into device taints: `check()` asks the source which cards are
 unhealthy now, and when that changed, hands the new taints to `on_change` (the agent's: set them
 on the publisher and publish at once). A card keeps its taint's `timeAdded` while its reason stays
-the same; a new reason is a new taint."""
+the same; a new reason is a new taint. Taints `on_change` failed to take (the API server down)
+are handed over again at each check until it takes them: no other publication comes before the
+agent's next resync period."""
 
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ class DeviceHealthWatcher:
         self._on_change = on_change
         self._clock = clock
         self._taints: dict[str, DeviceTaint] = {}
+        self._handed_over = True  # `on_change` took the taints
 
     @property
     def taints(self) -> dict[str, DeviceTaint]:
@@ -56,14 +59,19 @@ class DeviceHealthWatcher:
         return dict(self._taints)
 
     def check(self) -> bool:
-        """Ask the source; True (after `on_change`) when a card's taint changed."""
+        """Ask the source; True (after `on_change`) when a card's taint changed, or when the
+        last taints were not taken yet."""
         reasons = {u: r for u, r in self.source.unhealthy().items() if u in self._names}
-        if reasons == {uuid: taint.value for uuid, taint in self._taints.items()}:
+        unchanged = reasons == {uuid: taint.value for uuid, taint in self._taints.items()}
+        if unchanged and self._handed_over:
             return False
-        taints = {uuid: self._taint(uuid, reason) for uuid, reason in reasons.items()}
-        self._log_changes(taints)
-        self._taints = taints
-        self._on_change(dict(taints))
+        if not unchanged:
+            taints = {uuid: self._taint(uuid, reason) for uuid, reason in reasons.items()}
+            self._log_changes(taints)
+            self._taints = taints
+        self._handed_over = False
+        self._on_change(dict(self._taints))
+        self._handed_over = True
         return True
 
     def _taint(self, uuid: str, reason: str) -> DeviceTaint:
