@@ -127,8 +127,9 @@ def test_uninstall_deletes_the_webhooks_templates_and_secret_and_install_works_o
         made = f"{TEMPLATES}/{claim['resourceClaimTemplateName']}"
         assert owners(kube, made) == owner
     assert len(ours_in_team(kube)) == 2
-    helm_on(helm, private_cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
+    # --no-hooks: the pre-delete hook's Job cannot run here (no kubelet); it deletes nothing
+    helm_on(helm, private_cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--no-hooks")
     wait_for(lambda: not kube.exists(SECRET) and not ours_in_team(kube), timeout_s=60,
              what="the garbage collector to delete the Secret and the templates")  # fmt: skip
     helm_on(helm, private_cluster, "install", RELEASE, str(CHART), "-n", NAMESPACE)  # again
-    helm_on(helm, private_cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
+    helm_on(helm, private_cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--no-hooks")
