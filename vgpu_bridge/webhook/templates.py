@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import itertools
 import json
 import threading
 import time
@@ -354,16 +355,16 @@ class Sweeper:
             return []
         assert reference is not None  # a name: confirmed or gone
         adopted: list[str] = []
-        for template in templates:
-            if len(adopted) >= self.max_adopted_per_pass:
-                break
-            references = adopted_references(template, reference)
-            if references is not None and self._set_owners(template, references):
+        orphans = ((t, refs) for t in templates
+                   if (refs := adopted_references(t, reference)) is not None)  # fmt: skip
+        for template, references in itertools.islice(orphans, self.max_adopted_per_pass):
+            if self._set_owners(template, references):
                 meta = template["metadata"]
                 meta["ownerReferences"] = references
                 adopted.append(f"{meta['namespace']}/{meta['name']}")
         if adopted:
-            log.info("adopted claim templates", templates=adopted, configuration=self._owner.name)
+            log.info("adopted claim templates", count=len(adopted), first=adopted[:10],
+                     configuration=self._owner.name)  # fmt: skip
         return adopted
 
     def _set_owners(self, template: Json, references: list[Json]) -> bool:
