@@ -102,19 +102,36 @@ class LocalCluster:
             processes.stop(component)
         shutil.rmtree(self.state_dir, ignore_errors=True)
 
-    def restart_apiserver(self, *, down_s: float, die_with_parent: bool = True) -> LocalCluster:
+    def restart_apiserver(
+        self,
+        *,
+        down_s: float,
+        while_down: Callable[[], object] = lambda: None,
+        die_with_parent: bool = True,
+    ) -> LocalCluster:
         """An API server outage: kube-apiserver killed (a crash: its connections are reset at
         once; a SIGTERM'd one here waits out the whole 10 s grace for its watches), left down
-        `down_s`, then started again with the same flags, port, certificates and etcd, and waited
-        for. Returns the cluster with the new process, also saved to the state file (which `stop`
-        reads); its log goes on in the same file."""
+        `down_s` (`while_down` runs first in that time), then started again with the same flags,
+        port, certificates and etcd, and waited for. Returns the cluster with the new process,
+        also saved to the state file (which `stop` and a later restart read); its log goes on in
+        the same file."""
         old = self._component(APISERVER)
         processes.stop(old, grace_s=0.0)
-        time.sleep(down_s)
+        down_until = time.monotonic() + down_s
+        try:
+            while_down()
+        finally:  # never left down
+            time.sleep(max(0.0, down_until - time.monotonic()))
+            restarted = self._start_apiserver(log=old.log, die_with_parent=die_with_parent)
+        return restarted
+
+    def _start_apiserver(self, *, log: Path, die_with_parent: bool) -> LocalCluster:
         argv = next(argv for name, argv, _ in _plan(self) if name == APISERVER)
-        new = processes.start(APISERVER, [str(self.binary), APISERVER, *argv], log=old.log,
+        new = processes.start(APISERVER, [str(self.binary), APISERVER, *argv], log=log,
                               die_with_parent=die_with_parent)  # fmt: skip
-        restarted = replace(self, components=tuple(new if c is old else c for c in self.components))
+        current = LocalCluster.load(self.state_dir) or self
+        components = tuple(new if c.name == APISERVER else c for c in current.components)
+        restarted = replace(current, components=components)
         restarted.save()
         processes.wait_until(lambda: restarted.client().healthy("/readyz"),
                              timeout_s=START_TIMEOUT_S, what=APISERVER, watch=(new,))  # fmt: skip
@@ -132,7 +149,9 @@ class LocalCluster:
             processes.send_signal(component, signal.SIGCONT)
 
     def _component(self, name: str) -> Running:
-        return next(c for c in self.components if c.name == name)
+        """The component running now, as the state file names it."""
+        current = LocalCluster.load(self.state_dir) or self
+        return next(c for c in current.components if c.name == name)
 
     def save(self) -> None:
         state = {
