@@ -97,7 +97,7 @@ cluster-bin-current: venv
 E2E_DRA_SCENARIOS := e2e/webhook/test_admission.py e2e/test_dra_sharing.py \
 	e2e/test_core_booking.py e2e/test_init_container_booking.py e2e/node/test_agent.py \
 	e2e/node/test_prepare_input.py e2e/test_extended_resource.py e2e/test_k8s_versions.py \
-	e2e/test_nvidia_enforcer.py
+	e2e/test_nvidia_enforcer.py e2e/test_api_outage.py
 e2e-k8s137: venv cluster-bin-current
 	K8S_VERSION=$(K8S_CURRENT) $(PY) -m pytest $(E2E_DRA_SCENARIOS) -q
 

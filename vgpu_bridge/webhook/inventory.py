@@ -18,8 +18,12 @@ log = get_logger("vgpu_bridge.webhook.inventory")
 
 
 class InventoryCache:
-    """`current()` is the latest Inventory; `synced` is set after the first full list;
-    `unreadable()` names the skipped slices."""
+    """`current()` is the latest Inventory; `synced` is set after the first full list and never
+    cleared: it is the webhook's readiness, which must not follow the API server once the first
+    list is in (an outage would turn every replica unready, and the API server, back, would find
+    no endpoint to call). While the watch fails, the last inventory is kept; the list is tried
+    again every second while the server refuses connections (`watching`), so it is fresh again
+    about a second after the server's return. `unreadable()` names the skipped slices."""
 
     def __init__(
         self, api: KubeApi, *, driver: str, memory_capacity: str, watch_timeout_s: int = 300
