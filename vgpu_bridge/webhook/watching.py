@@ -82,15 +82,16 @@ def follow(
 
 
 def connection_refused(error: BaseException) -> bool:
-    """Whether `error` is the API server refusing (or resetting) the connection: nothing
-    listens, it answered nothing."""
+    """Whether `error` is the API server's port refusing the connection: nothing listens, so it
+    did no work for us. A connection reset or a timeout is not: a server that dropped a list
+    half-way, or is too slow to answer, had work to do and is backed off from."""
     import urllib3
 
     if isinstance(error, urllib3.exceptions.MaxRetryError) and error.reason is not None:
         error = error.reason
     cause: BaseException | None = error
     while cause is not None:
-        if isinstance(cause, ConnectionError):  # refused, reset, aborted, broken pipe
+        if isinstance(cause, ConnectionRefusedError):
             return True
         cause = cause.__cause__ or cause.__context__
     return False

@@ -195,3 +195,15 @@ def test_the_backoff_starts_over_once_the_server_is_back_after_refusing() -> Non
     failures += [KubeError("GET", PATH, 503, "starting") for _ in range(2)]
     waits = follow_through(Outage(failures))
     assert waits == [0.5, 1, 2, 4, UNREACHABLE_RETRY_S, UNREACHABLE_RETRY_S, 0.5, 1]
+
+
+def test_a_connection_reset_half_way_through_is_backed_off_from() -> None:
+    """The server did work for a list it dropped (or is shedding load): not a refused port."""
+
+    def reset() -> Exception:
+        error = urllib3.exceptions.ProtocolError("Connection broken")
+        error.__cause__ = ConnectionResetError(104, "Connection reset by peer")
+        return error
+
+    waits = follow_through(Outage([reset() for _ in range(3)]))
+    assert waits == [0.5, 1, 2]
