@@ -61,7 +61,9 @@ def other_driver(kube: KubeClient, fake_nodes: list[str]) -> Iterator[FakeGpuDri
     remove_fake_gpu_driver(kube, driver)
 
 
-def _shares(kube: KubeClient, namespace: str, driver: FakeGpuDriver, names: list[str]) -> str:
+def running_shares(
+    kube: KubeClient, namespace: str, driver: FakeGpuDriver, names: list[str]
+) -> str:
     """Running pods `names`, each with a share of `driver`'s first node; that node."""
     node = driver.nodes[0]
     template = driver.device_class
@@ -79,12 +81,12 @@ def _being_deleted(kube: KubeClient, namespace: str, name: str) -> None:
              what=f"{name} being deleted")  # fmt: skip
 
 
-def _notices(kube: KubeClient, namespace: str) -> list[Json]:
+def notices(kube: KubeClient, namespace: str) -> list[Json]:
     events = kube.items(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
     return [e for e in events if e.get("reason") == EVENT_REASON]
 
 
-def _notice_cli(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def notice_cli(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "vgpu_bridge.cli", "uninstall-notice",
                "--kubeconfig", str(kubeconfig), *args]  # fmt: skip
     return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
@@ -94,8 +96,8 @@ def test_waits_for_the_pod_being_deleted_then_tells_each_running_pod_of_our_driv
     kube: KubeClient, e2e_cluster: LocalCluster, namespace: str, fake_gpu_driver: FakeGpuDriver,
     other_driver: FakeGpuDriver, held: HeldUnprepare,
 ) -> None:  # fmt: skip
-    node = _shares(kube, namespace, fake_gpu_driver, ["running", "leaving"])
-    _shares(kube, namespace, other_driver, ["not-ours"])
+    node = running_shares(kube, namespace, fake_gpu_driver, ["running", "leaving"])
+    running_shares(kube, namespace, other_driver, ["not-ours"])
     _being_deleted(kube, namespace, "leaving")
     slept: list[float] = []
 
@@ -113,7 +115,7 @@ def test_waits_for_the_pod_being_deleted_then_tells_each_running_pod_of_our_driv
     assert notice.still_terminating == []
     assert [p.name for p in notice.told] == ["running"]
     assert not kube.exists(f"/api/v1/namespaces/{namespace}/pods/leaving")
-    [event] = _notices(kube, namespace)
+    [event] = notices(kube, namespace)
     running = get_pod(kube, namespace, "running")
     assert event["type"] == "Warning"
     assert event["regarding"]["uid"] == running["metadata"]["uid"]
@@ -127,10 +129,10 @@ def test_a_pod_still_terminating_when_the_wait_ends_is_reported_and_the_exit_is_
     kube: KubeClient, e2e_cluster: LocalCluster, namespace: str, fake_gpu_driver: FakeGpuDriver,
     held: HeldUnprepare,
 ) -> None:  # fmt: skip
-    _shares(kube, namespace, fake_gpu_driver, ["running", "stuck"])
+    running_shares(kube, namespace, fake_gpu_driver, ["running", "stuck"])
     _being_deleted(kube, namespace, "stuck")
 
-    done = _notice_cli(e2e_cluster.kubeconfig, "--drivers", fake_gpu_driver.name,
+    done = notice_cli(e2e_cluster.kubeconfig, "--drivers", fake_gpu_driver.name,
                        "--wait-seconds", "1")  # fmt: skip
 
     assert done.returncode == 0, done.stderr
@@ -139,11 +141,11 @@ def test_a_pod_still_terminating_when_the_wait_ends_is_reported_and_the_exit_is_
     assert f"told 1 running pods (Warning Event {EVENT_REASON}): {namespace}/running" in (
         done.stdout
     )
-    assert [e["regarding"]["name"] for e in _notices(kube, namespace)] == ["running"]
+    assert [e["regarding"]["name"] for e in notices(kube, namespace)] == ["running"]
     assert get_pod(kube, namespace, "stuck")["metadata"].get("deletionTimestamp")
 
 
-def _token_kubeconfig(
+def token_kubeconfig(
     kube: KubeClient, cluster: LocalCluster, namespace: str, account: str, path: Path
 ) -> Path:
     """A kubeconfig that authenticates as service account `account` of `namespace`."""
@@ -166,10 +168,10 @@ def test_an_api_refusal_exits_1_naming_it_and_the_way_around_the_hook(
     kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts",
                 {"apiVersion": "v1", "kind": "ServiceAccount",
                  "metadata": {"name": "no-rights"}})  # fmt: skip
-    kubeconfig = _token_kubeconfig(kube, e2e_cluster, namespace, "no-rights",
+    kubeconfig = token_kubeconfig(kube, e2e_cluster, namespace, "no-rights",
                                    tmp_path / "kubeconfig")  # fmt: skip
 
-    done = _notice_cli(kubeconfig, "--wait-seconds", "0")
+    done = notice_cli(kubeconfig, "--wait-seconds", "0")
 
     assert done.returncode == 1, done.stdout
     assert "HTTP 403" in done.stderr, done.stderr

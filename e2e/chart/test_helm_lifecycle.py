@@ -1,7 +1,8 @@
 """`helm install`, `upgrade` and `uninstall` of the chart against a real API server (a private
 control plane, so the release's cluster-wide objects meet no other test): the generated
 certificate survives upgrades (the caBundle keeps matching the Secret), settings changes reach
-the Deployment, and uninstall leaves nothing behind."""
+the Deployment, uninstall runs the pre-delete hook before deleting anything (here its Job cannot
+run: `--no-hooks` is the way around), and uninstall leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -87,7 +88,20 @@ def test_install_upgrade_uninstall(helm: Helm, private_cluster: LocalCluster) ->
     assert ca_bundles(kube) == (secret_ca, {secret_ca})  # lookup kept the chart's CA
     assert webhook_env(kube)["VGPU_BRIDGE_SWEEP_GRACE_SECONDS"] == "900"
 
-    helm_on(helm, kubeconfig, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
+    # the pre-delete hook runs first; its Job cannot run here (no kubelet), so helm gives up at
+    # its timeout having deleted nothing, and the hook's account and RBAC are gone again
+    hook = "vgpu-bridge-uninstall-notice"
+    with pytest.raises(HelmFailed) as hook_failed:
+        helm_on(helm, kubeconfig, "uninstall", RELEASE, "-n", NAMESPACE, "--wait",
+                "--timeout", "15s")  # fmt: skip
+    assert f"Job/{NAMESPACE}/{hook}" in str(hook_failed.value)
+    assert all(kube.exists(path) for path in [*CLUSTER_WIDE, SECRET, DEPLOYMENT])
+    rbac = [f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{hook}",
+            f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{hook}",
+            f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{hook}"]  # fmt: skip
+    assert not [path for path in rbac if kube.exists(path)]
+    # the way around a hook that cannot run (the failed Job stays for its logs, then its TTL)
+    helm_on(helm, kubeconfig, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--no-hooks")
     left = [path for path in [*CLUSTER_WIDE, SECRET, DEPLOYMENT] if kube.exists(path)]
     assert not left
 
@@ -229,6 +243,7 @@ def test_self_managed_certificate_survives_upgrade_and_goes_with_uninstall(
         refusal = wait_for(lambda: answered(kube, team, "refused"), timeout_s=30,
                            what="a GPU pod refused without the webhook")  # fmt: skip
     assert "failed calling webhook" in refusal
-    helm_on(helm, kubeconfig, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
+    # no kubelet runs the pre-delete hook's Job here (test_install_upgrade_uninstall)
+    helm_on(helm, kubeconfig, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--no-hooks")
     wait_for(lambda: not kube.exists(OWN_SECRET), timeout_s=60, what="the Secret collected")
     kube.delete(f"/api/v1/namespaces/{team}")

@@ -45,6 +45,7 @@ def test_defaults_make_every_part(defaults: list[Json]) -> None:
         "DaemonSet",
         "Deployment",
         "DeviceClass",
+        "Job",  # the pre-delete hook's (uninstall-hook.yaml)
         "MutatingWebhookConfiguration",
         "PodDisruptionBudget",
         "Role",
