@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from vgpu_bridge.core import InvalidRequest, Inventory
 from vgpu_bridge.kube import Json, KubeApi
 from vgpu_bridge.logs import get_logger
-from vgpu_bridge.webhook.watching import follow
+from vgpu_bridge.webhook.watching import WATCH_TIMEOUT_S, follow
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 log = get_logger("vgpu_bridge.webhook.inventory")
@@ -26,7 +26,12 @@ class InventoryCache:
     about a second after the server's return. `unreadable()` names the skipped slices."""
 
     def __init__(
-        self, api: KubeApi, *, driver: str, memory_capacity: str, watch_timeout_s: int = 300
+        self,
+        api: KubeApi,
+        *,
+        driver: str,
+        memory_capacity: str,
+        watch_timeout_s: int = WATCH_TIMEOUT_S,
     ) -> None:
         self._api, self._driver, self._memory_capacity = api, driver, memory_capacity
         self._watch_timeout_s = watch_timeout_s

@@ -9,7 +9,10 @@ is down: restarted, crashed) the list is tried every UNREACHABLE_RETRY_S instead
 starts over after: a refused connection costs it nothing, and a backoff grown during the outage
 would leave every cache stale for up to LAST_RETRY_S after its return (issue 38: tries at 0.5,
 1.5, 3.5, 7.5, 15.5, 31.5 and 61.5 s left a 35 s outage unnoticed for 26 s more). Each cache logs
-when it follows again after failing, with how many tries failed and for how long."""
+when it follows again after failing, with how many tries failed and for how long.
+
+A watch asks for WATCH_TIMEOUT_S (a minute) and is then resumed, no relist: a connection that
+went silent (an API server gone without a reset) is noticed by its read timeout, 10 s more."""
 
 from __future__ import annotations
 
@@ -24,6 +27,9 @@ log = get_logger("vgpu_bridge.webhook.watching")
 FIRST_RETRY_S, LAST_RETRY_S = 0.5, 30.0
 #: how often the list is tried while the API server refuses connections
 UNREACHABLE_RETRY_S = 1.0
+#: each watch asks for this long; its read timeout is 10 s more, so a connection that died
+#: without a word is given up within 70 s (a live one hears a bookmark 2 s before its end)
+WATCH_TIMEOUT_S = 60
 
 
 class WatchError(RuntimeError):
@@ -45,7 +51,7 @@ def follow(
     on_event: Callable[[str, Json], None],
     what: str,
     on_stale: Callable[[], None] = lambda: None,
-    watch_timeout_s: int = 300,
+    watch_timeout_s: int = WATCH_TIMEOUT_S,
     keep: Callable[[Json], Json | None] | None = None,
     page_size: int = LIST_PAGE_SIZE,
     screen: Callable[[bytes], Json | None] | None = None,

@@ -19,7 +19,12 @@ import urllib3
 from kubernetes import client
 
 from vgpu_bridge.kube import Json, KubeApi, KubeError, Listed
-from vgpu_bridge.webhook.watching import LAST_RETRY_S, UNREACHABLE_RETRY_S, follow
+from vgpu_bridge.webhook.watching import (
+    LAST_RETRY_S,
+    UNREACHABLE_RETRY_S,
+    WATCH_TIMEOUT_S,
+    follow,
+)
 
 PATH = "/apis/resource.k8s.io/v1/resourceclaimtemplates"
 
@@ -207,3 +212,16 @@ def test_a_connection_reset_half_way_through_is_backed_off_from() -> None:
 
     waits = follow_through(Outage([reset() for _ in range(3)]))
     assert waits == [0.5, 1, 2]
+
+
+def test_each_watch_asks_for_a_minute_so_a_silent_connection_is_given_up_within_70_s() -> None:
+    """A watch whose connection died without a word (an API server gone without a reset, a
+    load balancer that forgot it) is noticed by the read timeout, the watch's timeout + 10 s;
+    at 300 s the caches could follow nothing for five minutes while other API servers called
+    the webhook. A live watch is never that silent: the server sends a bookmark 2 s before the
+    timeout it was asked for."""
+    script = Script(listed=[], watches=[[]])
+    run(script)
+    asked = {int(q["timeoutSeconds"]) for q in script.queries if q.get("watch") == "true"}
+    assert asked == {WATCH_TIMEOUT_S}
+    assert WATCH_TIMEOUT_S + 10 <= 70
