@@ -12,7 +12,7 @@ with everything still installed:
 2. wait, at most `--wait-seconds`, until each pod already being deleted is gone (the agents,
    still running, unprepare its claims meanwhile);
 3. post one Warning Event (`VgpuBridgeUninstalled`, `note`) on each pod still running, at most
-   MAX_PODS in TELL_S;
+   MAX_PODS; the pods are read within READ_S and told within TELL_S;
 4. print what was done, and exit 0, also when pods are still terminating: an uninstall is never
    blocked for ever. An API error exits 1 with its reason (helm reports the hook failed; the user
    may run `helm uninstall --no-hooks`).
@@ -50,6 +50,7 @@ EVENT_REASON = "VgpuBridgeUninstalled"
 MAX_NOTE = 1024  # events.k8s.io/v1 refuses a longer note
 MAX_PODS = 1000  # pods looked at, waited for and told at most
 POLL_S = 2.0  # how often the terminating pods are read again during the wait
+READ_S = 60.0  # what reading the pods once may take
 TELL_S = 60.0  # what posting the Events may take
 SHOWN = 20  # pods named in each line of the summary
 REPORTER = "vgpu-bridge-uninstall-notice"  # the Events' reportingInstance
@@ -199,12 +200,21 @@ class Notice:
     told: list[PodRef] = field(default_factory=list)
     not_told: list[PodRef] = field(default_factory=list)  # out of time, or the namespace gone
     skipped: int = 0  # finished, not on a node yet, or gone already
+    unread: int = 0  # not read in time: neither waited for nor told
 
 
-def sort_pods(api: KubeApi, found: Pods, notice: Notice) -> None:
-    """Each pod read once: being deleted, running on a node, or nothing to do."""
+def sort_pods(
+    api: KubeApi, found: Pods, notice: Notice, *, seconds: float = READ_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:  # fmt: skip
+    """Each pod read once, within `seconds`: being deleted, running on a node, or nothing to
+    do; those not read in time are counted in `notice.unread`."""
     notice.holding, notice.over_limit = len(found.pods) + found.more, found.more
-    for pod in found.pods:
+    deadline = clock() + seconds
+    for index, pod in enumerate(found.pods):
+        if clock() > deadline:
+            notice.unread = len(found.pods) - index
+            return
         current = read_pod(api, pod)
         if current is None:
             notice.skipped += 1
@@ -292,6 +302,10 @@ def summary(notice: Notice) -> list[str]:
     lines.append(told + (f": {_names(notice.told)}" if notice.told else ""))
     if notice.not_told:
         lines.append(f"  not told (out of time, or namespace gone): {_names(notice.not_told)}")
+    if notice.unread:
+        lines.append(
+            f"  {notice.unread} pods not read within {READ_S:g} s: neither waited for nor told"
+        )
     if notice.skipped:
         lines.append(f"  {notice.skipped} pods finished, gone or not on a node: nothing to do")
     return lines

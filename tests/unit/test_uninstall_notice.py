@@ -17,9 +17,11 @@ from vgpu_bridge.uninstall_notice import (
     MAX_NOTE,
     Notice,
     PodRef,
+    Pods,
     claim_pods,
     event_body,
     pods_holding_claims,
+    sort_pods,
     summary,
     tell_running,
     wait_for_terminating,
@@ -89,6 +91,21 @@ def test_the_wait_ends_when_its_time_is_up_and_names_the_pods_left(recorded: Rec
     assert notice.still_terminating == [_ref("stuck")]
     assert notice.gone_while_waiting == [_ref("gone")]
     assert now[0] == 5
+
+
+def test_reading_the_pods_stops_at_its_deadline_and_counts_the_pods_left(
+    recorded: RecordingApi,
+) -> None:
+    recorded.objects["/api/v1/namespaces/team/pods/a"] = {
+        "metadata": {"uid": "uid-a"}, "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}
+    }  # fmt: skip
+    times = iter([0.0, 1.0, 100.0])  # the deadline, the first pod, the second: too late
+    notice = Notice(OURS, 0)
+    sort_pods(recorded.api, Pods([_ref("a"), _ref("b")], 0), notice, seconds=60,
+              clock=lambda: next(times))  # fmt: skip
+    assert notice.running == [(_ref("a"), "n1")]
+    assert notice.unread == 1
+    assert "1 pods not read within 60 s" in "\n".join(summary(notice))
 
 
 def test_a_pod_replaced_under_its_name_counts_as_gone(recorded: RecordingApi) -> None:
