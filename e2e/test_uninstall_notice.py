@@ -1,9 +1,10 @@
 """`vgpu-bridge uninstall-notice` (the chart's pre-delete hook) on the real control plane: it waits
 for a GPU pod being deleted until its claim is unprepared and the pod gone, posts one Warning
 Event on each running pod of our driver's claims (none on another driver's), reports a pod still
-terminating when its wait runs out and exits 0 all the same, and exits 1 naming the refusal when
-the API refuses it. The kubelet stand-in plays the kubelet: a pod being deleted stays until its
-preparer's unprepare succeeds, which the test holds back as an agent that has not done it yet."""
+terminating when its wait runs out and exits 0 all the same, and names the API's refusal and
+exits 0 too (a failed hook would stop the whole uninstall). The kubelet stand-in plays the
+kubelet: a pod being deleted stays until its preparer's unprepare succeeds, which the test holds
+back as an agent that has not done it yet."""
 
 from __future__ import annotations
 
@@ -162,7 +163,7 @@ def token_kubeconfig(
     return path
 
 
-def test_an_api_refusal_exits_1_naming_it_and_the_way_around_the_hook(
+def test_an_api_refusal_is_named_and_the_exit_is_zero_so_the_uninstall_goes_on(
     kube: KubeClient, e2e_cluster: LocalCluster, namespace: str, tmp_path: Path
 ) -> None:
     kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts",
@@ -173,7 +174,7 @@ def test_an_api_refusal_exits_1_naming_it_and_the_way_around_the_hook(
 
     done = notice_cli(kubeconfig, "--wait-seconds", "0")
 
-    assert done.returncode == 1, done.stdout
+    assert done.returncode == 0, done.stdout  # a failed hook would stop the whole uninstall
     assert "HTTP 403" in done.stderr, done.stderr
     assert "resourceclaims" in done.stderr
-    assert "helm uninstall --no-hooks" in done.stderr
+    assert "the uninstall goes on" in done.stderr
