@@ -121,6 +121,22 @@ def unreachable_reason(error: BaseException) -> str | None:
     return _last_line(str(error))
 
 
+def connection_refused(error: BaseException) -> bool:
+    """Whether `error` is the API server's port refusing the connection: nothing listens, so it
+    did no work for us. A connection reset or a timeout is not: a server that dropped a list
+    half-way, or is too slow to answer, had work to do and is backed off from."""
+    import urllib3
+
+    if isinstance(error, urllib3.exceptions.MaxRetryError) and error.reason is not None:
+        error = error.reason
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, ConnectionRefusedError):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1][:200] if lines else "no reason given"

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from vgpu_bridge.kube import LIST_PAGE_SIZE, Json, KubeApi
+from vgpu_bridge.kube import LIST_PAGE_SIZE, Json, KubeApi, connection_refused
 from vgpu_bridge.logs import get_logger
 
 log = get_logger("vgpu_bridge.webhook.watching")
@@ -85,22 +85,6 @@ def follow(
         else:
             on_stale()
             delay_s = FIRST_RETRY_S
-
-
-def connection_refused(error: BaseException) -> bool:
-    """Whether `error` is the API server's port refusing the connection: nothing listens, so it
-    did no work for us. A connection reset or a timeout is not: a server that dropped a list
-    half-way, or is too slow to answer, had work to do and is backed off from."""
-    import urllib3
-
-    if isinstance(error, urllib3.exceptions.MaxRetryError) and error.reason is not None:
-        error = error.reason
-    cause: BaseException | None = error
-    while cause is not None:
-        if isinstance(cause, ConnectionRefusedError):
-            return True
-        cause = cause.__cause__ or cause.__context__
-    return False
 
 
 class _Failing:
