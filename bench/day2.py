@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.day2_load import CREATED, Load, RawApi, counts, create_once, first_details, running
 from e2e.cluster.settings import Settings
 from e2e.kind import day2
-from e2e.kind.cluster import GPU_NODE_LABEL, NAMESPACE, RELEASE, Kind, down, up
+from e2e.kind.cluster import GPU_NODE_LABEL, NAMESPACE, RELEASE, Kind, down, load_images, up
 from e2e.kind.releases import Release, load_into_kind, previous_release
 from e2e.waiting import wait_for
 from vgpu_bridge.core import DEFAULT
@@ -69,6 +69,7 @@ class Day2:
     release: Release
     workers: list[str]
     rate: float
+    baseline: bool = False  # "this tree" is the previous release too: its figures, for comparison
     rows: list[Row] = field(default_factory=list)
 
     def row(self, scenario: str, figure: str, value: object, goal: str = "") -> None:
@@ -84,7 +85,13 @@ class Day2:
         wait_webhook(self.api, 2)
 
     def install_current(self, *, wait: bool = True) -> None:
-        day2.install_chart(self.kind, wait=wait)
+        """This tree's chart and images (the previous release's with ``--baseline``)."""
+        if self.baseline:
+            day2.install_chart(
+                self.kind, self.release.chart, *self.release.helm_values(), wait=wait
+            )
+        else:
+            day2.install_chart(self.kind, wait=wait)
         if wait:
             wait_webhook(self.api, 2)
 
@@ -98,6 +105,16 @@ def wait_webhook(api: KubeApi, replicas: int, timeout_s: float = 300) -> None:
         timeout_s=timeout_s,
         what=f"{replicas} webhook endpoints Ready",
         interval_s=1,
+    )
+
+
+def wait_old_replicas_gone(api: KubeApi) -> None:
+    """Only the webhook's new replicas left: the old ones' drain and exit are over."""
+    wait_for(
+        lambda: len(day2.pods(api, day2.WEBHOOK)) == 2,
+        timeout_s=300,
+        what="the old webhook replicas gone",
+        interval_s=0.5,
     )
 
 
@@ -168,6 +185,22 @@ def wait_running(api: KubeApi, namespace: str, names: list[str], timeout_s: floa
 def restarts(api: KubeApi, namespace: str, name: str) -> int:
     statuses = get_pod(api, namespace, name).get("status", {}).get("containerStatuses") or []
     return sum(int(s.get("restartCount", 0)) for s in statuses)
+
+
+def started_at(api: KubeApi, namespace: str, name: str) -> list[str]:
+    """When each container of the pod last started ("" for one not running)."""
+    statuses = get_pod(api, namespace, name).get("status", {}).get("containerStatuses") or []
+    return [str(s.get("state", {}).get("running", {}).get("startedAt", "")) for s in statuses]
+
+
+def started_again(api: KubeApi, namespace: str, name: str, before: list[str]) -> bool:
+    now = started_at(api, namespace, name)
+    return all(now) and now != before and running_ready(api, namespace, name)
+
+
+def container_state(api: KubeApi, namespace: str, name: str) -> str:
+    statuses = get_pod(api, namespace, name).get("status", {}).get("containerStatuses") or []
+    return "; ".join(f"{s.get('state')} restarts {s.get('restartCount')}" for s in statuses)[:300]
 
 
 def claim_uids(api: KubeApi, namespace: str, name: str) -> list[str]:
@@ -248,6 +281,15 @@ def same_files(before: dict[str, str], after: dict[str, str]) -> int:
     return sum(1 for path, digest in before.items() if after.get(path) == digest)
 
 
+def file_differences(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """Each of ``before``'s files that is gone or changed ``after``, said so."""
+    return [
+        f"{path} {'gone' if path not in after else 'changed'}"
+        for path, digest in sorted(before.items())
+        if after.get(path) != digest
+    ]
+
+
 def outcome_summary(load_counts: dict[str, int]) -> str:
     parts = [f"{k} {v}" for k, v in sorted(load_counts.items())]
     return ", ".join(parts) or "none"
@@ -269,12 +311,15 @@ def webhook_upgrade(ctx: Day2) -> None:
         time.sleep(5)
         began = load.now_s()
         ctx.install_current()
+        helm_s = load.now_s() - began
+        wait_old_replicas_gone(ctx.api)  # they drain after helm's --wait is satisfied
         ended = load.now_s()
-        time.sleep(10)
+        time.sleep(5)
     outcomes = load.stop()
-    window = counts(outcomes, began, ended + 10)
-    ctx.row(name, "helm upgrade --wait took", f"{ended - began:.1f} s")
-    ctx.row(name, f"creates due during the roll (+10 s) at {ctx.rate:g}/s", sum(window.values()))
+    window = counts(outcomes, began, ended + 5)
+    ctx.row(name, "helm upgrade --wait took", f"{helm_s:.1f} s")
+    ctx.row(name, "until the old replicas were gone", f"{ended - began:.1f} s")
+    ctx.row(name, f"creates due during the roll (+5 s) at {ctx.rate:g}/s", sum(window.values()))
     ctx.row(
         name,
         "refused / timed out / other during the roll",
@@ -374,10 +419,30 @@ def quota_decisions(ctx: Day2, namespace: str, hard_mib: int) -> tuple[int, int]
             agree += 1
         else:
             disagree += 1
-            print(f"quota: admitted={admitted} fresh list says {allowed}: {text[:200]}", flush=True)
+            print(f"quota: admitted={admitted} fresh list says {allowed}: {text[:600]}", flush=True)
         if admitted:  # its claim exists before the next decision
             wait_claims(api, namespace, len(claims) + 1)
     return agree, disagree
+
+
+def quota_seen_s(ctx: Day2, namespace: str, timeout_s: float = 180) -> float:
+    """Seconds until a QUOTA_MIB pod is admitted in ``namespace`` (tried every 0.5 s; the pod
+    admitted is deleted again)."""
+    started = time.monotonic()
+
+    def admitted() -> bool:
+        body = share_pod(f"seen-{secrets.token_hex(3)}", None, gpumem=QUOTA_MIB)
+        body["spec"]["nodeSelector"] = {"vgpu-bridge.io/day2-load": "nowhere"}
+        path = f"/api/v1/namespaces/{namespace}/pods"
+        status, _ = ctx.raw.send("POST", path, body)
+        if status == 201:
+            ctx.raw.send("DELETE", f"{path}/{body['metadata']['name']}", {"gracePeriodSeconds": 0})
+        return status == 201
+
+    wait_for(
+        admitted, timeout_s=timeout_s, what="a pod admitted under the raised quota", interval_s=0.5
+    )
+    return time.monotonic() - started
 
 
 def quota(api: KubeApi, namespace: str, hard_mib: int) -> None:
@@ -399,6 +464,7 @@ def quota(api: KubeApi, namespace: str, hard_mib: int) -> None:
 def apiserver_outage(ctx: Day2) -> None:
     """3. API server stopped 30 s under load; then etcd paused in bursts."""
     name = "3 API outage"
+    ctx.install_current()
     api = ctx.api
     quick = KubeApi.connect(str(ctx.kind.kubeconfig), timeout_s=3)
     namespace = fresh_namespace(api, "day2-quota")
@@ -408,6 +474,13 @@ def apiserver_outage(ctx: Day2) -> None:
         body["spec"]["nodeSelector"] = {"vgpu-bridge.io/day2-load": "nowhere"}
         create_admitted(api, namespace, body)
     restarts_before = day2.restart_counts(api)
+    quota(api, namespace, 3 * QUOTA_MIB)  # the same change, no outage: how soon it is seen
+    ctx.row(
+        name,
+        "a quota raised, no outage: admitted by the webhook after",
+        f"{quota_seen_s(ctx, namespace):.1f} s",
+    )
+    quota(api, namespace, 2 * QUOTA_MIB)
     load = ctx.load()
     try:
         with running(load):
@@ -428,7 +501,11 @@ def apiserver_outage(ctx: Day2) -> None:
                 what="a create admitted after the return",
                 interval_s=0.5,
             )
+            raised = time.monotonic()
             agree, disagree = quota_decisions(ctx, namespace, 6 * QUOTA_MIB)
+            if disagree:
+                seen = quota_seen_s(ctx, namespace) + (time.monotonic() - raised)
+                ctx.row(name, "the raised quota admitted by the webhook after", f"{seen:.1f} s")
             time.sleep(max(0.0, 30 - (time.monotonic() - times["back"])))
         outcomes = load.stop()
         down_s = times["back"] - times["down"]
@@ -489,6 +566,7 @@ def etcd_slow(ctx: Day2) -> None:
 def node_reboot(ctx: Day2) -> None:
     """4. a GPU worker restarted (its /run cleared), a pod deleted while it was down."""
     name = "4 node reboot"
+    ctx.install_current()
     api, node = ctx.api, ctx.workers[0]
     namespace = fresh_namespace(api, "day2-reboot")
     try:
@@ -501,22 +579,37 @@ def node_reboot(ctx: Day2) -> None:
         before = day2.share_file_hashes(node)
         kept = {p: d for p, d in before.items() if any(u in p for u in keep_uids)}
         address = day2.node_address(node)
+        first_start = {p: started_at(api, namespace, p) for p in keep}
         started = time.monotonic()
         day2.run_docker("stop", node)
         api.delete(f"/api/v1/namespaces/{namespace}/pods/{gone}")
         day2.run_docker("start", node)
         day2.rewire(api)
         ctx.row(name, "node address kept", f"{address} -> {day2.node_address(node)}", "same")
-        wait_running(api, namespace, keep, timeout_s=300)
-        ctx.row(name, "stop -> pods Running and Ready again", f"{time.monotonic() - started:.0f} s")
+        try:
+            for pod in keep:  # Running again means a container started after the reboot
+                wait_for(
+                    functools.partial(started_again, api, namespace, pod, first_start[pod]),
+                    timeout_s=300,
+                    what=f"{pod} started again and Ready",
+                    interval_s=1,
+                )
+            ctx.row(name, "stop -> pods Running again", f"{time.monotonic() - started:.0f} s")
+        except AssertionError as error:
+            ctx.row(name, "pods Running again", f"no: {error}", "yes")
+            for pod in keep:
+                ctx.row(name, f"{pod} state", container_state(api, namespace, pod))
+            ctx.row(name, "warning events", warning_events(api, namespace)[-3:])
         after = day2.share_file_hashes(node)
-        same = sum(1 for p, d in kept.items() if after.get(p) == d)
         ctx.row(
             name,
             "CDI specs + limits files of running pods identical",
-            f"{same} of {len(kept)}",
+            f"{same_files(kept, after)} of {len(kept)}",
             "all",
         )
+        differ = file_differences(kept, after)
+        if differ:
+            ctx.row(name, "files not identical", differ)
         try:
             wait_for(
                 lambda: (
@@ -548,6 +641,7 @@ def node_reboot(ctx: Day2) -> None:
 def webhook_sigkill(ctx: Day2) -> None:
     """5. SIGKILL of one webhook replica's process under load."""
     name = "5 webhook SIGKILL"
+    ctx.install_current()
     load = ctx.load()
     with running(load):
         time.sleep(5)
@@ -587,7 +681,10 @@ def uninstall(ctx: Day2) -> None:
             name,
             "helm uninstall --wait",
             f"rc {done.returncode}, {time.monotonic() - started:.0f} s",
+            "rc 0",
         )
+        if done.returncode != 0:
+            ctx.row(name, "helm said", done.stderr.strip()[-300:])
         time.sleep(30)  # the garbage collector and the kubelets
         left = [x for x in day2.ours_in_cluster(api) if f"/{namespace}/run-" not in x]
         ctx.row(name, "left in the cluster (30 s after)", left or 0, "nothing")
@@ -630,9 +727,13 @@ def interrupted_uninstall(ctx: Day2) -> None:
     ctx.row(name, "helm upgrade --install over it", f"rc {done.returncode}", "0")
     if done.returncode != 0:
         ctx.row(name, "helm said", done.stderr.strip()[-300:])
-        day2.uninstall(ctx.kind)
+        again = day2.uninstall(ctx.kind)
+        ctx.row(name, "helm uninstall again", f"rc {again.returncode}")
+        if again.returncode != 0:
+            again = day2.uninstall(ctx.kind, "--no-hooks")
+            ctx.row(name, "helm uninstall --no-hooks", f"rc {again.returncode}")
         done = day2.install_chart(ctx.kind, check=False)
-        ctx.row(name, "after a second helm uninstall, install", f"rc {done.returncode}")
+        ctx.row(name, "then helm upgrade --install", f"rc {done.returncode}")
     wait_webhook(ctx.api, 2)
     namespace = fresh_namespace(ctx.api, "day2-reinstall")
     try:
@@ -758,6 +859,14 @@ def run_scenarios(ctx: Day2, chosen: list[str]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reuse", action="store_true", help="use the running kind cluster")
+    parser.add_argument(
+        "--rebuild", action="store_true", help="with --reuse: build and load this tree's images"
+    )
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="install the previous release where the scenarios install this tree",
+    )
     parser.add_argument("--rate", type=float, default=20.0)
     parser.add_argument("--only", default=",".join(SCENARIOS), help="e.g. 1,5")
     parser.add_argument("--out", type=Path, default=None)
@@ -768,6 +877,10 @@ def main() -> int:
     began = time.monotonic()
     if not args.reuse:
         up(kind)
+    elif args.rebuild:
+        load_images(kind)
+        if day2.installed(kind):  # same tag: the pods restart to run the images built now
+            day2.roll_chart_pods(kind)
     try:
         release = previous_release(settings)
         load_into_kind(kind.kind_binary, kind.name, release)
@@ -785,8 +898,12 @@ def main() -> int:
             n["metadata"]["name"]
             for n in api.list("/api/v1/nodes", labelSelector=GPU_NODE_LABEL)["items"]
         )
-        ctx = Day2(kind, api, RawApi(str(kind.kubeconfig)), release, workers, args.rate)
+        ctx = Day2(
+            kind, api, RawApi(str(kind.kubeconfig)), release, workers, args.rate, args.baseline
+        )
         run_scenarios(ctx, args.only.split(","))
+        for namespace in LOAD_NAMESPACES:
+            delete_namespace(api, namespace)
     finally:
         if not args.reuse:
             down(kind)

@@ -157,14 +157,22 @@ def install_chart(
     )
 
 
-def uninstall(kind: Kind, *, wait: bool = True) -> subprocess.CompletedProcess[str]:
+def uninstall(kind: Kind, *extra: str, wait: bool = True) -> subprocess.CompletedProcess[str]:
     waiting = ["--wait", "--timeout", "5m"] if wait else []
-    return helm(kind, "uninstall", RELEASE, "--namespace", NAMESPACE, *waiting, check=False)
+    return helm(kind, "uninstall", RELEASE, "--namespace", NAMESPACE, *waiting, *extra, check=False)
 
 
 def installed(kind: Kind) -> bool:
     done = helm(kind, "status", RELEASE, "--namespace", NAMESPACE, check=False)
     return done.returncode == 0
+
+
+def roll_chart_pods(kind: Kind) -> None:
+    """``kubectl rollout restart`` of the webhook and the agent, waited: images rebuilt under
+    the same tag (pullPolicy Never) reach the pods only so."""
+    for workload in (f"deployment/{RELEASE}-webhook", f"daemonset/{RELEASE}-agent"):
+        run([*kind.kubectl, "-n", NAMESPACE, "rollout", "restart", workload])
+        run([*kind.kubectl, "-n", NAMESPACE, "rollout", "status", workload, "--timeout=300s"])
 
 
 # --- the chart's pods ----------------------------------------------------------------------------

@@ -14,6 +14,7 @@ design guarantees is asserted, never a time:
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ import pytest
 
 from bench.day2_load import CREATED, Load, RawApi, counts, create_once, first_details
 from e2e.cluster.settings import Settings
-from e2e.kind import day2
+from e2e.kind import day2, releases
 from e2e.kind.cluster import GPU_NODE_LABEL, NAMESPACE, RELEASE, Kind, install
 from e2e.kind.steps import run
 from e2e.waiting import wait_for
@@ -31,6 +32,7 @@ from vgpu_bridge.kube import KubeApi, KubeError
 
 pytestmark = pytest.mark.e2e
 Json = dict[str, Any]
+PREVIOUS_ENV = "VGPU_BRIDGE_DAY2_PREVIOUS"
 LIGHT_RATE = 5.0  # creates per second during the rollout
 
 
@@ -44,10 +46,21 @@ def api(kind: Kind) -> KubeApi:
     return KubeApi.connect(str(kind.kubeconfig), timeout_s=30)
 
 
+def install_tested(kind: Kind) -> None:
+    """This tree's chart; with ``VGPU_BRIDGE_DAY2_PREVIOUS=1`` the previous release's chart
+    and images (built from its commit, ``releases.py``), to see what these cases catch there."""
+    if os.environ.get(PREVIOUS_ENV) != "1":
+        install(kind)
+        return
+    release = releases.previous_release(kind.settings)
+    releases.load_into_kind(kind.kind_binary, kind.name, release)
+    day2.install_chart(kind, release.chart, *release.helm_values())
+
+
 @pytest.fixture(scope="module", autouse=True)
 def chart(kind: Kind, api: KubeApi) -> None:
     """scenarios.py ends with the chart uninstalled: install it again, both replicas Ready."""
-    install(kind)
+    install_tested(kind)
     wait_for(
         lambda: day2.webhook_ready_endpoints(api) == 2,
         timeout_s=180,
@@ -128,6 +141,12 @@ def gone(api: KubeApi, namespace: str, name: str) -> bool:
     return False
 
 
+def pod_names(api: KubeApi, namespace: str) -> list[str]:
+    return [
+        i["metadata"]["name"] for i in api.list(f"/api/v1/namespaces/{namespace}/pods")["items"]
+    ]
+
+
 def claim_uids(api: KubeApi, namespace: str, name: str) -> list[str]:
     item = api.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
     return [
@@ -159,7 +178,13 @@ def test_a_webhook_rollout_restart_under_light_load_refuses_no_create(
         deployment = f"deployment/{RELEASE}-webhook"
         run([*kind.kubectl, "-n", NAMESPACE, "rollout", "restart", deployment])
         run([*kind.kubectl, "-n", NAMESPACE, "rollout", "status", deployment, "--timeout=180s"])
-        time.sleep(5)  # the old replicas' drain ends after their endpoints went
+        wait_for(  # the old replicas drain after the rollout is complete
+            lambda: len(day2.pods(api, day2.WEBHOOK)) == 2,
+            timeout_s=180,
+            what="the old webhook replicas gone",
+            interval_s=0.5,
+        )
+        time.sleep(2)
     finally:
         outcomes = load.stop()
     tally = counts(outcomes)
@@ -238,15 +263,19 @@ def test_uninstall_with_running_and_just_deleted_shares_leaves_nothing_then_inst
     done = day2.uninstall(kind)
     assert done.returncode == 0, done.stderr
 
-    def nothing_left() -> bool:
-        cluster = [x for x in day2.ours_in_cluster(api) if f"/{namespace}/" not in x]
-        return not cluster and not day2.ours_on_node(node)
+    def left() -> list[str]:
+        """What of ours is left, but the running pod's own claim (it goes with the pod)."""
+        kept = f"resourceclaims/{namespace}/running-"
+        cluster = [x for x in day2.ours_in_cluster(api) if not x.startswith(kept)]
+        pods = [f"pods/{namespace}/{name}" for name in pod_names(api, namespace)]
+        return [*cluster, *[p for p in pods if p != f"pods/{namespace}/running"]] + [
+            f"{node}:{path}" for path in day2.ours_on_node(node)
+        ]
 
     try:
-        wait_for(nothing_left, timeout_s=180, what="nothing of ours left", interval_s=2)
+        wait_for(lambda: not left(), timeout_s=180, what="nothing of ours left", interval_s=2)
     except AssertionError:
-        left = [x for x in day2.ours_in_cluster(api) if f"/{namespace}/" not in x]
-        raise AssertionError(f"left: {left} on {node}: {day2.ours_on_node(node)}") from None
+        raise AssertionError(f"left: {left()}") from None
     events = api.list(f"/api/v1/namespaces/{namespace}/events")["items"]
     told = [
         e
@@ -254,7 +283,7 @@ def test_uninstall_with_running_and_just_deleted_shares_leaves_nothing_then_inst
         if e["involvedObject"].get("name") == "running" and e.get("type") == "Warning"
     ]
     assert told, [(e["involvedObject"].get("name"), e.get("reason")) for e in events]
-    install(kind)
+    install_tested(kind)
     wait_for(
         lambda: day2.webhook_ready_endpoints(api) == 2,
         timeout_s=180,
