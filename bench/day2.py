@@ -685,11 +685,28 @@ def uninstall(ctx: Day2) -> None:
         )
         if done.returncode != 0:
             ctx.row(name, "helm said", done.stderr.strip()[-300:])
-        time.sleep(30)  # the garbage collector and the kubelets
-        left = [x for x in day2.ours_in_cluster(api) if f"/{namespace}/run-" not in x]
-        ctx.row(name, "left in the cluster (30 s after)", left or 0, "nothing")
+        try:  # the agents drain, clean their nodes and exit within their grace period
+            wait_for(
+                lambda: not day2.pods(api, "app.kubernetes.io/instance=" + RELEASE),
+                timeout_s=240,
+                what="the chart's pods gone",
+                interval_s=1,
+            )
+            ctx.row(
+                name, "uninstall -> the chart's pods gone", f"{time.monotonic() - started:.0f} s"
+            )
+        except AssertionError as error:
+            ctx.row(name, "the chart's pods gone", f"no: {error}")
+        time.sleep(5)  # the garbage collector
+        left = [
+            x
+            for x in day2.ours_in_cluster(api)
+            if not x.startswith(f"resourceclaims/{namespace}/run-")
+        ]
+        ctx.row(name, "left in the cluster, but the running pods' claims", left or 0, "nothing")
         for node in ctx.workers:
             ctx.row(name, f"left on {node}", day2.ours_on_node(node) or 0, "nothing")
+            ctx.row(name, f"empty mount dirs left on {node}", day2.empty_mount_dirs(node))
         events = [e for p in running_pods for e in warning_events(api, namespace, p)]
         ctx.row(name, "Warning events on the running pods", len(events), ">= 1 each")
         for event in events[:2]:

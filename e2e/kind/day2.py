@@ -74,13 +74,19 @@ def share_file_hashes(node: str) -> dict[str, str]:
 
 def ours_on_node(node: str) -> list[str]:
     """Every path of ours on ``node``: CDI specs of our driver, the vgpu dir's contents (limits
-    files, claim dirs, priority dir, libvgpu.so), the plugin dir (checkpoint, socket), the
-    registration socket. Goal after an uninstall: none."""
+    files, claim dirs, priority dir, libvgpu.so), the plugin dir's (checkpoint, socket), the
+    registration socket. Goal after an uninstall: none. The vgpu and plugin dirs themselves are
+    the agent's hostPath mounts, which it cannot remove (EBUSY): ``empty_mount_dirs``."""
     script = (
-        f"ls -d {CDI_DIR}/*{DEFAULT.driver}* {VGPU_DIR}/* {PLUGIN_DIR}"
+        f"ls -d {CDI_DIR}/*{DEFAULT.driver}* {VGPU_DIR}/* {PLUGIN_DIR}/*"
         f" {REGISTRY_DIR}/{DEFAULT.driver}* 2>/dev/null || true"
     )
     return sorted(node_sh(node, script).split())
+
+
+def empty_mount_dirs(node: str) -> list[str]:
+    """The agent's hostPath directories still on ``node`` (empty once it cleaned up)."""
+    return sorted(node_sh(node, f"ls -d {VGPU_DIR} {PLUGIN_DIR} 2>/dev/null || true").split())
 
 
 def ours_in_cluster(api: KubeApi) -> list[str]:
