@@ -118,6 +118,14 @@ def wait_old_replicas_gone(api: KubeApi) -> None:
     )
 
 
+def restarted_ready(api: KubeApi, name: str, restarts_before: int) -> float | None:
+    """The time once the chart pod ``name`` has restarted a container and is Ready again."""
+    found = get_pod(api, NAMESPACE, name)
+    statuses = found.get("status", {}).get("containerStatuses") or []
+    restarted = sum(int(s.get("restartCount", 0)) for s in statuses) > restarts_before
+    return time.monotonic() if restarted and day2.ready(found) else None
+
+
 def fresh_namespace(api: KubeApi, prefix: str) -> str:
     name = f"{prefix}-{secrets.token_hex(2)}"
     api.create(
@@ -646,9 +654,18 @@ def webhook_sigkill(ctx: Day2) -> None:
     with running(load):
         time.sleep(5)
         killed_at = load.now_s()
+        before = day2.restart_counts(ctx.api)
         pod = day2.sigkill_one_webhook(ctx.api)
-        time.sleep(30)
+        killed = time.monotonic()
+        back = wait_for(
+            functools.partial(restarted_ready, ctx.api, pod, before.get(pod, 0)),
+            timeout_s=120,
+            what=f"{pod} restarted and Ready",
+            interval_s=0.5,
+        )
+        time.sleep(max(0.0, 30 - (time.monotonic() - killed)))
     outcomes = load.stop()
+    ctx.row(name, "SIGKILL -> the container restarted and Ready", f"{back - killed:.1f} s")
     window = counts(outcomes, killed_at, killed_at + 30)
     ctx.row(name, f"killed {pod}; creates in the 30 s after", sum(window.values()))
     ctx.row(
