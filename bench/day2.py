@@ -126,6 +126,25 @@ def restarted_ready(api: KubeApi, name: str, restarts_before: int) -> float | No
     return time.monotonic() if restarted and day2.ready(found) else None
 
 
+def timeline(api: KubeApi, namespace: str, node: str) -> list[str]:
+    """The namespace's and the node's Events in time order (where a reboot's time goes)."""
+    items = api.list(f"/api/v1/namespaces/{namespace}/events")["items"]
+    items += [
+        e
+        for e in api.list("/api/v1/namespaces/default/events")["items"]
+        if e["involvedObject"].get("name") == node
+    ]
+    stamped = [
+        (
+            str(e.get("lastTimestamp") or e.get("eventTime") or ""),
+            f"{e['involvedObject'].get('name')}: {e.get('reason')}: {e.get('message', '')!s:.120}",
+        )
+        for e in items
+    ]
+    first = min((when for when, what in stamped if not what.startswith(node)), default="")
+    return [f"{when} {what}" for when, what in sorted(stamped) if when >= first]
+
+
 def fresh_namespace(api: KubeApi, prefix: str) -> str:
     name = f"{prefix}-{secrets.token_hex(2)}"
     api.create(
@@ -603,6 +622,8 @@ def node_reboot(ctx: Day2) -> None:
                     interval_s=1,
                 )
             ctx.row(name, "stop -> pods Running again", f"{time.monotonic() - started:.0f} s")
+            for line in timeline(api, namespace, node):
+                print(f"reboot timeline: {line}", flush=True)
         except AssertionError as error:
             ctx.row(name, "pods Running again", f"no: {error}", "yes")
             for pod in keep:
