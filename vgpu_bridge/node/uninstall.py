@@ -30,6 +30,7 @@ has deleted its RBAC, so its Events would be refused; the chart's pre-delete hoo
 from __future__ import annotations
 
 import enum
+import errno
 import os
 import re
 import threading
@@ -224,13 +225,24 @@ def _remove_dir_of(directory: Path, pattern: str) -> None:
 
 
 def _remove_empty_dir(directory: Path) -> None:
+    """`directory` when empty. Someone else's file in it (ENOTEMPTY) keeps it, reported as left
+    by `_still_there` if it is ours; a mount point of the agent's own pod (EBUSY: the vgpu dir and
+    the plugin dir are the chart's hostPath volumes, made by the kubelet) stays, empty, and is
+    told apart by `mount_points_left`."""
     try:
         os.rmdir(directory)
     except (FileNotFoundError, NotADirectoryError):
         return
     except OSError as error:
-        if error.errno != 39:  # ENOTEMPTY: someone else's file; reported as left
+        if error.errno not in (errno.ENOTEMPTY, errno.EBUSY):
             raise
+
+
+def mount_points_left(files: NodeFiles) -> list[str]:
+    """The agent's own hostPath dirs still on the node after `remove_node_files`: the pod mounts
+    them, so they cannot go while it runs; `_still_there` makes sure nothing of ours is in them."""
+    dirs = (files.layout.vgpu_dir, files.checkpoint_file.parent)
+    return [str(d) for d in dirs if os.path.isdir(d) and not os.path.islink(d)]
 
 
 def _remove_claim_dirs(layout: CdiLayout, deadline: float) -> None:
@@ -316,4 +328,5 @@ class Uninstall:
         if not_removed:
             log.error("uninstall: files of ours are left on the node", left=not_removed[:20])
         else:
-            log.info("uninstall: nothing of ours is left on the node")
+            log.info("uninstall: nothing of ours is left on the node",
+                     empty_mount_points=mount_points_left(self.files))  # fmt: skip

@@ -6,6 +6,7 @@ server."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from vgpu_bridge.node.uninstall import (
     OwnerWatch,
     drain,
     is_uninstall,
+    mount_points_left,
     remove_node_files,
 )
 
@@ -156,6 +158,29 @@ def test_uninstall_leaves_what_is_not_ours(files: NodeFiles, tmp_path: Path) -> 
     assert nvidia_spec.exists()
     assert someone_elses.read_text() == "an admin's"
     assert sorted(os.listdir(layout.vgpu_dir)) == ["notes.txt"]
+
+
+def test_the_agents_own_mount_points_stay_empty_and_are_no_failure(
+    files: NodeFiles, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In the pod, the vgpu dir and the plugin dir are hostPath mounts: rmdir says EBUSY (seen on
+    kind). They are emptied, not reported as left, and named as the mount points that stay."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    _fill_node(files, outside)
+    mounts = {files.layout.vgpu_dir, files.checkpoint_file.parent}
+    real_rmdir = os.rmdir
+
+    def rmdir(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> None:
+        if dir_fd is None and Path(path) in mounts:
+            raise OSError(errno.EBUSY, "Device or resource busy", str(path))
+        real_rmdir(path, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "rmdir", rmdir)
+    assert remove_node_files(files) == []
+    assert os.listdir(files.layout.vgpu_dir) == []
+    assert os.listdir(files.checkpoint_file.parent) == []
+    assert sorted(mount_points_left(files)) == sorted(str(m) for m in mounts)
 
 
 def test_removing_a_node_with_nothing_of_ours_is_fine(files: NodeFiles) -> None:
