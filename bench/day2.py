@@ -911,6 +911,31 @@ def run_scenarios(ctx: Day2, chosen: list[str]) -> None:
         )
 
 
+def measure(kind: Kind, chosen: list[str], rate: float, *, baseline: bool) -> Day2:
+    """The previous release built and loaded, the load's namespaces, the chosen scenarios."""
+    release = previous_release(kind.settings)
+    load_into_kind(kind.kind_binary, kind.name, release)
+    api = KubeApi.connect(str(kind.kubeconfig), timeout_s=30)
+    for namespace in LOAD_NAMESPACES:
+        try:
+            api.create(
+                "/api/v1/namespaces",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+            )
+        except KubeError as error:
+            if error.status != 409:
+                raise
+    workers = sorted(
+        n["metadata"]["name"]
+        for n in api.list("/api/v1/nodes", labelSelector=GPU_NODE_LABEL)["items"]
+    )
+    ctx = Day2(kind, api, RawApi(str(kind.kubeconfig)), release, workers, rate, baseline)
+    run_scenarios(ctx, chosen)
+    for namespace in LOAD_NAMESPACES:
+        delete_namespace(api, namespace)
+    return ctx
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reuse", action="store_true", help="use the running kind cluster")
@@ -930,42 +955,21 @@ def main() -> int:
     settings = Settings.from_env()
     kind = Kind.from_settings(settings)
     began = time.monotonic()
-    if not args.reuse:
-        up(kind)
-    elif args.rebuild:
-        load_images(kind)
-        if day2.installed(kind):  # same tag: the pods restart to run the images built now
-            day2.roll_chart_pods(kind)
     try:
-        release = previous_release(settings)
-        load_into_kind(kind.kind_binary, kind.name, release)
-        api = KubeApi.connect(str(kind.kubeconfig), timeout_s=30)
-        for namespace in LOAD_NAMESPACES:
-            try:
-                api.create(
-                    "/api/v1/namespaces",
-                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-                )
-            except KubeError as error:
-                if error.status != 409:
-                    raise
-        workers = sorted(
-            n["metadata"]["name"]
-            for n in api.list("/api/v1/nodes", labelSelector=GPU_NODE_LABEL)["items"]
-        )
-        ctx = Day2(
-            kind, api, RawApi(str(kind.kubeconfig)), release, workers, args.rate, args.baseline
-        )
-        run_scenarios(ctx, args.only.split(","))
-        for namespace in LOAD_NAMESPACES:
-            delete_namespace(api, namespace)
+        if not args.reuse:
+            up(kind)
+        elif args.rebuild:
+            load_images(kind)
+            if day2.installed(kind):  # same tag: the pods restart to run the images built now
+                day2.roll_chart_pods(kind)
+        ctx = measure(kind, args.only.split(","), args.rate, baseline=args.baseline)
     finally:
         if not args.reuse:
             down(kind)
     head = (
         f"day two on kind, {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, load "
         f"{args.rate:g} creates/s over {len(LOAD_NAMESPACES)} namespaces, previous release "
-        f"{release.commit}, {time.monotonic() - began:.0f} s in all. {args.label}"
+        f"{ctx.release.commit}, {time.monotonic() - began:.0f} s in all. {args.label}"
     )
     text = f"{head}\n\n{table(ctx.rows)}\n"
     print(text)
@@ -973,7 +977,7 @@ def main() -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("a") as out:
             out.write(text + "\n")
-    return 0
+    return 1 if any(row.figure == "FAILED" for row in ctx.rows) else 0
 
 
 if __name__ == "__main__":
