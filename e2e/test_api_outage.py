@@ -242,6 +242,58 @@ def test_the_webhook_decides_quotas_from_fresh_counts_after_the_api_server_hung(
     assert ready_while_hung == [True] * 3
 
 
+ROUNDS = 3
+
+
+def full_namespaces(kube: KubeClient, count: int) -> list[str]:
+    """`count` served namespaces, each with a quota of one card that a claim fills: a pod asking
+    one card is refused there until the quota is raised."""
+    made = []
+    for _ in range(count):
+        name = f"outage-raise-{secrets.token_hex(3)}"
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        kube.create("/api/v1/namespaces", namespace)
+        serve_namespace(kube, name, LABEL)
+        kube.create(f"/api/v1/namespaces/{name}/resourcequotas",
+                    {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpus"},
+                     "spec": {"hard": {"limits.nvidia.com/gpu": "1"}}})  # fmt: skip
+        kube.create(f"{RESOURCE}/namespaces/{name}/resourceclaims", one_card("before"))
+        made.append(name)
+    return made
+
+
+def raise_the_quota_then_ask_one_card(kube: KubeClient, ns: str) -> bool:
+    """The quota of `ns` raised from one card to two (the claim fills one), then a pod asking
+    one card: True when admitted, as a fresh list of the quota and the claims says it must be."""
+    kube.patch(f"/api/v1/namespaces/{ns}/resourcequotas/gpus",
+               {"spec": {"hard": {"limits.nvidia.com/gpu": "2"}}})  # fmt: skip
+    assert cards_claimed(kube, ns) == 1
+    return admitted(kube, ns, "after-the-raise")
+
+
+def test_a_quota_raised_right_after_the_api_server_returns_is_seen_by_the_next_decision(
+    kube: KubeClient, cluster: LocalCluster, webhook: WebhookProcess
+) -> None:
+    """Issue 38 (found on kind): a replica answering right after the return decided on the quota
+    its cache held before the raise (its relist done, its watch not yet established on the
+    restarted server). Each round: restart, raise at once, one pod; then the same once paused."""
+    namespaces = full_namespaces(kube, ROUNDS + 1)
+    try:
+        for ns in namespaces:  # the caches hold each full quota before the outage
+            assert admitted(kube, ns, "at-the-edge") is False
+        decisions = []
+        for ns in namespaces[:ROUNDS]:
+            cluster.restart_apiserver(down_s=DOWN_S)
+            decisions.append(raise_the_quota_then_ask_one_card(kube, ns))
+        with cluster.apiserver_paused():
+            time.sleep(DOWN_S)
+        decisions.append(raise_the_quota_then_ask_one_card(kube, namespaces[ROUNDS]))
+        assert decisions == [True] * (ROUNDS + 1)
+    finally:
+        for ns in namespaces:
+            kube.delete(f"/api/v1/namespaces/{ns}")
+
+
 def test_the_agent_stays_healthy_and_publishes_a_taint_set_while_the_api_server_was_down(
     kube: KubeClient, cluster: LocalCluster, agent: AgentProcess, node: str
 ) -> None:

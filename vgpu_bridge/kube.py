@@ -435,15 +435,19 @@ class KubeApi:
         resource_version: str,
         timeout_s: int = 300,
         screen: Callable[[bytes], Json | None] | None = None,
+        established: Callable[[], None] = lambda: None,
         **selectors: str,
     ) -> Iterator[Json]:
         """The events of one watch request, until the server ends it; `selectors` narrows it
         (`labelSelector=…`, `fieldSelector=…`). `screen` sees each event's line first: what it
         returns is yielded instead of decoding the line (None: decode it), for events a caller
-        can tell it does not need from their bytes."""
+        can tell it does not need from their bytes. `established` is called once the server has
+        answered the request (its headers came): from then on it reports every change after
+        `resource_version` (a refusal it asked to retry, 429 with Retry-After, is not an answer)."""
         query = {**selectors, "watch": "true", "resourceVersion": resource_version,
                  "timeoutSeconds": timeout_s}  # fmt: skip
         response = self._stream("WATCH", path, query, timeout_s=timeout_s + 10)
+        established()
         try:
             buffer = b""
             for chunk in response.stream(64 * 1024):

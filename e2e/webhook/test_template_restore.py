@@ -120,6 +120,7 @@ class HeldWatchApi(KubeApi):
         resource_version: str,
         timeout_s: int = 300,
         screen: Callable[[bytes], Json | None] | None = None,
+        established: Callable[[], None] = lambda: None,
         **selectors: str,
     ) -> Iterator[Json]:
         self.release.wait()
@@ -128,6 +129,7 @@ class HeldWatchApi(KubeApi):
             resource_version=resource_version,
             timeout_s=timeout_s,
             screen=screen,
+            established=established,
             **selectors,
         )
 

@@ -185,8 +185,8 @@ def event_version(line: bytes) -> str | None:
 
 class ClaimBookings:
     """Namespace → what its claims book, and card → what the claims allocated on it consumed.
-    `used` and `cards` answer None while the watch is not following (before its first list, or
-    after a failure until it has listed again), and `used` for a namespace past its bound: the
+    `used` and `cards` answer None while the watch is not current (until the watch after a list
+    or a resume is established; see `watching`), and `used` for a namespace past its bound: the
     caller then lists the claims itself."""
 
     def __init__(
@@ -200,8 +200,9 @@ class ClaimBookings:
         self.synced = threading.Event()
 
     def run(self, stop: threading.Event) -> None:
-        follow(self._api, ALL_CLAIMS, stop=stop, on_list=self.replace, on_event=self.apply,
-               on_stale=self.synced.clear, what="resource claim", keep=self._keep,
+        follow(self._api, ALL_CLAIMS, stop=stop, on_list=self._store, on_event=self.apply,
+               on_current=self.synced.set, on_stale=self.synced.clear,
+               what="resource claim", keep=self._keep,
                page_size=CLAIM_PAGE_SIZE, screen=self.screen)  # fmt: skip
 
     def screen(self, line: bytes) -> Json | None:
@@ -271,6 +272,13 @@ class ClaimBookings:
         return None if held is None else {"where": where(claim), "held": held}
 
     def replace(self, kept: Iterable[Json]) -> None:
+        """The claims as a list known to be current says (`_keep` applied)."""
+        self._store(kept)
+        self.synced.set()
+
+    def _store(self, kept: Iterable[Json]) -> None:
+        """The claims as listed; `synced` is set once the watch from the list's version is
+        established (see `watching`)."""
         by_namespace: dict[str, _Namespace] = {}
         by_card: dict[tuple[str, str], CardSum] = {}
         for item in kept:
@@ -281,7 +289,6 @@ class ClaimBookings:
             _count_cards(by_card, item["held"], 1)
         with self._lock:
             self._by_namespace, self._by_card = by_namespace, by_card
-        self.synced.set()
 
     def apply(self, kind: str, claim: Json) -> None:
         namespace, name = where(claim)

@@ -63,8 +63,8 @@ def _namespace(pod: Mapping[str, Any]) -> str:
 
 class PendingWholeCards:
     """Namespace → {pod uid: whole cards} of its unbound whole-card pods. `waiting` answers None
-    while the watch is not following (before its first list, or after a failure until it has
-    listed again) and for a namespace some pod of which did not fit the bounds: the caller then
+    while the watch is not current (until the watch after a list or a resume is established; see
+    `watching`) and for a namespace some pod of which did not fit the bounds: the caller then
     lists that namespace's unbound pods (`list_waiting`)."""
 
     def __init__(
@@ -85,8 +85,9 @@ class PendingWholeCards:
         self.synced = threading.Event()
 
     def run(self, stop: threading.Event) -> None:
-        follow(self._api, ALL_PODS, stop=stop, on_list=self.replace, on_event=self.apply,
-               on_stale=self.synced.clear, what="unbound pod", keep=self._keep,
+        follow(self._api, ALL_PODS, stop=stop, on_list=self._store, on_event=self.apply,
+               on_current=self.synced.set, on_stale=self.synced.clear,
+               what="unbound pod", keep=self._keep,
                screen=self.screen, fieldSelector=UNBOUND)  # fmt: skip
 
     def screen(self, line: bytes) -> Json | None:
@@ -126,11 +127,17 @@ class PendingWholeCards:
         return {"namespace": _namespace(pod), "uid": _uid(pod), "cards": cards}
 
     def replace(self, kept: Iterable[Json]) -> None:
+        """The unbound pods as a list known to be current says (`_keep` applied)."""
+        self._store(kept)
+        self.synced.set()
+
+    def _store(self, kept: Iterable[Json]) -> None:
+        """The pods as listed; `synced` is set once the watch from the list's version is
+        established (see `watching`)."""
         with self._lock:
             self._by_namespace, self._overflow, self._held = {}, {}, 0
             for item in kept:
                 self._hold(item["namespace"], item["uid"], item["cards"])
-        self.synced.set()
 
     def apply(self, kind: str, pod: Json) -> None:
         namespace, uid = _namespace(pod), _uid(pod)

@@ -108,8 +108,8 @@ def gpu_quotas(quota: Mapping[str, Any], names: ResourceNames) -> list[GpuQuota]
 
 class QuotaCache:
     """Namespace → its GPU quotas, from a watch on every ResourceQuota. `in_namespace` answers
-    None while the watch is not following (before its first list, or after a failure until it
-    has listed again): the caller then asks the API server."""
+    None while the watch is not current (until the watch after a list or a resume is
+    established; see `watching`): the caller then asks the API server."""
 
     def __init__(self, api: KubeApi, *, names: ResourceNames) -> None:
         self._api, self._names = api, names
@@ -118,8 +118,12 @@ class QuotaCache:
         self.synced = threading.Event()
 
     def run(self, stop: threading.Event) -> None:
-        follow(self._api, ALL_QUOTAS, stop=stop, on_list=self.replace, on_event=self.apply,
-               on_stale=self.synced.clear, what="resource quota")  # fmt: skip
+        """Follow every ResourceQuota until `stop`; `synced` is set while the watch is current
+        (see `watching`), not at the list: a quota changed between the list and the watch's
+        answer would be unseen."""
+        follow(self._api, ALL_QUOTAS, stop=stop, on_list=self._store, on_event=self.apply,
+               on_current=self.synced.set, on_stale=self.synced.clear,
+               what="resource quota")  # fmt: skip
 
     def in_namespace(self, namespace: str) -> list[GpuQuota] | None:
         if not self.synced.is_set():
@@ -128,6 +132,11 @@ class QuotaCache:
             return [q for quotas in self._by_namespace.get(namespace, {}).values() for q in quotas]
 
     def replace(self, quotas: Iterable[Json]) -> None:
+        """The quotas as a list known to be current says."""
+        self._store(quotas)
+        self.synced.set()
+
+    def _store(self, quotas: Iterable[Json]) -> None:
         by_namespace: dict[str, dict[str, list[GpuQuota]]] = {}
         for quota in quotas:
             namespace, name = where(quota)
@@ -136,7 +145,6 @@ class QuotaCache:
                 by_namespace.setdefault(namespace, {})[name] = limits
         with self._lock:
             self._by_namespace = by_namespace
-        self.synced.set()
 
     def apply(self, kind: str, quota: Json) -> None:
         namespace, name = where(quota)

@@ -12,13 +12,28 @@ would leave every cache stale for up to LAST_RETRY_S after its return (issue 38:
 when it follows again after failing, with how many tries failed and for how long.
 
 A watch asks for WATCH_TIMEOUT_S (a minute) and is then resumed, no relist: a connection that
-went silent (an API server gone without a reset) is noticed by its read timeout, 10 s more."""
+went silent (an API server gone without a reset) is noticed by its read timeout, 10 s more.
+
+When a cache is current (`on_current`, `on_stale`): a list tells what was true when it was read,
+and only the watch from its version says what changed since. So a cache counts as current only
+once the watch after a list or a resume is established (its response headers came: the server
+has registered it from that version, and every later change reaches it), and stops counting as
+soon as a watch ends, for any reason (a failure, the server's timeout, its shutdown). Decisions
+that must not use stale counts (the quota gate's caches) read the API server directly while
+their cache is not current. Issue 38, on kind: right after an API server outage the relist was
+served at once, but the restarted server refused watches with 429 while its own watch cache
+initialized, which the HTTP client retries quietly after each Retry-After (seconds); a quota
+raised in those seconds was unseen by every decision until the watch came. Not current costs a
+list per admission for the round trip of each minute's resume and for the seconds after a
+return, no more. Readiness is another matter (the inventory's `synced`: set at the first list,
+never cleared), so a replica stays an endpoint for the API server throughout."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from vgpu_bridge.kube import LIST_PAGE_SIZE, Json, KubeApi, connection_refused
 from vgpu_bridge.logs import get_logger
@@ -51,6 +66,7 @@ def follow(
     on_event: Callable[[str, Json], None],
     what: str,
     on_stale: Callable[[], None] = lambda: None,
+    on_current: Callable[[], None] = lambda: None,
     watch_timeout_s: int = WATCH_TIMEOUT_S,
     keep: Callable[[Json], Json | None] | None = None,
     page_size: int = LIST_PAGE_SIZE,
@@ -59,11 +75,11 @@ def follow(
 ) -> None:
     """Until `stop`: list `path` (narrowed by `selectors`), hand the items to `on_list`, then each
     ADDED/MODIFIED/DELETED event to `on_event`, watching again from where a watch ended; relist
-    after a failure. `on_stale` is called as soon as the events stop (a failure): what was learnt
-    may change unseen until `on_list` is called again. `keep` trims each listed item as it
-    is read (see `KubeApi.list_all`, `page_size` items a page); events reach `on_event` whole,
-    but for those `screen` passes over unread (see `KubeApi.watch`): a SKIPPED event only moves
-    the version a watch resumes from."""
+    after a failure. `on_current` is called once a watch after a list or a resume is established,
+    `on_stale` as soon as a watch ends or fails (see the module's docstring). `keep` trims each
+    listed item as it is read (see `KubeApi.list_all`, `page_size` items a page); events reach
+    `on_event` whole, but for those `screen` passes over unread (see `KubeApi.watch`): a SKIPPED
+    event only moves the version a watch resumes from."""
     delay_s = FIRST_RETRY_S
     failing = _Failing(what)
     while not stop.is_set():
@@ -73,7 +89,8 @@ def follow(
             on_list(listed.items)
             del listed  # what on_list kept of the items is theirs: none held twice while watching
             failing.over()
-            _follow_from(api, path, version, stop, on_event, watch_timeout_s, selectors, screen)
+            watching = _Watching(on_event, on_current, on_stale, watch_timeout_s, screen)
+            _follow_from(api, path, version, stop, watching, selectors)
         except Exception as error:  # any failure: relist after a backoff
             on_stale()
             failing.failed()
@@ -105,19 +122,29 @@ class _Failing:
         self._failures = 0
 
 
+@dataclass(frozen=True)
+class _Watching:
+    """What one cache's watches report to, and how they are asked."""
+
+    on_event: Callable[[str, Json], None]
+    on_current: Callable[[], None]
+    on_stale: Callable[[], None]
+    timeout_s: int
+    screen: Callable[[bytes], Json | None] | None
+
+
 def _follow_from(
     api: KubeApi,
     path: str,
     version: str,
     stop: threading.Event,
-    on_event: Callable[[str, Json], None],
-    timeout_s: int,
+    watching: _Watching,
     selectors: dict[str, str],
-    screen: Callable[[bytes], Json | None] | None,
 ) -> None:
     while not stop.is_set():
         resumed_at = version
-        version = _watch(api, path, version, stop, on_event, timeout_s, selectors, screen)
+        version = _watch(api, path, version, stop, watching, selectors)
+        watching.on_stale()  # ended: what changes next is unseen until the next watch answers
         if version == resumed_at:  # ended with nothing to say: no tight loop on a server that
             stop.wait(FIRST_RETRY_S)  # ends every watch at once
 
@@ -127,14 +154,14 @@ def _watch(
     path: str,
     version: str,
     stop: threading.Event,
-    on_event: Callable[[str, Json], None],
-    timeout_s: int,
+    watching: _Watching,
     selectors: dict[str, str],
-    screen: Callable[[bytes], Json | None] | None,
 ) -> str:
     """One watch from `version`; returns the last resourceVersion it reported."""
-    for event in api.watch(path, resource_version=version, timeout_s=timeout_s, screen=screen,
-                           allowWatchBookmarks="true", **selectors):  # fmt: skip
+    events = api.watch(path, resource_version=version, timeout_s=watching.timeout_s,
+                       screen=watching.screen, established=watching.on_current,
+                       allowWatchBookmarks="true", **selectors)  # fmt: skip
+    for event in events:
         if stop.is_set():
             break
         kind, obj = event.get("type"), event.get("object") or {}
@@ -142,5 +169,5 @@ def _watch(
             raise WatchError(f"watch error: {obj.get('message', obj)}")
         version = (obj.get("metadata") or {}).get("resourceVersion") or version
         if kind in ("ADDED", "MODIFIED", "DELETED"):
-            on_event(str(kind), obj)
+            watching.on_event(str(kind), obj)
     return version

@@ -9,16 +9,22 @@ from __future__ import annotations
 import http.server
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlsplit
 
+import pytest
 import urllib3
 from kubernetes import client
 
+from vgpu_bridge.core import DEFAULT
+from vgpu_bridge.core.dialects import hami
 from vgpu_bridge.kube import Json, KubeApi, KubeError, Listed
+from vgpu_bridge.webhook.claim_bookings import ClaimBookings
+from vgpu_bridge.webhook.pending_pods import PendingWholeCards
+from vgpu_bridge.webhook.quotas import QuotaCache
 from vgpu_bridge.webhook.watching import (
     LAST_RETRY_S,
     UNREACHABLE_RETRY_S,
@@ -43,6 +49,12 @@ class Script:
     stop: threading.Event = field(default_factory=threading.Event)
     queries: list[dict[str, str]] = field(default_factory=list)
     compact: bool = False  # events as the API server writes them: no spaces
+    #: asked as each watch request arrives, before it is answered; what it said, in order
+    probe: Callable[[], object] = lambda: None
+    probed: list[object] = field(default_factory=list)
+    #: watch requests refused (429, Retry-After: 1) before the first is answered, as a restarted
+    #: API server refuses them while its watch cache initializes
+    refusals: int = 0
 
 
 def _handler(script: Script) -> type[http.server.BaseHTTPRequestHandler]:
@@ -53,7 +65,13 @@ def _handler(script: Script) -> type[http.server.BaseHTTPRequestHandler]:
             if query.get("watch") != "true":
                 body = {"metadata": {"resourceVersion": "10"}, "items": script.listed}
                 lines = [json.dumps(body).encode()]
+            elif script.refusals:
+                script.probed.append(script.probe())
+                script.refusals -= 1
+                self._refuse()
+                return
             elif script.watches:
+                script.probed.append(script.probe())
                 separators = (",", ":") if script.compact else None
                 events = script.watches.pop(0)
                 lines = [json.dumps(e, separators=separators).encode() for e in events]
@@ -63,6 +81,14 @@ def _handler(script: Script) -> type[http.server.BaseHTTPRequestHandler]:
             data = b"\n".join(lines) + b"\n"
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _refuse(self) -> None:
+            data = b'{"kind":"Status","code":429,"message":"storage is (re)initializing"}'
+            self.send_response(429)
+            self.send_header("Retry-After", "1")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -225,3 +251,74 @@ def test_each_watch_asks_for_a_minute_so_a_silent_connection_is_given_up_within_
     asked = {int(q["timeoutSeconds"]) for q in script.queries if q.get("watch") == "true"}
     assert asked == {WATCH_TIMEOUT_S}
     assert WATCH_TIMEOUT_S + 10 <= 70
+
+
+class Cache:
+    """One of the caches the quota gate reads: `run` follows the API, `answer` is what a
+    decision would read of namespace team-a (None: not current, the gate lists instead)."""
+
+    def __init__(self, kind: str, api: KubeApi) -> None:
+        self.kind = kind
+        self.run: Callable[[threading.Event], None]
+        self.answer: Callable[[], object]
+        if kind == "quotas":
+            quotas = QuotaCache(api, names=hami.RESOURCES)
+            self.run, self.answer = quotas.run, lambda: quotas.in_namespace("team-a")
+        elif kind == "claims":
+            claims = ClaimBookings(api, profile=DEFAULT)
+            self.run = claims.run
+            self.answer = lambda: claims.used("team-a", None, leaving_out=set())
+        else:
+            pending = PendingWholeCards(api, names=("nvidia.com/gpu",))
+            self.run, self.answer = pending.run, lambda: pending.waiting("team-a")
+
+
+CACHES = ("quotas", "claims", "pending pods")
+
+
+def followed(kind: str, script: Script) -> Cache:
+    """The cache of `kind` following `script` until it has no watch left; the script probes
+    what the cache answers as each watch request arrives."""
+    with serving(script) as api:
+        cache = Cache(kind, api)
+        script.probe = cache.answer
+        cache.run(script.stop)
+    return cache
+
+
+@pytest.mark.parametrize("kind", CACHES)
+def test_a_cache_listed_again_decides_nothing_until_its_watch_is_established(kind: str) -> None:
+    """Issue 38 (kind, right after an API server outage): the relist was read, the watch from
+    its version not yet answered (a restarted server refuses watches while its own watch cache
+    initializes: 429, which the HTTP client retries after each Retry-After), and a quota raised
+    meanwhile went unseen: every decision of those seconds used the list from before the raise.
+    Until the watch's response has come, the cache answers None (the gate lists)."""
+    script = Script(listed=[], watches=[[], []], refusals=2)
+    followed(kind, script)
+    assert script.probed[:3] == [None, None, None]  # two refused, the first answered
+
+
+@pytest.mark.parametrize("kind", CACHES)
+def test_a_watch_that_ended_leaves_its_cache_not_current_until_the_next_one_answers(
+    kind: str,
+) -> None:
+    """A watch the server ends cleanly (its timeout, or a server shutting down) is resumed, not
+    relisted: what changed after it ended is only known once the next watch is established,
+    which on a server just restarted can take seconds."""
+    script = Script(listed=[], watches=[[], [], []])
+    followed(kind, script)
+    assert script.probed == [None, None, None]
+
+
+def test_the_rule_between_list_watch_and_end() -> None:
+    """`follow` calls `on_current` once a watch after a list or a resume is established (its
+    response headers came), `on_stale` each time a watch ends, whatever the reason."""
+    added = {"type": "ADDED", "object": template("vgpu-2", "11")}
+    script = Script(listed=[template("vgpu-1", "9")], watches=[[added], []])
+    said: list[str] = []
+    with serving(script) as api:
+        follow(api, PATH, stop=script.stop, on_list=lambda _items: said.append("list"),
+               on_event=lambda kind, _obj: said.append(kind),
+               on_current=lambda: said.append("current"), on_stale=lambda: said.append("stale"),
+               what="template")  # fmt: skip
+    assert said[:6] == ["list", "current", "ADDED", "stale", "current", "stale"]
