@@ -7,7 +7,7 @@ part of a URL the binaries asked for. What it serves:
 
 - `GET .../resourceslices` lists two card sizes of our driver and one foreign driver's slice with
   a capacity we cannot parse (issue 15, item 9). A watch (`?watch=true` on any collection) is
-  held open, then ends empty.
+  answered at once (its head: the watch is established), held open, then ends empty.
 - `GET .../resourceclaims/<name>` returns the claim registered under that name, else 404.
 - `GET /api/v1/nodes/<name>` returns a node with a uid; other GETs of one object are 404.
 - Lists return no items, except a collection a test put in `FakeApi.served` (resource plural →
@@ -147,6 +147,15 @@ class _Handler(BaseHTTPRequestHandler):
         )
         self.wfile.write(head.encode() + data)
 
+    def _hold_watch(self) -> None:
+        """As the API server answers a watch: the head at once (the watch is established), then
+        no event for WATCH_HOLD_S, then the end of the chunked body (the watch ends empty)."""
+        head = "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        self.wfile.write(f"HTTP/1.1 200 OK\r\n{head}".encode())
+        self.wfile.flush()
+        self.server.api.stop.wait(WATCH_HOLD_S)
+        self.wfile.write(b"0\r\n\r\n")
+
     def _body(self) -> Json:
         length = int(self.headers.get("Content-Length") or 0)
         data = self.rfile.read(length) if length else b"{}"
@@ -166,8 +175,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path, query = self._record()
         if query.get("watch") == "true":
-            self.server.api.stop.wait(WATCH_HOLD_S)
-            self._answer(200, {})
+            self._hold_watch()
         elif _is_list(path) and path.rsplit("/", 1)[1] in self.server.api.served:
             self._stream_list(path, query)
         elif path.endswith("/resourceslices"):
