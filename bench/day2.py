@@ -44,6 +44,7 @@ from e2e.cluster.settings import Settings
 from e2e.kind import day2
 from e2e.kind.cluster import GPU_NODE_LABEL, NAMESPACE, RELEASE, Kind, down, load_images, up
 from e2e.kind.releases import Release, load_into_kind, previous_release
+from e2e.kind.steps import run
 from e2e.waiting import wait_for
 from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.kube import KubeApi, KubeError
@@ -356,6 +357,35 @@ def webhook_upgrade(ctx: Day2) -> None:
     ctx.row(name, "not created, whole run", failed(counts(outcomes)))
     for detail in first_details(outcomes):
         ctx.row(name, "a refusal said", detail)
+    webhook_roll_of_this_tree(ctx)
+
+
+def webhook_roll_of_this_tree(ctx: Day2) -> None:
+    """1b. the roll every later upgrade is: replicas of this tree (which drain) replaced under
+    load; the upgrade from the previous release stops replicas of that release, which do not."""
+    name = "1b webhook roll, this tree -> this tree"
+    load = ctx.load()
+    deployment = f"deployment/{RELEASE}-webhook"
+    with running(load):
+        time.sleep(5)
+        began = load.now_s()
+        run([*ctx.kind.kubectl, "-n", NAMESPACE, "rollout", "restart", deployment])
+        run([*ctx.kind.kubectl, "-n", NAMESPACE, "rollout", "status", deployment])
+        wait_old_replicas_gone(ctx.api)
+        ended = load.now_s()
+        time.sleep(5)
+    outcomes = load.stop()
+    window = counts(outcomes, began, ended + 5)
+    ctx.row(name, "rollout restart until the old replicas were gone", f"{ended - began:.1f} s")
+    ctx.row(name, f"creates due during the roll (+5 s) at {ctx.rate:g}/s", sum(window.values()))
+    ctx.row(
+        name,
+        "refused / timed out / other during the roll",
+        outcome_summary(window),
+        "0 not created",
+    )
+    for detail in first_details([o for o in outcomes if o.due_s >= began]):
+        ctx.row(name, "a refusal said", detail)
 
 
 def agent_upgrade(ctx: Day2) -> None:
@@ -586,6 +616,8 @@ def etcd_slow(ctx: Day2) -> None:
         outcome_summary(counts(outcomes, began, ended)),
     )
     ctx.row(name, "in the 15 s after", outcome_summary(counts(outcomes, ended)), "all created")
+    for detail in first_details([o for o in outcomes if o.due_s >= began]):
+        ctx.row(name, "a failed create said", detail)
     grown = {p: n - before.get(p, 0) for p, n in day2.restart_counts(ctx.api).items()}
     ctx.row(name, "chart pods' container restarts", grown, "no crash loop")
 
