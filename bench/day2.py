@@ -767,12 +767,30 @@ def uninstall(ctx: Day2) -> None:
             )
         except AssertionError as error:
             ctx.row(name, "the chart's pods gone", f"no: {error}")
-        time.sleep(5)  # the garbage collector
-        left = [
-            x
-            for x in day2.ours_in_cluster(api)
-            if not x.startswith(f"resourceclaims/{namespace}/run-")
-        ]
+
+        def left_now() -> list[str]:
+            """Ours, but claims of pods that still exist (the running ones', a load pod's)."""
+            pods = {
+                f"resourceclaims/{ns}/{c['metadata']['name']}"
+                for ns in (namespace, *LOAD_NAMESPACES)
+                for c in api.list(f"{day2.RESOURCE}/namespaces/{ns}/resourceclaims")["items"]
+                if any(
+                    o.get("name") in pod_names(api, ns)
+                    for o in c["metadata"].get("ownerReferences") or []
+                )
+            }
+            return [x for x in day2.ours_in_cluster(api) if x not in pods]
+
+        try:  # the garbage collector; the kubelets drop a gone driver's slices after ~30 s
+            wait_for(lambda: not left_now(), timeout_s=90, what="nothing left", interval_s=2)
+            ctx.row(
+                name,
+                "uninstall -> nothing of ours left in the cluster",
+                f"{time.monotonic() - started:.0f} s",
+            )
+        except AssertionError:
+            pass
+        left = left_now()
         ctx.row(name, "left in the cluster, but the running pods' claims", left or 0, "nothing")
         for node in ctx.workers:
             ctx.row(name, f"left on {node}", day2.ours_on_node(node) or 0, "nothing")
