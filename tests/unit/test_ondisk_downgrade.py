@@ -8,16 +8,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.unit.node.claims import GPUS, NODE
+from tests.unit.test_ondisk_fixtures import NoApi
 from vgpu_bridge import cli
 from vgpu_bridge.core import DEFAULT
-from vgpu_bridge.kube import KubeApi
 from vgpu_bridge.node import checkpoint
 from vgpu_bridge.node.cdi import CdiLayout
 from vgpu_bridge.node.checkpoint import CheckpointCorrupt, CheckpointTooNew
@@ -83,24 +81,6 @@ def test_a_version_with_a_known_upgrade_is_read_whatever_its_number(tmp_path: Pa
     checksum = hashlib.sha256(canonical.encode()).hexdigest()
     path.write_text(json.dumps({"version": "v7", "checksum": checksum, "claims": claims}))
     assert checkpoint.load(path, migrations={"v7": lambda c: ("v1", c)}) == {}
-
-
-class NoApi(KubeApi):
-    """The agent must not need the API to refuse: every call fails the test."""
-
-    def __init__(self) -> None:
-        pass
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, Any] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-    ) -> dict[str, Any]:
-        raise AssertionError(f"the API was called: {method} {path}")
 
 
 def test_the_agent_refuses_to_start_and_leaves_the_node_as_the_newer_release_left_it(
