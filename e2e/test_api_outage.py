@@ -194,14 +194,19 @@ def every_cache_following_again(webhook: WebhookProcess, *, after: int) -> dict[
     return found if len(found) == len(CACHES) else None
 
 
-def test_the_webhook_stays_ready_and_decides_quotas_from_fresh_counts_after_a_restart(
-    kube: KubeClient, cluster: LocalCluster, webhook: WebhookProcess, ns: str
-) -> None:
-    hard = 2
+def quota_with_one_claim(kube: KubeClient, ns: str, *, hard: int) -> None:
+    """A quota of `hard` cards in `ns`, one of them already claimed."""
     kube.create(f"/api/v1/namespaces/{ns}/resourcequotas",
                 {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpus"},
                  "spec": {"hard": {"limits.nvidia.com/gpu": str(hard)}}})  # fmt: skip
     kube.create(f"{RESOURCE}/namespaces/{ns}/resourceclaims", one_card("before"))
+
+
+def test_the_webhook_stays_ready_and_decides_quotas_from_fresh_counts_after_a_restart(
+    kube: KubeClient, cluster: LocalCluster, webhook: WebhookProcess, ns: str
+) -> None:
+    hard = 2
+    quota_with_one_claim(kube, ns, hard=hard)
     log_offset = len(webhook.log())
     ready_while_down: list[bool] = []
 
@@ -232,10 +237,7 @@ def test_the_webhook_decides_quotas_from_fresh_counts_after_the_api_server_hung(
     kube: KubeClient, cluster: LocalCluster, webhook: WebhookProcess, ns: str
 ) -> None:
     hard = 2
-    kube.create(f"/api/v1/namespaces/{ns}/resourcequotas",
-                {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpus"},
-                 "spec": {"hard": {"limits.nvidia.com/gpu": str(hard)}}})  # fmt: skip
-    kube.create(f"{RESOURCE}/namespaces/{ns}/resourceclaims", one_card("before"))
+    quota_with_one_claim(kube, ns, hard=hard)
     with cluster.apiserver_paused():
         ready_while_hung = [webhook.ready() for _ in range(3)]
         time.sleep(DOWN_S)
