@@ -9,6 +9,7 @@ the kubelet's calls go over its real gRPC socket."""
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -152,21 +153,54 @@ def test_uninstall_waits_for_the_terminating_pod_removes_our_files_and_leaves_te
         assert _uninstall_events(kube, namespace) == []
 
 
+def _wait_for_log(agent: AgentProcess, text: str, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while text not in agent.log():
+        assert time.monotonic() < deadline, f"no {text} in the agent's log:\n{agent.log()[-3000:]}"
+        time.sleep(0.1)
+
+
+def _node_files(agent: AgentProcess) -> dict[Path, bytes | None]:
+    """Every path under the agent's root but its log and sockets, with a file's contents."""
+    sockets = {agent.dra_socket, agent.registration_socket}
+    paths = sorted(p for p in agent.root.rglob("*") if p.name != "agent.log" and p not in sockets)
+    return {p: p.read_bytes() if p.is_file() and not p.is_socket() else None for p in paths}
+
+
+def _assert_restart_left_every_file(node: Node, before: dict[Path, bytes | None]) -> None:
+    agent = node.agent
+    assert _node_files(agent) == before
+    for share in node.shares.values():
+        assert agent.layout.spec_path(share.uid).exists()
+        assert agent.layout.limits_path(share.uid).exists()
+        assert agent.layout.shared_dir(share.uid).is_dir()
+
+
 def test_sigterm_with_the_daemonset_there_is_a_restart_and_leaves_every_file(
     kube: KubeClient, e2e_cluster: LocalCluster, namespace: str, agent_node: str,
     our_device_class: str,
 ) -> None:  # fmt: skip
     with node_with_shares(kube, e2e_cluster, namespace, agent_node) as node:
-        agent = node.agent
-        before = sorted(p for p in agent.root.rglob("*") if p.name != "agent.log")
-        contents = {p: p.read_bytes() for p in before if p.is_file() and not p.is_socket()}
-        assert _sigterm_and_exit_code(agent) == 0
-        after = sorted(p for p in agent.root.rglob("*") if p.name != "agent.log")
-        sockets = {agent.dra_socket, agent.registration_socket}
-        assert [p for p in before if p not in sockets] == after
-        assert {p: p.read_bytes() for p in contents} == contents
-        for share in node.shares.values():
-            assert agent.layout.spec_path(share.uid).exists()
-            assert agent.layout.limits_path(share.uid).exists()
-            assert agent.layout.shared_dir(share.uid).is_dir()
+        before = _node_files(node.agent)
+        assert _sigterm_and_exit_code(node.agent) == 0
+        _assert_restart_left_every_file(node, before)
         assert _uninstall_events(kube, namespace) == []
+
+
+def test_a_daemonset_deleted_and_made_again_is_a_restart_and_leaves_every_file(
+    kube: KubeClient, e2e_cluster: LocalCluster, namespace: str, agent_node: str,
+    our_device_class: str,
+) -> None:  # fmt: skip
+    """`kubectl replace --force` (Argo CD's Replace=true,Force=true): the DaemonSet is gone when
+    SIGTERM comes, and made again (another uid) a moment later, within the agent's drain."""
+    with node_with_shares(kube, e2e_cluster, namespace, agent_node) as node:
+        before = _node_files(node.agent)
+        daemonsets = f"/apis/apps/v1/namespaces/{namespace}/daemonsets"
+        kube.delete(f"{daemonsets}/{DAEMONSET}")
+        assert node.agent.process is not None
+        node.agent.process.terminate()
+        _wait_for_log(node.agent, '"SIGTERM: uninstall"')  # read gone: the uninstall has begun
+        kube.create(daemonsets, _daemonset(namespace))
+        assert _sigterm_and_exit_code(node.agent) == 0
+        assert "uninstall called off" in node.agent.log()
+        _assert_restart_left_every_file(node, before)

@@ -433,6 +433,7 @@ def uninstall_from_node(agent: Agent, threads: Sequence[threading.Thread]) -> No
         stop_serving=agent.server.stop,
         files=NodeFiles(agent.state.layout, settings.checkpoint_file),
         drain_seconds=settings.uninstall_drain_seconds,
+        successor=agent.owner.successor,
     ).run()
 
 

@@ -61,6 +61,7 @@ DAEMONSETS = "/apis/apps/v1"
 DRAIN_POLL_S = 0.5  # how often the drain looks at the prepared claims (in memory, no API)
 WATCH_RETRY_S = 5.0  # after a failed list or watch of the DaemonSet
 REMOVAL_S = 20.0  # what the removal of the node's files may take (its passes; a tenant's tree)
+SUCCESSOR_WAIT_S = 10.0  # an uninstall waits at least this for a DaemonSet made again (see above)
 REFUSAL = "the vgpu-bridge agent on this node is being uninstalled: no new claim is prepared"
 
 
@@ -82,11 +83,13 @@ def owner_state(daemonset: Json | None) -> Owner:
     return Owner.PRESENT
 
 
-def is_uninstall(*, read: Owner, watched: Owner, seen_present: bool) -> bool:
+def is_uninstall(*, read: Owner, watched: Owner, seen_present: bool,
+                 successor: bool = False) -> bool:  # fmt: skip
     """Whether SIGTERM means uninstall: the DaemonSet seen present once in this agent's life,
     and now gone or being deleted, by a read at SIGTERM or (the read failing) the watch's last
-    event. A DaemonSet present (a rolling update, an eviction, a drain), or nothing known: no."""
-    if not seen_present:
+    event. A DaemonSet present (a rolling update, an eviction, a drain), a successor (made again
+    under the same name), or nothing known: no."""
+    if not seen_present or successor:
         return False
     now = read if read is not Owner.UNKNOWN else watched
     return now in (Owner.GONE, Owner.DELETING)
@@ -102,6 +105,8 @@ class OwnerWatch:
         self._collection = api_path(DAEMONSETS, "namespaces", namespace, "daemonsets")
         self._watched = Owner.UNKNOWN
         self._seen_present = False
+        self._own_uid = ""  # the first DaemonSet seen present: the one that made this agent
+        self._successor_uid = ""  # one of the same name seen present after, with another uid
         self._lock = threading.Lock()
 
     @property
@@ -136,9 +141,30 @@ class OwnerWatch:
         state = owner_state(daemonset)
         with self._lock:
             self._watched = state
-            self._seen_present |= state is Owner.PRESENT
+            self._note_present(daemonset, state)
         if state is not Owner.PRESENT:
             log.info("the agent's DaemonSet is going", daemonset=self.name, state=state.value)
+
+    def _note_present(self, daemonset: Json | None, state: Owner) -> None:
+        """Under the lock: the first uid seen present is the agent's own; another, a successor."""
+        if state is not Owner.PRESENT or daemonset is None:
+            return
+        self._seen_present = True
+        uid = str((daemonset.get("metadata") or {}).get("uid") or "")
+        if not self._own_uid:
+            self._own_uid = uid
+        elif uid and uid != self._own_uid and not self._successor_uid:
+            self._successor_uid = uid
+            log.info("the agent's DaemonSet was made again: a SIGTERM now is a restart",
+                     daemonset=self.name, uid=uid, was=self._own_uid)  # fmt: skip
+
+    def successor(self, *, read: bool = False) -> bool:
+        """Whether a DaemonSet of the same name with another uid has been seen (the watch's
+        events; with `read`, one GET now as well)."""
+        if read:
+            self.read()
+        with self._lock:
+            return bool(self._successor_uid)
 
     def read(self) -> Owner:
         """One GET now; UNKNOWN when it fails other than by 404."""
@@ -150,7 +176,7 @@ class OwnerWatch:
             return Owner.UNKNOWN
         state = owner_state(found)
         with self._lock:
-            self._seen_present |= state is Owner.PRESENT
+            self._note_present(found, state)
         return state
 
     def uninstalling(self) -> bool:
@@ -158,21 +184,31 @@ class OwnerWatch:
         read = self.read()
         with self._lock:
             watched, seen = self._watched, self._seen_present
-        verdict = is_uninstall(read=read, watched=watched, seen_present=seen)
+            successor = bool(self._successor_uid)
+        verdict = is_uninstall(read=read, watched=watched, seen_present=seen, successor=successor)
         log.info("SIGTERM: " + ("uninstall" if verdict else "restart; node files stay"),
                  daemonset=self.name, read=read.value, watched=watched.value,
-                 seen_present=seen)  # fmt: skip
+                 seen_present=seen, successor=successor)  # fmt: skip
         return verdict
 
 
-def drain(state: DeviceState, *, seconds: float, clock: Callable[[], float] = time.monotonic,
-          sleep: Callable[[float], None] = time.sleep) -> list[PreparedClaim]:  # fmt: skip
-    """Wait while claims are prepared, at most `seconds`: the kubelet unprepares those of pods
-    terminating on the node meanwhile. What is still prepared after."""
-    deadline = clock() + seconds
-    while (left := state.snapshot()) and clock() < deadline:
-        sleep(min(DRAIN_POLL_S, max(deadline - clock(), 0)))
-    return left
+def drain(state: DeviceState, *, seconds: float, at_least: float = 0.0,
+          successor: Callable[[], bool] = lambda: False,
+          clock: Callable[[], float] = time.monotonic,
+          sleep: Callable[[float], None] = time.sleep) -> list[PreparedClaim] | None:  # fmt: skip
+    """Wait while claims are prepared, at most `seconds` (and at least `at_least`, prepared claims
+    or not): the kubelet unprepares those of pods terminating on the node meanwhile. What is still
+    prepared after; None as soon as `successor()` says the DaemonSet was made again."""
+    start = clock()
+    deadline, earliest = start + seconds, start + min(at_least, seconds)
+    while True:
+        if successor():
+            return None
+        left = state.snapshot()
+        now = clock()
+        if now >= deadline or (not left and now >= earliest):
+            return left
+        sleep(min(DRAIN_POLL_S, max(deadline - now, 0)))
 
 
 @dataclass(frozen=True)
@@ -315,15 +351,25 @@ class Uninstall:
     stop_serving: Callable[[], None]  # the kubelet's sockets closed and removed
     files: NodeFiles
     drain_seconds: float
+    # whether the DaemonSet was made again under the same name (`OwnerWatch.successor`)
+    successor: Callable[..., bool] = lambda read=False: False
+    successor_wait_s: float = SUCCESSOR_WAIT_S
 
     def run(self) -> None:
-        """Refuse new claims, drain, stop serving, remove our files."""
+        """Refuse new claims, drain, stop serving, remove our files: unless the DaemonSet is made
+        again meanwhile (then a restart: every file stays)."""
         self.state.refuse_new_claims(REFUSAL)
-        left = drain(self.state, seconds=self.drain_seconds)
-        log.info("uninstall: drain over", claims_still_prepared=len(left),
-                 claims=[f"{c.namespace}/{c.name}" for c in left[:20]])  # fmt: skip
+        left = drain(self.state, seconds=self.drain_seconds, at_least=self.successor_wait_s,
+                     successor=self.successor)  # fmt: skip
+        if left is not None:
+            log.info("uninstall: drain over", claims_still_prepared=len(left),
+                     claims=[f"{c.namespace}/{c.name}" for c in left[:20]])  # fmt: skip
         self.workers_done()
         self.stop_serving()
+        if left is None or self.successor(read=True):
+            log.info("uninstall called off: the agent's DaemonSet was made again; "
+                     "a restart, node files stay")  # fmt: skip
+            return
         not_removed = remove_node_files(self.files)
         if not_removed:
             log.error("uninstall: files of ours are left on the node", left=not_removed[:20])

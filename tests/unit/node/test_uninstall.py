@@ -59,8 +59,8 @@ def test_sigterm_is_an_uninstall_only_when_the_daemonset_seen_is_gone_or_going(
     assert is_uninstall(read=read, watched=watched, seen_present=seen) is uninstall
 
 
-def _daemonset(*, deleting: bool = False) -> Json:
-    meta: Json = {"name": DAEMONSET, "namespace": NAMESPACE, "uid": "ds-uid"}
+def _daemonset(*, deleting: bool = False, uid: str = "ds-uid") -> Json:
+    meta: Json = {"name": DAEMONSET, "namespace": NAMESPACE, "uid": uid}
     if deleting:
         meta["deletionTimestamp"] = "2026-12-07T16:00:00Z"
     return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta}
@@ -92,6 +92,32 @@ def test_a_daemonset_the_agent_cannot_read_is_a_restart(recorded: RecordingApi) 
 
 def test_a_daemonset_never_seen_is_a_restart_even_when_404(recorded: RecordingApi) -> None:
     assert OwnerWatch(recorded.api, namespace=NAMESPACE, name=DAEMONSET).uninstalling() is False
+
+
+def test_a_daemonset_made_again_under_the_same_name_is_its_successor(
+    recorded: RecordingApi,
+) -> None:
+    """`kubectl replace --force`: gone at SIGTERM, made again (another uid) a moment after."""
+    watch = OwnerWatch(recorded.api, namespace=NAMESPACE, name=DAEMONSET)
+    recorded.objects[DS_PATH] = _daemonset(uid="first")
+    watch.read()
+    assert watch.successor(read=True) is False  # the same one, read again
+    del recorded.objects[DS_PATH]
+    assert watch.uninstalling() is True
+    assert watch.successor(read=True) is False
+    recorded.objects[DS_PATH] = _daemonset(uid="second")
+    assert watch.successor() is False  # nothing read or watched since
+    assert watch.successor(read=True) is True
+    assert watch.uninstalling() is False
+
+
+def test_a_successor_being_deleted_is_none(recorded: RecordingApi) -> None:
+    watch = OwnerWatch(recorded.api, namespace=NAMESPACE, name=DAEMONSET)
+    recorded.objects[DS_PATH] = _daemonset(uid="first")
+    watch.read()
+    recorded.objects[DS_PATH] = _daemonset(uid="second", deleting=True)
+    assert watch.successor(read=True) is False
+    assert is_uninstall(read=G, watched=G, seen_present=True, successor=True) is False
 
 
 # --- the node's files ----------------------------------------------------------------------
@@ -228,8 +254,60 @@ def test_the_drain_ends_at_its_bound_with_the_claims_still_prepared() -> None:
             return [_claim("running")]
 
     left = drain(Running(), seconds=5, clock=lambda: now[0], sleep=sleep)  # type: ignore[arg-type]
+    assert left is not None
     assert [claim.name for claim in left] == ["running"]
     assert now[0] == 5
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_the_drain_waits_for_a_successor_even_with_no_claim_prepared() -> None:
+    clock = _Clock()
+    claims: Any = _Claims(0)
+    left = drain(claims, seconds=45, at_least=10, clock=clock, sleep=clock.sleep)
+    assert left == []
+    assert clock.now == 10
+
+
+def test_the_drain_is_called_off_once_the_daemonset_is_made_again() -> None:
+    clock = _Clock()
+    claims: Any = _Claims(0)
+    left = drain(claims, seconds=45, at_least=10, clock=clock, sleep=clock.sleep,
+                 successor=lambda: clock.now >= 3)  # fmt: skip
+    assert left is None
+    assert clock.now == 3
+
+
+def test_an_uninstall_with_a_successor_removes_nothing(files: NodeFiles, tmp_path: Path) -> None:
+    from vgpu_bridge.node.uninstall import Uninstall
+
+    _fill_node(files, tmp_path / "outside")
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    refused: list[str] = []
+    stopped: list[bool] = []
+
+    class State(_Claims):
+        def refuse_new_claims(self, reason: str) -> None:
+            refused.append(reason)
+
+    for made_again_during_drain in (True, False):
+        seen = iter([made_again_during_drain] + [True] * 10)
+        Uninstall(state=State(0), workers_done=lambda: None,  # type: ignore[arg-type]
+                  stop_serving=lambda: stopped.append(True), files=files, drain_seconds=1,
+                  successor=lambda read=False, seen=seen: next(seen),
+                  successor_wait_s=0).run()  # fmt: skip
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+    assert len(refused) == 2
+    assert stopped == [True, True]
 
 
 # --- during the drain ----------------------------------------------------------------------
