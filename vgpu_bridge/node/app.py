@@ -1,9 +1,11 @@
 """`vgpu-bridge node`: `build` wires the parts (starting nothing), `run` starts them and serves
 until SIGTERM; tests build the same agent and start it themselves.
 
-Start-up order: GPUs (mock file or NVML; on a node where NVML lists none the agent waits for
-one, healthy and idle: `no_gpu.py`), the driver's files under `--driver-root` at the GPUs'
-driver version (found once; without libcuda there the agent does not start: `driver_root.py`),
+Start-up order: GPUs (a mock list, a mock label on the agent's Node read once: `mock_cards.py`,
+or NVML; on a node where NVML lists none the agent waits for one, healthy and idle: `no_gpu.py`),
+with `--mock-driver` the stand-in driver copied under the vgpu dir (`mock_driver.py`), the
+driver's files under `--driver-root` (or that copy) at the GPUs' driver version (found once;
+without libcuda there the agent does not start: `driver_root.py`),
 the checkpoint (recovered), the DRA socket, then the
 registration socket, the HTTP server (/metrics, /healthz), then the slices (republished on every
 start and checked every resync period), then the periodic cleanup of prepared claims whose
@@ -67,6 +69,9 @@ from vgpu_bridge.node.health import Health
 from vgpu_bridge.node.hostpids import PERIOD_S as HOST_PIDS_PERIOD_S
 from vgpu_bridge.node.hostpids import HostPidFiles
 from vgpu_bridge.node.metrics import CallMetrics, MetricsServer, serve_metrics
+from vgpu_bridge.node.mock_cards import node_label_gpus
+from vgpu_bridge.node.mock_driver import for_mock_driver, mock_driver_dir
+from vgpu_bridge.node.mock_driver import install as install_mock_driver
 from vgpu_bridge.node.no_gpu import wait_for_gpus
 from vgpu_bridge.node.nvidia_slices import NvidiaCards, slices_reader
 from vgpu_bridge.node.pod_resources import PodResources
@@ -167,8 +172,11 @@ class Agent:
 
 def find_driver_stack(settings: Settings, gpus: Sequence[Gpu]) -> DriverStack | None:
     """The driver files under --driver-root at the GPUs' driver version, found once at start
-    (DriverRootError when libcuda is not there); None without a driver root."""
+    (DriverRootError when libcuda is not there), or the stand-in driver's copy under the vgpu
+    dir (`mock_driver.py`, copied by `serve` first); None without either."""
     root, mount = settings.driver_root_path, settings.driver_root_mount_path
+    if settings.mock_driver:
+        root = mount = mock_driver_dir(settings.vgpu_dir)
     if root is None or mount is None:
         return None
     return discover(root=root, mount=mount, version=driver_version(gpus),
@@ -193,7 +201,8 @@ def build(
         nvidia = NvidiaCards(slices_reader(api, node=settings.node_name), node=settings.node_name)
     layout = CdiLayout(cdi_dir=settings.cdi_dir, vgpu_dir=settings.vgpu_dir,
                        driver=profile.driver, driver_stack=driver_stack,
-                       enforcer=nvidia is not None)  # fmt: skip
+                       enforcer=nvidia is not None,
+                       mock_driver=bool(settings.mock_driver))  # fmt: skip
     state = DeviceState(api, node=settings.node_name, profile=profile, gpus=gpus, layout=layout,
                         checkpoint_file=settings.checkpoint_file,
                         observer=CallMetrics(registry).observe,
@@ -275,7 +284,7 @@ class CardUuids(Collection[str]):
 
 def health_source(settings: Settings, gpus: Sequence[Gpu]) -> HealthSource:
     """Mock GPUs' health files, or NVML's events for real cards."""
-    if settings.mock_gpus:
+    if settings.mock_mode:
         return MockHealthFiles(settings.mock_health_dir, gpus)
     return NvmlHealthOnFirstUse(gpus)
 
@@ -333,7 +342,8 @@ def workers(agent: Agent, stop: threading.Event) -> list[threading.Thread]:
 def driver_watch(agent: Agent, stop: threading.Event) -> Callable[[], None]:
     """A check that sets `stop` once the driver's libcuda is gone (a driver upgrade or removal):
     the agent's restart, the DaemonSet's, then finds the new driver (or waits for it)."""
-    stack, mount = agent.driver_stack, agent.settings.driver_root_mount_path
+    stack = agent.driver_stack
+    mount = agent.settings.driver_root_mount_path or (stack.root if stack else None)
 
     def check() -> None:
         if stack is None or mount is None or still_installed(stack, mount):
@@ -399,7 +409,7 @@ def run(agent: Agent, *, stop: threading.Event) -> int:
     stack = agent.driver_stack
     log.info("node agent started", node=agent.settings.node_name, driver=agent.profile.driver,
              enforces=agent.settings.enforce_driver or None,
-             gpus=len(agent.gpus), mock=agent.settings.mock_gpus is not None,
+             gpus=len(agent.gpus), mock=agent.settings.mock_mode,
              driver_root=str(stack.root) if stack else None,
              driver_version=stack.version if stack else None,
              driver_libraries=[lib.path for lib in stack.libraries] if stack else [])  # fmt: skip
@@ -445,6 +455,12 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
     configure_json_logging(level=settings.log_level)
     if settings.enforcer_mode:  # no card of ours: NVIDIA's plugin publishes them
         return run(build(settings, KubeApi.connect(settings.kubeconfig), gpus=()), stop=stop)
+    api = None
+    if settings.mock_gpus_node_label:  # the Node's label names them (mock_cards.py)
+        api = KubeApi.connect(settings.kubeconfig)
+        gpus = node_label_gpus(api, node=settings.node_name, label=settings.mock_gpus_node_label)
+        log.info("mock GPUs from the node's label", label=settings.mock_gpus_node_label,
+                 gpus=len(gpus), product=gpus[0].product_name, memory=gpus[0].memory)  # fmt: skip
     shareable = None
     if gpus is None:
         stop_on_signals(stop)
@@ -459,13 +475,25 @@ def serve(settings: Settings, *, stop: threading.Event | None = None) -> int:
         if gpus is None:
             log.info("node agent stopped while waiting for a GPU")
             return 0
+    if settings.mock_driver_path is not None:
+        gpus = mock_driver_gpus(settings.mock_driver_path, settings.vgpu_dir, gpus)
     driver_stack = find_driver_stack(settings, gpus)  # before the API: a node-local reason
-    api = KubeApi.connect(settings.kubeconfig)
+    api = api or KubeApi.connect(settings.kubeconfig)
     agent = build(settings, api, gpus=gpus, driver_stack=driver_stack)
     if shareable is not None:  # the skipped cards stay on /metrics; the plugin is looked for
         agent.registry.register(shareable.gauge)
         agent = dataclasses.replace(agent, device_plugin_on_node=shareable.device_plugin_on_node)
     return run(agent, stop=stop)
+
+
+def mock_driver_gpus(source: Path, vgpu_dir: Path, gpus: tuple[Gpu, ...]) -> tuple[Gpu, ...]:
+    """The stand-in driver copied to the host (`mock_driver.py`), and the mock cards at its
+    driver version."""
+    copy = install_mock_driver(source, vgpu_dir)
+    log.info("mock driver in place", source=str(source), root=str(copy.root),
+             driver_version=copy.version, written=list(copy.written),
+             unchanged=len(copy.unchanged))  # fmt: skip
+    return for_mock_driver(gpus, copy.version)
 
 
 def nvml_finder(settings: Settings, read: Callable[[], Found]) -> Callable[[], Found]:

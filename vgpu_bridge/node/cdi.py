@@ -15,7 +15,11 @@ others' `O_CREAT` open of that file). With a driver root (`--driver-root`, `driv
 the spec-wide edits also carry the driver: each library read-only at its SONAME in both
 `/usr/lib/<triplet>` and `/usr/lib64` (libcuda also as `libcuda.so`), the binaries in /usr/bin,
 and the device nodes from `<driver root>/dev` where the driver's nodes are there; no OCI hook,
-nothing run in the container (docs/driver-stack.md). Building is pure; writing is atomic.
+nothing run in the container (docs/driver-stack.md). With mock cards and the stand-in driver
+(`mock_driver.py`: the fake libcuda and NVML as the driver root), the spec-wide env also carries
+the fake's settings for the claim's cards: FAKE_CUDA_MEMORY (bytes), FAKE_CUDA_SM_COUNT,
+FAKE_NVML_NAME and FAKE_NVML_DRIVER_VERSION (`mock_driver_env`); the fake presents the cards
+NVIDIA_VISIBLE_DEVICES names. Building is pure; writing is atomic.
 
 The limits file (`<vgpu_dir>/limits/<uid>.conf`, 0444, in a root-owned 0755 dir no container
 can write) says the claim's limits once more, where the container cannot change them, keyed by
@@ -104,6 +108,8 @@ class CdiLayout:
     driver_stack: DriverStack | None = None  # None: no driver files (no --driver-root)
     # enforcer mode: another driver's spec gives the container its cards (no visible devices)
     enforcer: bool = False
+    # mock cards with the stand-in driver (`mock_driver.py`): the fake's settings in the env
+    mock_driver: bool = False
 
     @property
     def vendor(self) -> str:
@@ -202,6 +208,8 @@ def _common_edits(claim: ClaimShares, layout: CdiLayout) -> Json:
         # Triton (torch.compile, vLLM) finds libcuda by `ldconfig -p`, which knows nothing of
         # our mounts, unless this names a dir holding libcuda.so.1 and libcuda.so
         env.append(f"TRITON_LIBCUDA_PATH={layout.driver_stack.container_library_dirs[0]}")
+    if layout.mock_driver and layout.driver_stack is not None and shares:
+        env += mock_driver_env(claim, version=layout.driver_stack.version)
     host = layout.vgpu_dir
     driver_mounts = layout.driver_stack.file_mounts() if layout.driver_stack else ()
     edits: Json = {
@@ -222,6 +230,18 @@ def _common_edits(claim: ClaimShares, layout: CdiLayout) -> Json:
     if any(s.gpu.device_node is not None for s in shares):
         edits["deviceNodes"] = [_device_node(path, layout) for path in CONTROL_DEVICES]
     return edits
+
+
+def mock_driver_env(claim: ClaimShares, *, version: str) -> list[str]:
+    """The stand-in driver's settings for the claim's cards (native/vgpu/tests/fake/fake.h): one
+    value for every card it presents, so the memory is the largest of the claim's cards and the
+    product name and SM count the first share's card's (a node's mock cards are alike)."""
+    first = claim.shares[0].gpu
+    env = [f"FAKE_CUDA_MEMORY={max(share.gpu.memory for share in claim.shares)}"]
+    if first.sm_count is not None:
+        env.append(f"FAKE_CUDA_SM_COUNT={first.sm_count}")
+    env += [f"FAKE_NVML_NAME={first.product_name}", f"FAKE_NVML_DRIVER_VERSION={version}"]
+    return env
 
 
 def _device_node(path: str, layout: CdiLayout) -> Json:

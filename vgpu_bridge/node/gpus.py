@@ -1,8 +1,9 @@
 """The node's GPUs: read from NVML on a real node, or from a mock file for tests and the demo.
 
 The mock file is YAML, a list of `{uuid, productName, memory}` (memory a Kubernetes quantity),
-optionally with `architecture`, `computeCapability` and `driverVersion`; the same list may be
-given inline instead of a file's path. GPUs are indexed in the
+optionally with `architecture`, `computeCapability`, `driverVersion` and `smCount`; the same list
+may be given inline instead of a file's path. Mock cards may instead come from a label on the
+agent's Node (`mock_cards.py`). GPUs are indexed in the
 order listed (NVML's order on a real node), and the device published for GPU `i` is `gpu-<i>`.
 
 On a real node a card NVML reports in MIG mode is not shareable (it runs no CUDA as a whole card):
@@ -39,6 +40,7 @@ class Gpu:
     architecture: str | None = None
     compute_capability: str | None = None  # "9.0"
     driver_version: str | None = None  # "570.124.06"
+    sm_count: int | None = None  # multiprocessors; given for mock GPUs (the stand-in driver's)
 
     @property
     def device_name(self) -> str:
@@ -96,6 +98,7 @@ class _MockGpu(BaseModel):
     architecture: str | None = None
     compute_capability: str | None = Field(default=None, alias="computeCapability")
     driver_version: str | None = Field(default=None, alias="driverVersion")
+    sm_count: int | None = Field(default=None, alias="smCount", ge=1, le=1024)
 
     @field_validator("memory", mode="before")
     @classmethod
@@ -131,6 +134,7 @@ def parse_mock_gpus(document: object, *, source: str = "mock GPUs") -> tuple[Gpu
                 architecture=mock.architecture,
                 compute_capability=mock.compute_capability,
                 driver_version=mock.driver_version,
+                sm_count=mock.sm_count,
             )
         )
     uuids = [gpu.uuid for gpu in gpus]

@@ -31,7 +31,9 @@ KUBELET_PLUGINS = Path("/var/lib/kubelet/plugins")
 DRIVER_ROOT_MAX_LENGTH = 1024
 ENFORCEABLE_DRIVERS = (NVIDIA_DRIVER,)  # whose shares the agent can hold to their limits
 # what only our own cards use: NVIDIA's plugin publishes and prepares the cards in enforcer mode
-OWN_CARD_FLAGS = ("mock_gpus", "driver_root", "driver_root_mount")
+OWN_CARD_FLAGS = ("mock_gpus", "mock_gpus_node_label", "mock_driver", "driver_root",
+                  "driver_root_mount")  # fmt: skip
+LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
 def driver_name_problem(value: str) -> str | None:
@@ -56,6 +58,22 @@ def optional(problem: Callable[[object], str | None]) -> Callable[[str], str | N
 def enforce_driver_problem(value: str) -> str | None:
     if value and value not in ENFORCEABLE_DRIVERS:
         return f"only {', '.join(ENFORCEABLE_DRIVERS)} can be enforced, got {value[:60]!r}"
+    return None
+
+
+def label_key_problem(value: str) -> str | None:
+    """Why `value` cannot be a Node label's key: `[prefix/]name`, the prefix a DNS subdomain,
+    the name at most 63 of [A-Za-z0-9-_.] starting and ending alphanumeric (empty: unset)."""
+    if not value:
+        return None
+    prefix, _, name = value.rpartition("/")
+    if "/" in value and (not prefix or dns_subdomain_problem(prefix) is not None):
+        return f"the prefix of a label key must be a DNS subdomain, got {value[:80]!r}"
+    if LABEL_NAME.fullmatch(name) is None:
+        return (
+            "must be a label key ([prefix/]name, the name at most 63 letters, digits, '-', '_' "
+            f"or '.', alphanumeric at both ends), got {value[:80]!r}"
+        )
     return None
 
 
@@ -102,6 +120,21 @@ class Settings(FlagSettings):
     mock_gpus: str | None = setting(
         None,
         description="YAML file (or inline list) of {uuid, productName, memory}; NVML if unset",
+    )
+    mock_gpus_node_label: str = setting(
+        "",
+        check=label_key_problem,
+        description="a label on this agent's Node naming its mock cards, <count>x<card>: "
+        "8xh100-80gb (a profile: h100-80gb, h200-141gb, a100-40gb, a100-80gb, l4-24gb, "
+        "t4-16gb) or 2x24Gi (a memory size); read at start (mock_cards.py); empty: unset",
+    )
+    mock_driver: str = setting(
+        "",
+        check=driver_root_problem,
+        description="with mock GPUs: the stand-in CUDA driver (a driver install of the fake "
+        "libcuda and NVML; the agent image's /opt/vgpu-bridge/mock-driver), copied to "
+        "<vgpu-dir>/mock-driver and given to every claim's containers as their driver; empty: "
+        "none",
     )
     kubeconfig: str | None = setting(None, description="kubeconfig; in-cluster if unset")
     vgpu_dir: Path = setting(
@@ -197,6 +230,7 @@ class Settings(FlagSettings):
             raise SettingsError([("driver_root_mount", "needs --driver-root")])
         if self.enforce_driver:
             _refuse_own_card_flags(self)
+        _check_mock_flags(self)
         if not self.driver_name:
             default = ENFORCER_DRIVER if self.enforce_driver else DEFAULT.driver
             object.__setattr__(self, "driver_name", default)
@@ -205,6 +239,15 @@ class Settings(FlagSettings):
     def enforcer_mode(self) -> bool:
         """Whether the agent enforces another driver's shares instead of publishing cards."""
         return bool(self.enforce_driver)
+
+    @property
+    def mock_mode(self) -> bool:
+        """Whether the cards are mock cards (a list, or a label on the Node), not NVML's."""
+        return bool(self.mock_gpus or self.mock_gpus_node_label)
+
+    @property
+    def mock_driver_path(self) -> Path | None:
+        return Path(self.mock_driver) if self.mock_driver else None
 
     @property
     def driver_root_path(self) -> Path | None:
@@ -259,6 +302,20 @@ def _refuse_own_card_flags(settings: Settings) -> None:
                    f"{settings.enforce_driver}'s plugin owns the cards and their driver files")
             for name in given
         ])  # fmt: skip
+
+
+def _check_mock_flags(settings: Settings) -> None:
+    """One source of mock cards; the stand-in driver only for mock cards, and not beside a real
+    driver root (a claim's spec mounts one driver)."""
+    if settings.mock_gpus and settings.mock_gpus_node_label:
+        raise SettingsError([("mock_gpus_node_label", "--mock-gpus and --mock-gpus-node-label "
+                              "both name the mock cards: set one")])  # fmt: skip
+    if settings.mock_driver and not settings.mock_mode and not settings.enforce_driver:
+        raise SettingsError([("mock_driver", "the stand-in driver is for mock cards only: set "
+                              "--mock-gpus or --mock-gpus-node-label")])  # fmt: skip
+    if settings.mock_driver and settings.driver_root:
+        raise SettingsError([("mock_driver", "--mock-driver and --driver-root both name the "
+                              "containers' driver: set one")])  # fmt: skip
 
 
 def flag_name(field: str) -> str:
