@@ -213,11 +213,23 @@ images-buildx: venv
 # Volcano (vc-scheduler, vc-controller-manager) on images built from the Volcano tier's module,
 # then every e2e/kind/scenarios*.py (scenarios.py first: it ends by uninstalling the chart, which
 # the others install again); `python -m e2e.kind down` always runs after and puts the host back.
+# Then the kind e2e recipe as another project runs it (e2e/kind/recipe.py, docs/kind-e2e.md): the
+# tier's cluster deleted, a cluster made with `kind create cluster --config
+# e2e/kind/plain/kind-config.yaml`, `hack/kind-e2e.sh all`, examples/kind-e2e with kube-scheduler
+# and with Volcano, that cluster deleted (about 5 min). `make e2e-kind-recipe` runs only that.
 # Never at the same time as the real-node tier (one lock for both). Needs root.
 KIND_SCENARIOS := $(sort $(wildcard e2e/kind/scenarios*.py))
 e2e-kind: venv cluster-bin-pinned helm-bin
-	flock /tmp/vgpu-node-tier.lock bash -c '$(PY) -m e2e.kind up && $(PY) -m pytest $(KIND_SCENARIOS) -q; \
-		status=$$?; $(PY) -m e2e.kind down || status=1; exit $$status'
+	flock /tmp/vgpu-node-tier.lock bash -c 'status=0; if $(PY) -m e2e.kind up; then \
+		$(PY) -m pytest $(KIND_SCENARIOS) -q || status=1; \
+		$(PY) -m e2e.kind.recipe --delete-tier-cluster || status=1; else status=1; fi; \
+		$(PY) -m e2e.kind down || status=1; exit $$status'
+
+.PHONY: e2e-kind-recipe
+e2e-kind-recipe: venv cluster-bin-pinned helm-bin
+	flock /tmp/vgpu-node-tier.lock bash -c 'status=0; if $(PY) -m e2e.kind up; then \
+		$(PY) -m e2e.kind.recipe --delete-tier-cluster || status=1; else status=1; fi; \
+		$(PY) -m e2e.kind down || status=1; exit $$status'
 
 .PHONY: e2e-realnode
 # The real-node tier (issue 10, e2e/realnode): a real kubelet + containerd 2.3 + runc 1.4 built
