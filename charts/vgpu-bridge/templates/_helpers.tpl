@@ -87,20 +87,32 @@ is set; validation.yaml refuses create=false without a name. Every binding and p
 {{- end -}}
 
 {{/* The host directory of the NVIDIA driver the agent reads and puts into claims: gpuOperator's
-when that is on, else agent.driverRoot; "" with mock GPUs and under nvidiaDriver (nothing of a
-driver is read then: NVIDIA's kubelet plugin puts the driver into its own CDI spec). */}}
+when that is on, else agent.driverRoot; "" with mock GPUs (agent.mockGpus or agent.mock.enabled)
+and under nvidiaDriver (nothing of a driver is read then: NVIDIA's kubelet plugin puts the driver
+into its own CDI spec). */}}
 {{- define "vgpu-bridge.driverRoot" -}}
 {{- $a := .Values.agent -}}
-{{- if not (or $a.mockGpus .Values.nvidiaDriver.enabled) -}}
+{{- if not (or $a.mockGpus $a.mock.enabled .Values.nvidiaDriver.enabled) -}}
 {{- if $a.gpuOperator.enabled }}{{ $a.gpuOperator.driverRoot }}{{ else }}{{ $a.driverRoot }}{{ end -}}
 {{- end -}}
 {{- end -}}
 
-{{/* The agent's required node-affinity terms as YAML (ORed): one per agent.gpuNodeLabels entry
-(that label "true"), each ANDed under gpuOperator (devicePluginOff nodeLabel) with the Operator's
-device-plugin label "false"; "" when nothing restricts the nodes. */}}
+{{/* The label naming each node's mock cards (agent.mock.enabled without agent.mockGpus); "" when
+the cards are not from a label. */}}
+{{- define "vgpu-bridge.mockNodeLabel" -}}
+{{- $a := .Values.agent -}}
+{{- if and $a.mock.enabled (not $a.mockGpus) }}{{ $a.mock.nodeLabel }}{{ end -}}
+{{- end -}}
+
+{{/* The agent's required node-affinity terms as YAML (ORed): with mock cards from a label, the
+nodes that have it; else one per agent.gpuNodeLabels entry (that label "true"), each ANDed under
+gpuOperator (devicePluginOff nodeLabel) with the Operator's device-plugin label "false"; "" when
+nothing restricts the nodes. */}}
 {{- define "vgpu-bridge.agentNodeTerms" -}}
 {{- $a := .Values.agent -}}
+{{- with include "vgpu-bridge.mockNodeLabel" . }}
+{{- toYaml (list (dict "matchExpressions" (list (dict "key" . "operator" "Exists")))) }}
+{{- else -}}
 {{- $operator := list -}}
 {{- if and $a.gpuOperator.enabled (eq $a.gpuOperator.devicePluginOff "nodeLabel") -}}
 {{- $operator = list (dict "key" "nvidia.com/gpu.deploy.device-plugin" "operator" "In" "values" (list "false")) -}}
@@ -113,6 +125,7 @@ device-plugin label "false"; "" when nothing restricts the nodes. */}}
 {{- $terms = list (dict "matchExpressions" $operator) -}}
 {{- end -}}
 {{- with $terms }}{{ toYaml . }}{{ end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Comma list for one env var. */}}
