@@ -12,7 +12,7 @@ import pytest
 
 from tests.unit.node.claims import NODE, UID, allocated_claim, result
 from tests.unit.node.fake_api import FakeApi
-from tests.unit.node.test_mock_driver import VERSION, lay_out_mock_driver
+from tests.unit.node.mock_driver_files import VERSION, lay_out_mock_driver
 from vgpu_bridge.flag_settings import SettingsError
 from vgpu_bridge.node.app import build, mock_driver_gpus
 from vgpu_bridge.node.gpus import mock_gpus

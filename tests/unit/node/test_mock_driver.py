@@ -5,12 +5,11 @@ when unchanged) and found there as a driver root."""
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.unit.node.fake_driver import fake_library
+from tests.unit.node.mock_driver_files import LIBS, VERSION, lay_out_mock_driver
 from vgpu_bridge.node.gpus import Gpu
 from vgpu_bridge.node.mock_cards import parse_label
 from vgpu_bridge.node.mock_driver import (
@@ -21,19 +20,6 @@ from vgpu_bridge.node.mock_driver import (
     mock_driver_dir,
     stack,
 )
-
-VERSION = "570.124.06"
-LIBS = "usr/lib/x86_64-linux-gnu"
-
-
-def lay_out_mock_driver(directory: Path, *, version: str = VERSION) -> Path:
-    """The fake's two libraries as the agent image lays them out (regular files, versioned)."""
-    libraries = directory / LIBS
-    libraries.mkdir(parents=True)
-    for name, soname in (("libcuda", "libcuda.so.1"), ("libnvidia-ml", "libnvidia-ml.so.1")):
-        shutil.copyfile(fake_library(soname), libraries / f"{name}.so.{version}")
-        (libraries / f"{name}.so.{version}").chmod(0o755)
-    return directory
 
 
 @pytest.fixture
