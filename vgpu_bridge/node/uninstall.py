@@ -20,8 +20,9 @@ prepared or `--uninstall-drain-seconds` pass (the agent reads no pods, so it can
 terminating pod from a running one: a node with running GPU pods waits the whole drain). Then
 the sockets go, and everything of ours on the node (`remove_node_files`): our driver's CDI specs,
 the limits files, every claim's shared-region dir (host-pids inside), the priority dir, the
-installed libvgpu.so and ld.so.preload, the checkpoint and its lock. Container-writable dirs go
-through the trash and `files.remove_tree` (never through a link), in passes bounded in time.
+stand-in driver of mock cards, the installed libvgpu.so and ld.so.preload, the checkpoint and its
+lock. Container-writable dirs go through the trash and `files.remove_tree` (never through a
+link), in passes bounded in time.
 The claims still prepared are logged. The agent tells no pod: by its SIGTERM `helm uninstall`
 has deleted its RBAC, so its Events would be refused; the chart's pre-delete hook
 (`vgpu_bridge/uninstall_notice.py`) tells the running pods before anything is deleted.
@@ -52,6 +53,7 @@ from vgpu_bridge.node.cdi import (
 )
 from vgpu_bridge.node.checkpoint import QUARANTINE_SUFFIX, PreparedClaim
 from vgpu_bridge.node.files import remove, remove_temp_files, remove_tree
+from vgpu_bridge.node.mock_driver import mock_driver_dir
 from vgpu_bridge.node.state import LOCK_FILE, DeviceState
 
 Json = dict[str, Any]
@@ -224,12 +226,14 @@ def remove_node_files(files: NodeFiles, *, seconds: float = REMOVAL_S) -> list[s
     what could not be removed, each as `path: reason` (empty: nothing is left)."""
     deadline = time.monotonic() + seconds
     layout = files.layout
+    mock_dir = mock_driver_dir(layout.vgpu_dir)
     left: list[str] = []
     steps: list[tuple[str, Callable[[], None]]] = [
         ("CDI specs", lambda: _remove_named(layout.cdi_dir, layout.spec_name_pattern)),
         ("limits files", lambda: _remove_dir_of(layout.limits_dir, LIMITS_FILE_PATTERN)),
         ("claim dirs", lambda: _remove_claim_dirs(layout, deadline)),
         ("priority dir", lambda: _remove_tree_by(layout.vgpu_dir, layout.priority_dir, deadline)),
+        ("mock driver", lambda: _remove_tree_by(layout.vgpu_dir, mock_dir, deadline)),
         ("libvgpu", lambda: _remove_library(layout.vgpu_dir)),
         ("checkpoint", lambda: _remove_checkpoint(files.checkpoint_file)),
     ]
@@ -333,7 +337,8 @@ def _still_there(files: NodeFiles) -> list[str]:
     """What a node should not hold any more after `remove_node_files`, if it does."""
     layout = files.layout
     ours = [layout.limits_dir, layout.vgpu_dir / CLAIMS_DIR, layout.priority_dir,
-            layout.vgpu_dir / LIBRARY_FILE, files.checkpoint_file]  # fmt: skip
+            layout.vgpu_dir / LIBRARY_FILE, mock_driver_dir(layout.vgpu_dir),
+            files.checkpoint_file]  # fmt: skip
     left = [f"{path}: still there" for path in ours if os.path.lexists(path)]
     try:
         specs = [n for n in os.listdir(layout.cdi_dir) if re.fullmatch(layout.spec_name_pattern, n)]

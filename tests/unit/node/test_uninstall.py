@@ -149,6 +149,9 @@ def _fill_node(files: NodeFiles, outside: Path) -> None:
     (layout.priority_dir / "link").symlink_to(outside)
     (layout.vgpu_dir / "libvgpu.so").write_bytes(b"\x7fELF")
     (layout.vgpu_dir / "ld.so.preload").write_text("/usr/local/vgpu/libvgpu.so\n")
+    mock_libs = layout.vgpu_dir / "mock-driver" / "usr" / "lib" / "x86_64-linux-gnu"
+    mock_libs.mkdir(parents=True)
+    (mock_libs / "libcuda.so.570.124.06").write_bytes(b"\x7fELF")
     plugin = files.checkpoint_file.parent
     plugin.mkdir(parents=True)
     files.checkpoint_file.write_text("{}")
