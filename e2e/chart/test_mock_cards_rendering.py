@@ -91,7 +91,7 @@ def test_a_label_of_ones_own_and_no_stand_in_driver(helm: Helm) -> None:
     assert node_terms(objects)[0]["matchExpressions"][0]["key"] == "example.com/fake-gpus"
 
 
-def test_enabled_with_mock_gpus_gives_that_list_everywhere_with_the_stand_in_driver(
+def test_enabled_with_mock_gpus_gives_that_list_on_the_labelled_nodes_with_the_driver(
     helm: Helm,
 ) -> None:
     values = mock()
@@ -100,9 +100,9 @@ def test_enabled_with_mock_gpus_gives_that_list_everywhere_with_the_stand_in_dri
     found = agent_env(objects)
     assert found["VGPU_BRIDGE_MOCK_GPUS"] == "/etc/vgpu-bridge/mock-gpus.yaml"
     assert found["VGPU_BRIDGE_MOCK_DRIVER"] == MOCK_DRIVER
-    assert "VGPU_BRIDGE_MOCK_GPUS_NODE_LABEL" not in found
-    assert node_terms(objects) == node_terms(helm.template())  # placed as for real GPUs
-    assert CONTROL_PLANE not in pod_spec(objects)["tolerations"]
+    assert "VGPU_BRIDGE_MOCK_GPUS_NODE_LABEL" not in found  # the label only places the agents
+    assert node_terms(objects) == [{"matchExpressions": [{"key": LABEL, "operator": "Exists"}]}]
+    assert CONTROL_PLANE in pod_spec(objects)["tolerations"]
 
 
 def test_mock_gpus_alone_keep_their_meaning(helm: Helm) -> None:
@@ -110,7 +110,8 @@ def test_mock_gpus_alone_keep_their_meaning(helm: Helm) -> None:
     names = set(agent_env(objects))
     assert "VGPU_BRIDGE_MOCK_GPUS" in names
     assert not {"VGPU_BRIDGE_MOCK_DRIVER", "VGPU_BRIDGE_MOCK_GPUS_NODE_LABEL"} & names
-    assert node_terms(objects) == node_terms(helm.template())
+    assert node_terms(objects) == node_terms(helm.template())  # placed as for real GPUs
+    assert CONTROL_PLANE not in pod_spec(objects)["tolerations"]
 
 
 def test_an_affinity_of_ones_own_replaces_the_labels(helm: Helm) -> None:

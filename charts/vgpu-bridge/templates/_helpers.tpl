@@ -104,14 +104,14 @@ the cards are not from a label. */}}
 {{- if and $a.mock.enabled (not $a.mockGpus) }}{{ $a.mock.nodeLabel }}{{ end -}}
 {{- end -}}
 
-{{/* The agent's required node-affinity terms as YAML (ORed): with mock cards from a label, the
-nodes that have it; else one per agent.gpuNodeLabels entry (that label "true"), each ANDed under
+{{/* The agent's required node-affinity terms as YAML (ORed): with agent.mock.enabled, the nodes
+that have agent.mock.nodeLabel; else one per agent.gpuNodeLabels entry (that label "true"), each ANDed under
 gpuOperator (devicePluginOff nodeLabel) with the Operator's device-plugin label "false"; "" when
 nothing restricts the nodes. */}}
 {{- define "vgpu-bridge.agentNodeTerms" -}}
 {{- $a := .Values.agent -}}
-{{- with include "vgpu-bridge.mockNodeLabel" . }}
-{{- toYaml (list (dict "matchExpressions" (list (dict "key" . "operator" "Exists")))) }}
+{{- if $a.mock.enabled }}
+{{- toYaml (list (dict "matchExpressions" (list (dict "key" $a.mock.nodeLabel "operator" "Exists")))) }}
 {{- else -}}
 {{- $operator := list -}}
 {{- if and $a.gpuOperator.enabled (eq $a.gpuOperator.devicePluginOff "nodeLabel") -}}
