@@ -64,6 +64,32 @@ glibc_2_28_is_enough() {
 	"$HERE/glibc_versions.sh" "$B/libvgpu.so" 2.28 && ! "$HERE/glibc_versions.sh" "$B/libvgpu.so" 2.16
 }
 
+# The stand-in driver (`make mock-driver`): a driver install, <name>.so.<version> under
+# usr/lib/<triplet>, regular files whose SONAMEs are what loaders ask for, loadable in old images
+# like libvgpu.so; mock_driver_links makes the SONAME links a CDI spec's mounts would give.
+MOCK_LIB=$(ls -d "$B"/mock-driver/usr/lib/*-linux-gnu 2>/dev/null | head -n 1)
+mock_driver_is_a_driver_install() {
+	local version name file
+	version=$(sed -n 's/^#define FAKE_DRIVER_VERSION "\([0-9.]*\)".*/\1/p' "$HERE/fake/fake.h")
+	[ -n "$MOCK_LIB" ] || { echo "no $B/mock-driver/usr/lib/<triplet>"; return 1; }
+	[ "$(ls "$MOCK_LIB")" = "$(printf 'libcuda.so.%s\nlibnvidia-ml.so.%s' "$version" "$version")" ] ||
+		{ echo "$MOCK_LIB holds: $(ls "$MOCK_LIB")"; return 1; }
+	for name in libcuda libnvidia-ml; do
+		file=$MOCK_LIB/$name.so.$version
+		[ -f "$file" ] && [ ! -L "$file" ] || { echo "$file: not a regular file"; return 1; }
+		readelf -d "$file" | grep -q "(SONAME).*\[$name\.so\.1\]" ||
+			{ echo "$file: SONAME is not $name.so.1"; return 1; }
+		"$HERE/glibc_versions.sh" "$file" 2.28 || return 1
+	done
+}
+mock_driver_links() {
+	mkdir -p "$TMP/mock-driver"
+	for file in "$MOCK_LIB"/*.so.*; do
+		ln -sf "$file" "$TMP/mock-driver/$(basename "${file%%.so.*}").so.1"
+	done
+	echo "$TMP/mock-driver"
+}
+
 modules_form_no_circle() { # no module calls back into one that calls it (tests/module_graph.sh)
 	"$HERE/module_graph.sh" "$B/obj"
 }
@@ -140,6 +166,7 @@ for variant in $VARIANTS; do
 		check "exports_match_symbol_table" exports_match_table "$B/libvgpu.so"
 		check "modules_form_no_circle" modules_form_no_circle
 		check "libvgpu_needs_at_most_glibc_2.28" glibc_2_28_is_enough
+		check "mock_driver_is_a_driver_install" mock_driver_is_a_driver_install
 	else
 		T=$B/tests-san
 		SUFFIX=[san]
@@ -163,6 +190,16 @@ for variant in $VARIANTS; do
 	run test_memory "${FAKE[@]}" "${LIM[@]}" CUDA_DEVICE_MEMORY_LIMIT_1=256m FAKE_CUDA_DEVICES=2 \
 		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_memory" \
 		$(sed -n 's/^[[:space:]]*CASE(\([a-z_]*\)),$/\1/p' "$HERE/test_memory.c" | grep -v reordered)
+	if [ $variant = plain ] && [ -n "$MOCK_LIB" ]; then # the same, over the stand-in driver
+		run "test_memory[mock-driver]" LD_LIBRARY_PATH="$(mock_driver_links)" "LD_PRELOAD=$PRE" \
+			"${LIM[@]}" CUDA_DEVICE_MEMORY_LIMIT_1=256m FAKE_CUDA_DEVICES=2 \
+			CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_memory" \
+			$(sed -n 's/^[[:space:]]*CASE(\([a-z_]*\)),$/\1/p' "$HERE/test_memory.c" | grep -v reordered)
+		run "test_hooks[mock-driver]" LD_LIBRARY_PATH="$(mock_driver_links)" "LD_PRELOAD=$PRE" \
+			"${LIM[@]}" CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_hooks" \
+			direct_calls_are_interposed dlsym_on_driver_handle_gives_our_wrappers \
+			get_proc_address_honours_version_and_flags allocation_through_get_proc_address_is_accounted
+	fi
 	run "test_memory[CUDA_VISIBLE_DEVICES=1,0]" "${FAKE[@]}" FAKE_CUDA_DEVICES=2 \
 		CUDA_VISIBLE_DEVICES=1,0 CUDA_DEVICE_MEMORY_LIMIT_0=256m CUDA_DEVICE_MEMORY_LIMIT_1=1Gi \
 		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_memory" \

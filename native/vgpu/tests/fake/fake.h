@@ -32,7 +32,9 @@
  *   FAKE_NVML_WINDOW_MS      utilisation sampling window (default 100)
  *   FAKE_NVML_MIG_MODES      comma list of 0/1, one per device in NVML index order: 1 = MIG mode
  *                            enabled (nvmlDeviceGetMigMode; missing entries = 0)
- *   FAKE_NVML_DRIVER_VERSION what nvmlSystemGetDriverVersion answers (default 570.124.06)
+ *   FAKE_NVML_DRIVER_VERSION what nvmlSystemGetDriverVersion answers (default
+ *                            FAKE_DRIVER_VERSION; the Makefile names the mock-driver layout's
+ *                            files with it)
  *   FAKE_NVML_NAME           every device's product name (default "NVIDIA Fake GPU")
  * The fake NVML also answers what the node agent asks through pynvml (nvmlInitWithFlags, minor
  * number = index, compute capability 9.0, Hopper, an event set where no event ever arrives).
@@ -52,6 +54,7 @@
 #include "abi.h"
 
 #define FAKE_MAX_DEVICES 16
+#define FAKE_DRIVER_VERSION "570.124.06" /* one line: the Makefile reads it */
 
 static inline uint64_t fake_env_bytes(const char *name, uint64_t dflt)
 {

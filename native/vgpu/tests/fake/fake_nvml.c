@@ -8,6 +8,9 @@
 #include "fake.h"
 
 #define EXPORT __attribute__((visibility("default")))
+#ifdef VGPU_GLIBC_BASE /* built with src/glibc_compat.h (the mock-driver layout): dlsym as well */
+VGPU_SYMVER(dlsym, VGPU_GLIBC_BASE)
+#endif
 
 struct nvmlDevice_st {
 	unsigned int index;
@@ -260,7 +263,7 @@ EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int lengt
 {
 	if (!initialised)
 		return NVML_ERROR_UNINITIALIZED;
-	return copy_text(env_or("FAKE_NVML_DRIVER_VERSION", "570.124.06"), version, length);
+	return copy_text(env_or("FAKE_NVML_DRIVER_VERSION", FAKE_DRIVER_VERSION), version, length);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
