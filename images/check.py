@@ -2,10 +2,11 @@
 
 Every image imports its role's modules, answers ``<command> --help``, and has every module it
 loaded precompiled (it never writes bytecode); the agent's libvgpu.so is an ELF file of the
-image's architecture. amd64 images run in the private dockerd with a read-only root filesystem
-and no capabilities (the webhook as the image's own user, which must be 65532); arm64 images
-cannot run in that dockerd (this amd64 machine has no binfmt emulation), so their filesystem is
-exported and their Python runs under qemu-user.
+image's architecture, and its stand-in driver for mock cards (``MOCK_DRIVER``) a driver install
+of that architecture, as the agent's driver-root discovery finds one. amd64 images run in the
+private dockerd with a read-only root filesystem and no capabilities (the webhook as the image's
+own user, which must be 65532); arm64 images cannot run in that dockerd (this amd64 machine has
+no binfmt emulation), so their filesystem is exported and their Python runs under qemu-user.
 """
 
 from __future__ import annotations
@@ -26,8 +27,33 @@ from images.build import BUDGET_MB, PYTHON_VERSION, Arch
 
 WEBHOOK_USER = "65532:65532"
 SITE = "opt/vgpu-bridge/site"
+MOCK_DRIVER = "opt/vgpu-bridge/mock-driver"
+#: part of CHECK (and run by the unit tests on a root of their own): the agent's stand-in driver
+#: for mock cards is a driver install of the image's architecture, as the agent's own driver-root
+#: discovery takes it (libcuda and libnvidia-ml, regular files, SONAMEs .so.1, that machine's ELF)
+MOCK_DRIVER_CHECK = f"""
+def mock_driver_problems(root, machine):
+    from pathlib import Path
+    from vgpu_bridge.node.driver_root import DriverRootError, discover
+    mock = Path(root) / "{MOCK_DRIVER}"
+    cuda = sorted(mock.glob("usr/lib/*-linux-gnu/libcuda.so.*"))
+    if len(cuda) != 1:
+        return [f"{{mock}}: {{len(cuda)}} files usr/lib/<triplet>/libcuda.so.<version>, not 1"]
+    version = cuda[0].name.removeprefix("libcuda.so.")
+    name = {{62: "x86_64", 183: "aarch64"}}.get(machine, str(machine))
+    try:
+        stack = discover(root=mock, mount=mock, version=version, machine=name)
+    except DriverRootError as error:
+        return [str(error)]
+    sonames = {{library.name: library.soname for library in stack.libraries}}
+    if sonames != {{"libcuda": "libcuda.so.1", "libnvidia-ml": "libnvidia-ml.so.1"}}:
+        return [f"{{mock}}: libraries {{sonames}}, not libcuda.so.1 and libnvidia-ml.so.1"]
+    return [f"{{mock}}: {{odd}}" for odd in stack.passed_over]
+"""
 #: run by the image's python3: argv = part, ELF machine number
-CHECK = """
+CHECK = (
+    MOCK_DRIVER_CHECK
+    + """
 import importlib, os, sys
 part, machine = sys.argv[1], int(sys.argv[2])
 roles = {"webhook": ("webhook", ["vgpu_bridge.webhook.app"]),
@@ -41,6 +67,9 @@ try:
 except SystemExit as stop:
     if stop.code:
         raise
+problems = mock_driver_problems("/", machine) if part == "agent" else []
+if problems:
+    sys.exit("the stand-in driver: " + "; ".join(problems))
 loaded = list(sys.modules.values())
 stale = sorted(m.__name__ for m in loaded
                if getattr(m, "__cached__", None) and not os.path.exists(m.__cached__))
@@ -53,6 +82,7 @@ if part == "agent":
         sys.exit(f"libvgpu.so: not an ELF file for machine {machine}: {head!r}")
 print(f"CHECKED {part} uid={os.getuid()} modules={len(loaded)}")
 """
+)
 
 
 def inspect(tag: str) -> dict[str, object]:
@@ -158,6 +188,8 @@ def group(path: str) -> str:
         for suffix in (".dist-info", ".libs", ".py", ".pth"):
             name = name.removesuffix(suffix)
         return name.split("-")[0].lower()
+    if "/".join(parts[:3]) == MOCK_DRIVER:
+        return "mock driver"
     if parts[:2] == ["opt", "vgpu-bridge"]:
         return "libvgpu.so"
     if parts[:3] == ["usr", "lib", f"python{PYTHON_VERSION}"]:
