@@ -10,7 +10,6 @@ import json
 import secrets
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from e2e.dra_objects import pod_with_claim_template, share_template
 from e2e.node.agent import AgentProcess, GrpcPreparer, running_agent
 from e2e.pods import claim_of, only_result, running_pod
 from e2e.waiting import wait_for
-from tests.unit.node.mock_driver_files import LIBS, VERSION, lay_out_mock_driver
+from tests.unit.node.mock_driver_files import LIBS, VERSION, built_mock_driver
 from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.node.mock_cards import card_uuid
 
@@ -33,9 +32,9 @@ GiB = 2**30
 
 
 @pytest.fixture(scope="module")
-def mock_driver_source() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="vb-mock-driver-") as directory:
-        yield lay_out_mock_driver(Path(directory) / "mock-driver")
+def mock_driver_source() -> Path:
+    """What the agent image ships at /opt/vgpu-bridge/mock-driver (`make mock-driver`)."""
+    return built_mock_driver()
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,10 @@ tests of `--mock-driver`."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
-from tests.unit.node.fake_driver import fake_library
+from tests.unit.node.fake_driver import NATIVE, fake_library
 
 VERSION = "570.124.06"  # what the fake NVML reports by default
 LIBS = "usr/lib/x86_64-linux-gnu"
@@ -21,3 +22,9 @@ def lay_out_mock_driver(directory: Path, *, version: str = VERSION) -> Path:
         shutil.copyfile(fake_library(soname), libraries / f"{name}.so.{version}")
         (libraries / f"{name}.so.{version}").chmod(0o755)
     return directory
+
+
+def built_mock_driver() -> Path:
+    """native/vgpu's own layout (`make mock-driver`), the dir the agent image ships."""
+    subprocess.run(["make", "-s", "-C", str(NATIVE), "mock-driver"], check=True)
+    return NATIVE / "build" / "mock-driver"

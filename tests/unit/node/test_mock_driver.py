@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.node.mock_driver_files import LIBS, VERSION, lay_out_mock_driver
+from tests.unit.node.mock_driver_files import LIBS, VERSION, built_mock_driver, lay_out_mock_driver
 from vgpu_bridge.node.gpus import Gpu
 from vgpu_bridge.node.mock_cards import parse_label
 from vgpu_bridge.node.mock_driver import (
@@ -163,3 +163,10 @@ def test_mock_cards_of_another_driver_version_are_refused() -> None:
     gpus = (Gpu(index=0, uuid=uuid, product_name="X", memory=2**30, driver_version="555.42.06"),)
     with pytest.raises(MockDriverError, match=f"{uuid} name another driver version"):
         for_mock_driver(gpus, VERSION)
+
+
+def test_the_layout_native_vgpu_builds_for_the_image_is_taken_as_it_is(tmp_path: Path) -> None:
+    copy = install(built_mock_driver(), tmp_path / "vgpu")
+    assert copy.version == VERSION
+    found = stack(copy, machine="x86_64")
+    assert sorted(lib.soname for lib in found.libraries) == ["libcuda.so.1", "libnvidia-ml.so.1"]
