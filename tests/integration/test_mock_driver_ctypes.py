@@ -8,6 +8,9 @@ driver-root discovery of the layout) and its limits as the agent gives them: the
 libvgpu's compiled-in path (in a private mount namespace; needs root) or, as HAMi-style tools
 read them, the spec's per-ordinal environment. ctypes finds every function by dlsym(handle,
 name): a share that holds proves libvgpu answers that path, since the fake card has 80 GiB.
+Last, the whole chain without kind: the agent with a mock label's card and `--mock-driver` plans
+a claim, and its CDI spec, applied to the probe (mounts as links and paths, env, limits file),
+holds it to the share and presents the label's card.
 """
 
 from __future__ import annotations
@@ -26,8 +29,15 @@ from typing import Any
 import pytest
 
 from tests.native_workload import NATIVE
+from tests.unit.node.claims import NODE, UID, allocated_claim, result
+from tests.unit.node.fake_api import FakeApi
+from vgpu_bridge.node.app import build, mock_driver_gpus
 from vgpu_bridge.node.cdi import LIMITS_MOUNT, limits_text
 from vgpu_bridge.node.driver_root import DriverStack, discover
+from vgpu_bridge.node.gpus import Gpu
+from vgpu_bridge.node.mock_cards import parse_label
+from vgpu_bridge.node.settings import Settings
+from vgpu_bridge.node.state import ClaimRef
 
 PROBE = Path(__file__).resolve().parents[2] / "examples" / "kind-e2e" / "cuda_share_probe.py"
 LAYOUT = NATIVE / "build" / "mock-driver"
@@ -87,11 +97,20 @@ def _spec_env() -> dict[str, str]:
 
 
 def _probe(
-    libs: Path, *, env: dict[str, str], wrapper: Sequence[str] = (), preload: bool = True
+    libs: Path,
+    *,
+    env: dict[str, str],
+    wrapper: Sequence[str] = (),
+    preload: bool = True,
+    card: str | None = CARD,
 ) -> dict[str, Any]:
+    """The probe's report, run with `env` (and the card's memory for the fake, unless the env
+    says it) over the libraries in `libs`, libvgpu preloaded, under `wrapper`."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "LD_", "FAKE_"))}
     base.pop("NVIDIA_VISIBLE_DEVICES", None)
-    child = {**base, **env, "LD_LIBRARY_PATH": str(libs), "FAKE_CUDA_MEMORY": CARD}
+    child = {**base, **env, "LD_LIBRARY_PATH": str(libs)}
+    if card is not None:
+        child["FAKE_CUDA_MEMORY"] = card
     if preload:
         child["LD_PRELOAD"] = str(LIBVGPU)
     command = [*wrapper, sys.executable, str(PROBE), str(PAST)]
@@ -174,3 +193,74 @@ def test_without_libvgpu_the_stand_in_driver_is_the_whole_card(container_libs: P
     assert seen["within"] == {"bytes": 40 << 30, "result": 0}, seen
     assert seen["past"]["result"] == 2, seen
     assert seen["nvml"]["total"] == 80 << 30, seen
+
+
+@pytest.fixture
+def agents_spec(stack: DriverStack, tmp_path: Path) -> tuple[Gpu, dict[str, Any]]:
+    """The agent's spec for a 4 GiB share of the first card of `1xh100-80gb`, with the stand-in
+    driver copied from the layout under its vgpu dir, as `--mock-driver` does."""
+    label = "vgpu-bridge.io/mock-gpus"
+    values = {
+        "node_name": NODE, "plugin_dir": tmp_path, "registry_dir": tmp_path,
+        "cdi_dir": tmp_path / "cdi", "vgpu_dir": tmp_path / "vgpu", "metrics_listen": "",
+        "device_health": False, "mock_gpus_node_label": label, "mock_driver": str(LAYOUT),
+    }  # fmt: skip
+    settings = Settings.from_values(values)
+    cards = parse_label("1xh100-80gb", node=NODE, label=label)
+    (card,) = mock_driver_gpus(LAYOUT, settings.vgpu_dir, cards)
+    agent = build(settings, FakeApi(), gpus=(card,))
+    claim = allocated_claim(result(card.device_name, memory=f"{SHARE_MIB}Mi", cores="0"))
+    plan = agent.state.plan(claim, ClaimRef(namespace="team-a", name="share", uid=UID))
+    spec: dict[str, Any] = json.loads(plan.cdi_spec)
+    return card, spec
+
+
+def _applied(spec: dict[str, Any], container: Path, scratch: Path) -> dict[str, Any]:
+    """What a runtime makes of the spec, for a process of this machine: each library mount a
+    link in the container's library dir, the limits file at its path in a private /etc, and the
+    other mounts' container paths, in the env and the limits file, replaced by their host paths
+    (dirs made)."""
+    edits = [spec["containerEdits"], *(d["containerEdits"] for d in spec["devices"])]
+    env = dict(str(e).split("=", 1) for edit in edits for e in edit.get("env", []))
+    mounts = {m["containerPath"]: m["hostPath"] for e in edits for m in e.get("mounts", [])}
+    limits = limits_text(spec)
+    libs = container / "lib"
+    libs.mkdir(parents=True)
+    for inside, host in mounts.items():
+        if inside.startswith("/usr/lib/") and "/libvgpu" not in inside:
+            (libs / PurePosixPath(inside).name).symlink_to(host)
+        elif inside not in (LIMITS_MOUNT, "/etc/ld.so.preload") and "." not in inside:
+            Path(host).mkdir(parents=True, exist_ok=True)
+            env = {k: v.replace(inside, host) for k, v in env.items()}
+            limits = limits.replace(f"={inside}/", f"={host}/")
+    return {"env": env, "libs": libs, "wrapper": _in_private_etc(limits, scratch)}
+
+
+def test_the_agents_spec_for_a_mock_card_holds_a_ctypes_process_to_its_share(
+    agents_spec: tuple[Gpu, dict[str, Any]], tmp_path: Path
+) -> None:
+    if not _can_use_private_etc(tmp_path / "check"):
+        pytest.skip("needs root and unshare --mount with overlayfs for libvgpu's limits file")
+    card, spec = agents_spec
+    (tmp_path / "scratch").mkdir()
+    applied = _applied(spec, tmp_path / "container", tmp_path / "scratch")
+    env = {k: v for k, v in applied["env"].items() if not k.startswith("CUDA_DEVICE_")}
+    seen = _probe(applied["libs"], env=env, wrapper=applied["wrapper"], card=None)
+    assert seen["error"] is None, seen
+    assert (seen["total"], seen["nvml"]["total"]) == (SHARE, SHARE), seen
+    assert seen["within"]["result"] == 0, seen
+    assert seen["past"]["result"] == 2, seen
+    nvml = seen["nvml"]
+    assert (nvml["uuid"], nvml["name"]) == (card.uuid, card.product_name)
+    assert nvml["driver_version"] == card.driver_version
+
+
+def test_the_agents_spec_for_a_mock_card_presents_the_cards_memory(
+    agents_spec: tuple[Gpu, dict[str, Any]], tmp_path: Path
+) -> None:
+    """Without libvgpu, what the spec's settings make of the fake: the label's card, whole."""
+    card, spec = agents_spec
+    (tmp_path / "scratch").mkdir()
+    applied = _applied(spec, tmp_path / "container", tmp_path / "scratch")
+    seen = _probe(applied["libs"], env=applied["env"], preload=False, card=None)
+    assert seen["total"] == card.memory == 80 << 30, seen
