@@ -216,7 +216,7 @@ images-buildx: venv
 # Then the kind e2e recipe as another project runs it (e2e/kind/recipe.py, docs/kind-e2e.md): the
 # tier's cluster deleted, a cluster made with `kind create cluster --config
 # e2e/kind/plain/kind-config.yaml`, `hack/kind-e2e.sh all`, examples/kind-e2e with kube-scheduler
-# and with Volcano, that cluster deleted (about 5 min). `make e2e-kind-recipe` runs only that.
+# and with Volcano, that cluster deleted (about 3 min). `make e2e-kind-recipe` runs only that.
 # Never at the same time as the real-node tier (one lock for both). Needs root.
 KIND_SCENARIOS := $(sort $(wildcard e2e/kind/scenarios*.py))
 e2e-kind: venv cluster-bin-pinned helm-bin
