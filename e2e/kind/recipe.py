@@ -139,7 +139,10 @@ class Recipe:
                 self.timings[f"hack/kind-e2e.sh {match[1]}"] = float(match[2])
 
     def suite(self, workdir: Path, scheduler: str) -> None:
-        env = self.env(SCHEDULER=scheduler, PYTHON_IMAGE=PYTHON_IMAGE)
+        """The pytest suite, our kubectl plugin on PATH (its status test then must pass)."""
+        path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
+        env = self.env(SCHEDULER=scheduler, PYTHON_IMAGE=PYTHON_IMAGE, PATH=path,
+                       KUBECTL_VGPU="required")  # fmt: skip
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                    "test_gpu_sharing.py"]  # fmt: skip
         stream(command, env=env, cwd=workdir)

@@ -201,6 +201,31 @@ def test_the_agents_metrics_show_what_the_pod_holds(share: Json) -> None:
     assert limit == SHARE_MIB * MiB
 
 
+def kubectl_vgpu_installed() -> bool:
+    """Whether ``kubectl vgpu`` (vgpu-bridge's kubectl plugin) is on PATH; KUBECTL_VGPU=required
+    makes its absence a failure instead of a skip."""
+    done = subprocess.run([KUBECTL, "vgpu", "status", "--help"], capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    if done.returncode != 0 and os.environ.get("KUBECTL_VGPU") == "required":
+        raise AssertionError(f"kubectl vgpu is not installed: {done.stderr.strip()}")
+    return done.returncode == 0
+
+
+def test_kubectl_vgpu_status_shows_what_the_pod_holds(share: Json) -> None:
+    if not kubectl_vgpu_installed():
+        pytest.skip("kubectl vgpu not installed (krew install vgpu, or KUBECTL_VGPU=required)")
+
+    def used() -> int | None:
+        status = json.loads(kubectl("vgpu", "status", f"--namespace={NAMESPACE}", "-o", "json"))
+        shares = [s for card in status["cards"] for s in card["shares"] if s["pod"] == "share"]
+        assert len(shares) == 1, status
+        value: int | None = shares[0].get("usedMemory")
+        return value if value else None
+
+    held = wait_for(used, "kubectl vgpu status showing the share's used memory", timeout_s=90)
+    assert share["within"]["bytes"] <= held <= SHARE_MIB * MiB
+
+
 def card_memory_mib(uuid: str) -> int:
     """The card's memory, as its node agent published it in the ResourceSlices."""
     for item in get("resourceslices", f"--field-selector=spec.driver={DRIVER}")["items"]:
