@@ -18,12 +18,34 @@ from pathlib import Path
 
 import grpc
 
-from e2e.cluster import BoundPod
+from e2e.cluster import BoundPod, KubeClient
+from e2e.cluster.client import Json
 from e2e.waiting import wait_for
 from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.node.cdi import CdiLayout
 from vgpu_bridge.node.kubeletapi import dra_v1_pb2, dra_v1_pb2_grpc, pluginregistration_v1_pb2
 from vgpu_bridge.node.kubeletapi import pluginregistration_v1_pb2_grpc as registration_grpc
+
+RESOURCE = "/apis/resource.k8s.io/v1"
+
+
+def published_devices(kube: KubeClient, node: str) -> dict[str, Json]:
+    """The devices our driver's agent on `node` published (by name), once it has (20 s at most)."""
+    selector = f"spec.nodeName={node},spec.driver={DEFAULT.driver}"
+    slices = wait_for(
+        lambda: kube.items(f"{RESOURCE}/resourceslices", fieldSelector=selector) or None,
+        timeout_s=20,
+        what="the agent's slices",
+    )
+    return {d["name"]: d for s in slices for d in s["spec"]["devices"]}
+
+
+def remove_node(kube: KubeClient, node: str, driver: str = DEFAULT.driver) -> None:
+    """A test's fake Node and the slices `driver` published for it."""
+    kube.delete(f"/api/v1/nodes/{node}")
+    selector = f"spec.nodeName={node},spec.driver={driver}"
+    for item in kube.items(f"{RESOURCE}/resourceslices", fieldSelector=selector):
+        kube.delete(f"{RESOURCE}/resourceslices/{item['metadata']['name']}")
 
 
 def free_port() -> int:

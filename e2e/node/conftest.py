@@ -15,7 +15,7 @@ import pytest
 from e2e.cluster import KubeClient, KubeletStandIn, LocalCluster, create_fake_node
 from e2e.cluster.client import created_unless_present
 from e2e.dra_objects import device_class
-from e2e.node.agent import AgentProcess, GrpcPreparer, running_agent
+from e2e.node.agent import AgentProcess, GrpcPreparer, remove_node, running_agent
 from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.kube import KubeApi
 
@@ -93,7 +93,4 @@ def agent_on_node(
                 yield AgentOnNode(node, agent, preparer, standin)
             preparer.close()
     finally:
-        kube.delete(f"/api/v1/nodes/{node}")
-        selector = f"spec.nodeName={node},spec.driver={agent_driver}"
-        for item in kube.items(f"{RESOURCE}/resourceslices", fieldSelector=selector):
-            kube.delete(f"{RESOURCE}/resourceslices/{item['metadata']['name']}")
+        remove_node(kube, node, agent_driver)

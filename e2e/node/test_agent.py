@@ -12,6 +12,7 @@ import pytest
 from e2e.cluster import KubeClient
 from e2e.cluster.client import Json
 from e2e.dra_objects import pod_with_claim_template, quantity, share_template
+from e2e.node.agent import published_devices
 from e2e.node.conftest import AGENT_GPUS, AgentOnNode
 from e2e.pods import claim_of, only_result, running_pod
 from e2e.waiting import wait_for
@@ -40,13 +41,7 @@ def _spec(agent_on_node: AgentOnNode, claim_uid: str) -> Json:
 def test_the_agent_publishes_its_mock_gpus_for_its_node(
     kube: KubeClient, agent_on_node: AgentOnNode
 ) -> None:
-    selector = f"spec.nodeName={agent_on_node.node},spec.driver={DEFAULT.driver}"
-    slices = wait_for(
-        lambda: kube.items(f"{RESOURCE}/resourceslices", fieldSelector=selector) or None,
-        timeout_s=20,
-        what="the agent's slices",
-    )
-    devices = {d["name"]: d for s in slices for d in s["spec"]["devices"]}
+    devices = published_devices(kube, agent_on_node.node)
     assert sorted(devices) == ["gpu-0", "gpu-1"]
     assert devices["gpu-1"]["attributes"]["uuid"] == {"string": AGENT_GPUS[1]["uuid"]}
     assert devices["gpu-1"]["capacity"]["memory"]["value"] == "40Gi"

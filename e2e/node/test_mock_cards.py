@@ -18,9 +18,14 @@ import pytest
 from e2e.cluster import KubeClient, KubeletStandIn, LocalCluster, create_fake_node
 from e2e.cluster.client import Json
 from e2e.dra_objects import pod_with_claim_template, share_template
-from e2e.node.agent import AgentProcess, GrpcPreparer, running_agent
+from e2e.node.agent import (
+    AgentProcess,
+    GrpcPreparer,
+    published_devices,
+    remove_node,
+    running_agent,
+)
 from e2e.pods import claim_of, only_result, running_pod
-from e2e.waiting import wait_for
 from tests.unit.node.mock_driver_files import LIBS, VERSION, built_mock_driver
 from vgpu_bridge.core import DEFAULT
 from vgpu_bridge.node.mock_cards import card_uuid
@@ -52,23 +57,14 @@ def labelled_agent(
                 yield node, agent, standin
             preparer.close()
     finally:
-        kube.delete(f"/api/v1/nodes/{node}")
-        selector = f"spec.nodeName={node},spec.driver={DEFAULT.driver}"
-        for item in kube.items(f"{RESOURCE}/resourceslices", fieldSelector=selector):
-            kube.delete(f"{RESOURCE}/resourceslices/{item['metadata']['name']}")
+        remove_node(kube, node)
 
 
 def test_the_agent_publishes_the_cards_its_nodes_label_names(
     kube: KubeClient, labelled_agent: tuple[str, AgentProcess, KubeletStandIn]
 ) -> None:
     node = labelled_agent[0]
-    selector = f"spec.nodeName={node},spec.driver={DEFAULT.driver}"
-    slices = wait_for(
-        lambda: kube.items(f"{RESOURCE}/resourceslices", fieldSelector=selector) or None,
-        timeout_s=20,
-        what="the agent's slices",
-    )
-    devices = {d["name"]: d for s in slices for d in s["spec"]["devices"]}
+    devices = published_devices(kube, node)
     assert sorted(devices) == ["gpu-0", "gpu-1"]
     for index in range(2):
         attributes = devices[f"gpu-{index}"]["attributes"]
