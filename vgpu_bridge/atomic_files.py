@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -31,6 +32,21 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = 
         raise
     if durable:
         fsync_dir(path.parent)
+
+
+def holds(path: Path, data: bytes, mode: int) -> bool:
+    """Whether `path` is already a regular file with exactly `data` and `mode` (read without
+    following a link): an installer leaves it alone, so running readers keep their inode."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size != len(data):  # a dir in the way, too
+        os.close(fd)
+        return False
+    with os.fdopen(fd, "rb") as handle:
+        return stat.S_IMODE(info.st_mode) == mode and handle.read(len(data) + 1) == data
 
 
 def fsync_dir(directory: Path) -> None:

@@ -12,14 +12,13 @@ The host's own /etc/ld.so.preload is never touched.
 from __future__ import annotations
 
 import argparse
-import stat
 import struct
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from vgpu_bridge.atomic_files import write_atomic
+from vgpu_bridge.atomic_files import holds, write_atomic
 from vgpu_bridge.flag_settings import flag_of
 from vgpu_bridge.node.cdi import CLAIMS_DIR, CONTAINER_LIBRARY, LIBRARY_FILE, PRELOAD_FILE
 from vgpu_bridge.node.settings import InstallSettings
@@ -126,27 +125,13 @@ def install(source: Path, vgpu_dir: Path) -> list[str]:
 
 
 def _put(path: Path, data: bytes, mode: int) -> str:
-    if _holds(path, data, mode):
+    if holds(path, data, mode):
         return f"{path}: unchanged"
     try:
         write_atomic(path, data, mode=mode)
     except OSError as error:
         raise InstallError("vgpu_dir", f"cannot write {path}: {_reason(error)}") from None
     return f"{path}: written"
-
-
-def _holds(path: Path, data: bytes, mode: int) -> bool:
-    """`path` is a regular file with exactly `data` and `mode`."""
-    try:
-        status = path.lstat()
-        return (
-            stat.S_ISREG(status.st_mode)
-            and stat.S_IMODE(status.st_mode) == mode
-            and status.st_size == len(data)
-            and path.read_bytes() == data
-        )
-    except OSError:
-        return False
 
 
 def _reason(error: OSError) -> str:

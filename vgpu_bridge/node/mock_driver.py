@@ -20,19 +20,18 @@ whole dir. A link or non-dir in the way on the host side is refused, never follo
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from vgpu_bridge.atomic_files import write_atomic
+from vgpu_bridge.atomic_files import holds, write_atomic
 from vgpu_bridge.node.driver_root import (
     CUDA_LIBRARY,
     DRIVER_VERSION,
     DriverRootError,
-    DriverStack,
-    discover,
 )
 from vgpu_bridge.node.gpus import Gpu
 
@@ -86,17 +85,12 @@ def install(source: Path, vgpu_dir: Path) -> MockDriverCopy:
         data, mode = _read(source / relative)
         target = root / relative
         _ensure_dirs(vgpu_dir, target.parent)
-        if _holds(target, data, mode):
+        if holds(target, data, mode):
             unchanged.append(relative)
             continue
         write_atomic(target, data, mode=mode)
         written.append(relative)
     return MockDriverCopy(root, versions[0], tuple(written), tuple(unchanged))
-
-
-def stack(copy: MockDriverCopy, *, machine: str) -> DriverStack:
-    """The copy as a driver root (found as a real driver's files are)."""
-    return discover(root=copy.root, mount=copy.root, version=copy.version, machine=machine)
 
 
 def for_mock_driver(gpus: tuple[Gpu, ...], version: str) -> tuple[Gpu, ...]:
@@ -117,14 +111,7 @@ def for_mock_driver(gpus: tuple[Gpu, ...], version: str) -> tuple[Gpu, ...]:
             f"mock GPUs {', '.join(other)} name another driver version than the mock driver's "
             f"{version}: leave driverVersion out of the mock list, or set it to {version}"
         )
-    return tuple(_at_version(gpu, version) for gpu in gpus)
-
-
-def _at_version(gpu: Gpu, version: str) -> Gpu:
-    return Gpu(index=gpu.index, uuid=gpu.uuid, product_name=gpu.product_name, memory=gpu.memory,
-               minor=gpu.minor, architecture=gpu.architecture,
-               compute_capability=gpu.compute_capability, driver_version=version,
-               sm_count=gpu.sm_count)  # fmt: skip
+    return tuple(dataclasses.replace(gpu, driver_version=version) for gpu in gpus)
 
 
 def _regular_files(source: Path) -> list[str]:
@@ -188,19 +175,6 @@ def _ensure_dirs(base: Path, directory: Path) -> None:
         info = _lstat(path)
         if not stat.S_ISDIR(info.st_mode):
             raise MockDriverError(f"mock driver: {path} on the host is {_kind(info)}, not a dir")
-
-
-def _holds(path: Path, data: bytes, mode: int) -> bool:
-    """`path` is a regular file with exactly `data` and `mode` (read without following links)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_size != len(data):
-            return False
-        return stat.S_IMODE(info.st_mode) == mode and handle.read(len(data) + 1) == data
 
 
 def _lstat(path: Path) -> os.stat_result:

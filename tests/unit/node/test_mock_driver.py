@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.node.mock_driver_files import LIBS, VERSION, built_mock_driver, lay_out_mock_driver
+from vgpu_bridge.node.driver_root import discover
 from vgpu_bridge.node.gpus import Gpu
 from vgpu_bridge.node.mock_cards import parse_label
 from vgpu_bridge.node.mock_driver import (
@@ -18,7 +19,6 @@ from vgpu_bridge.node.mock_driver import (
     for_mock_driver,
     install,
     mock_driver_dir,
-    stack,
 )
 
 
@@ -137,7 +137,7 @@ def test_the_copy_is_found_as_a_driver_root_with_the_fakes_sonames(
     source: Path, tmp_path: Path
 ) -> None:
     copy = install(source, tmp_path / "vgpu")
-    found = stack(copy, machine="x86_64")
+    found = discover(root=copy.root, mount=copy.root, version=copy.version, machine="x86_64")
     assert found.root == copy.root
     assert {(lib.name, lib.soname) for lib in found.libraries} == {
         ("libcuda", "libcuda.so.1"),
@@ -168,5 +168,5 @@ def test_mock_cards_of_another_driver_version_are_refused() -> None:
 def test_the_layout_native_vgpu_builds_for_the_image_is_taken_as_it_is(tmp_path: Path) -> None:
     copy = install(built_mock_driver(), tmp_path / "vgpu")
     assert copy.version == VERSION
-    found = stack(copy, machine="x86_64")
+    found = discover(root=copy.root, mount=copy.root, version=copy.version, machine="x86_64")
     assert sorted(lib.soname for lib in found.libraries) == ["libcuda.so.1", "libnvidia-ml.so.1"]
