@@ -88,7 +88,10 @@ def install(source: Path, vgpu_dir: Path) -> MockDriverCopy:
         if holds(target, data, mode):
             unchanged.append(relative)
             continue
-        write_atomic(target, data, mode=mode)
+        try:
+            write_atomic(target, data, mode=mode)
+        except OSError as error:  # a dir in the way, a full or read-only disk
+            raise MockDriverError(f"mock driver: cannot write {target}: {error.strerror}") from None
         written.append(relative)
     return MockDriverCopy(root, versions[0], tuple(written), tuple(unchanged))
 

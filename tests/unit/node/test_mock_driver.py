@@ -94,6 +94,17 @@ def test_a_link_in_the_way_on_the_host_is_refused_never_followed(
     assert list(elsewhere.iterdir()) == []
 
 
+def test_a_dir_in_a_files_place_on_the_host_is_refused_with_the_reason(
+    source: Path, tmp_path: Path
+) -> None:
+    first = sorted(p for p in source.rglob("*") if p.is_file())[0]
+    in_the_way = mock_driver_dir(tmp_path / "vgpu") / first.relative_to(source)
+    in_the_way.mkdir(parents=True)
+    with pytest.raises(MockDriverError, match=f"cannot write {in_the_way}: Is a directory"):
+        install(source, tmp_path / "vgpu")
+    assert in_the_way.is_dir()
+
+
 def test_a_link_planted_at_a_files_place_on_the_host_is_replaced_not_written_through(
     source: Path, tmp_path: Path
 ) -> None:
