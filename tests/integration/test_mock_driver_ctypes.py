@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from tests.native_workload import NATIVE
+from tests.unit.node.agent_settings import agent_settings
 from tests.unit.node.claims import NODE, UID, allocated_claim, result
 from tests.unit.node.fake_api import FakeApi
 from vgpu_bridge.node.app import build, mock_driver_gpus
@@ -36,7 +37,6 @@ from vgpu_bridge.node.cdi import LIMITS_MOUNT, limits_text
 from vgpu_bridge.node.driver_root import DriverStack, discover
 from vgpu_bridge.node.gpus import Gpu
 from vgpu_bridge.node.mock_cards import parse_label
-from vgpu_bridge.node.settings import Settings
 from vgpu_bridge.node.state import ClaimRef
 
 PROBE = Path(__file__).resolve().parents[2] / "examples" / "kind-e2e" / "cuda_share_probe.py"
@@ -200,12 +200,8 @@ def agents_spec(stack: DriverStack, tmp_path: Path) -> tuple[Gpu, dict[str, Any]
     """The agent's spec for a 4 GiB share of the first card of `1xh100-80gb`, with the stand-in
     driver copied from the layout under its vgpu dir, as `--mock-driver` does."""
     label = "vgpu-bridge.io/mock-gpus"
-    values = {
-        "node_name": NODE, "plugin_dir": tmp_path, "registry_dir": tmp_path,
-        "cdi_dir": tmp_path / "cdi", "vgpu_dir": tmp_path / "vgpu", "metrics_listen": "",
-        "device_health": False, "mock_gpus_node_label": label, "mock_driver": str(LAYOUT),
-    }  # fmt: skip
-    settings = Settings.from_values(values)
+    settings = agent_settings(tmp_path, device_health=False, mock_gpus_node_label=label,
+                              mock_driver=str(LAYOUT))  # fmt: skip
     cards = parse_label("1xh100-80gb", node=NODE, label=label)
     (card,) = mock_driver_gpus(LAYOUT, settings.vgpu_dir, cards)
     agent = build(settings, FakeApi(), gpus=(card,))

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.node.claims import NODE, UID, allocated_claim, result
+from tests.unit.node.agent_settings import agent_settings
+from tests.unit.node.claims import UID, allocated_claim, result
 from tests.unit.node.driver_install import VERSION, install_driver
 from tests.unit.node.fake_api import FakeApi
 from vgpu_bridge.node.app import build, driver_watch, workers
@@ -24,11 +25,7 @@ MOCK = f"[{{uuid: GPU-aaaa, productName: H100, memory: 80Gi, driverVersion: '{VE
 
 
 def _settings(tmp_path: Path, **extra: object) -> Settings:
-    return Settings.from_values(
-        {"node_name": NODE, "plugin_dir": tmp_path, "registry_dir": tmp_path,
-         "cdi_dir": tmp_path / "cdi", "vgpu_dir": tmp_path / "vgpu", "metrics_listen": "",
-         "mock_gpus": MOCK, "device_health": False, **extra}
-    )  # fmt: skip
+    return agent_settings(tmp_path, **{"mock_gpus": MOCK, "device_health": False, **extra})
 
 
 def _container_paths(tmp_path: Path, settings: Settings) -> list[str]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.node.agent_settings import agent_settings
 from tests.unit.node.claims import NODE, UID, allocated_claim, result
 from tests.unit.node.fake_api import FakeApi
 from tests.unit.node.mock_driver_files import VERSION, lay_out_mock_driver
@@ -24,11 +25,7 @@ LABEL = "vgpu-bridge.io/mock-gpus"
 
 
 def _settings(tmp_path: Path, **extra: object) -> Settings:
-    return Settings.from_values(
-        {"node_name": NODE, "plugin_dir": tmp_path, "registry_dir": tmp_path,
-         "cdi_dir": tmp_path / "cdi", "vgpu_dir": tmp_path / "vgpu", "metrics_listen": "",
-         "device_health": False, **extra}
-    )  # fmt: skip
+    return agent_settings(tmp_path, **{"device_health": False, **extra})
 
 
 def _spec(settings: Settings, gpus: Any, *devices: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from tests.unit.node.claims import NODE
+from tests.unit.node.agent_settings import agent_settings
 from tests.unit.node.fake_api import FakeApi
 from vgpu_bridge.flag_settings import SettingsError
 from vgpu_bridge.node.app import build
@@ -23,11 +23,7 @@ MOCK = (
 
 
 def _settings(tmp_path: Path, **extra: object) -> Settings:
-    return Settings.from_values(
-        {"node_name": NODE, "plugin_dir": tmp_path, "registry_dir": tmp_path,
-         "cdi_dir": tmp_path / "cdi", "vgpu_dir": tmp_path / "vgpu", "metrics_listen": "",
-         "mock_gpus": MOCK, **extra}
-    )  # fmt: skip
+    return agent_settings(tmp_path, **{"mock_gpus": MOCK, **extra})
 
 
 def _taints(api: FakeApi) -> dict[str, list[dict[str, str]]]:
