@@ -39,7 +39,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.day2_load import CREATED, Load, RawApi, counts, create_once, first_details, running
+from bench.day2_load import (
+    CREATED,
+    Load,
+    Outcome,
+    RawApi,
+    counts,
+    create_once,
+    first_details,
+    running,
+)
 from e2e.cluster.settings import Settings
 from e2e.kind import day2
 from e2e.kind.cluster import GPU_NODE_LABEL, NAMESPACE, RELEASE, Kind, down, load_images, up
@@ -330,23 +339,35 @@ def failed(load_counts: dict[str, int]) -> int:
 # --- the scenarios -------------------------------------------------------------------------------
 
 
-def webhook_upgrade(ctx: Day2) -> None:
-    """1. helm upgrade previous -> this tree while creates arrive at ctx.rate."""
-    name = "1 webhook upgrade"
-    ctx.install_previous()
+@dataclass(frozen=True)
+class Roll:
+    """One webhook roll under the load: every outcome, and when (load seconds) the roll began,
+    its command returned, and the old replicas were gone."""
+
+    outcomes: list[Outcome]
+    began: float
+    commanded: float
+    ended: float
+
+
+def roll_under_load(ctx: Day2, command: Callable[[], None]) -> Roll:
+    """`command` (a roll of the webhook) under the load: 5 s of load before it, until the old
+    replicas are gone (they drain after the command is satisfied), and 5 s after."""
     load = ctx.load()
     with running(load):
         time.sleep(5)
         began = load.now_s()
-        ctx.install_current()
-        helm_s = load.now_s() - began
-        wait_old_replicas_gone(ctx.api)  # they drain after helm's --wait is satisfied
+        command()
+        commanded = load.now_s()
+        wait_old_replicas_gone(ctx.api)
         ended = load.now_s()
         time.sleep(5)
-    outcomes = load.stop()
-    window = counts(outcomes, began, ended + 5)
-    ctx.row(name, "helm upgrade --wait took", f"{helm_s:.1f} s")
-    ctx.row(name, "until the old replicas were gone", f"{ended - began:.1f} s")
+    return Roll(load.stop(), began, commanded, ended)
+
+
+def roll_rows(ctx: Day2, name: str, roll: Roll) -> None:
+    """The creates due during the roll (and 5 s after), and how they went (goal: all created)."""
+    window = counts(roll.outcomes, roll.began, roll.ended + 5)
     ctx.row(name, f"creates due during the roll (+5 s) at {ctx.rate:g}/s", sum(window.values()))
     ctx.row(
         name,
@@ -354,8 +375,18 @@ def webhook_upgrade(ctx: Day2) -> None:
         outcome_summary(window),
         "0 not created",
     )
-    ctx.row(name, "not created, whole run", failed(counts(outcomes)))
-    for detail in first_details(outcomes):
+
+
+def webhook_upgrade(ctx: Day2) -> None:
+    """1. helm upgrade previous -> this tree while creates arrive at ctx.rate."""
+    name = "1 webhook upgrade"
+    ctx.install_previous()
+    roll = roll_under_load(ctx, ctx.install_current)
+    ctx.row(name, "helm upgrade --wait took", f"{roll.commanded - roll.began:.1f} s")
+    ctx.row(name, "until the old replicas were gone", f"{roll.ended - roll.began:.1f} s")
+    roll_rows(ctx, name, roll)
+    ctx.row(name, "not created, whole run", failed(counts(roll.outcomes)))
+    for detail in first_details(roll.outcomes):
         ctx.row(name, "a refusal said", detail)
     webhook_roll_of_this_tree(ctx)
 
@@ -364,27 +395,17 @@ def webhook_roll_of_this_tree(ctx: Day2) -> None:
     """1b. the roll every later upgrade is: replicas of this tree (which drain) replaced under
     load; the upgrade from the previous release stops replicas of that release, which do not."""
     name = "1b webhook roll, this tree -> this tree"
-    load = ctx.load()
     deployment = f"deployment/{RELEASE}-webhook"
-    with running(load):
-        time.sleep(5)
-        began = load.now_s()
+
+    def restart() -> None:
         run([*ctx.kind.kubectl, "-n", NAMESPACE, "rollout", "restart", deployment])
         run([*ctx.kind.kubectl, "-n", NAMESPACE, "rollout", "status", deployment])
-        wait_old_replicas_gone(ctx.api)
-        ended = load.now_s()
-        time.sleep(5)
-    outcomes = load.stop()
-    window = counts(outcomes, began, ended + 5)
-    ctx.row(name, "rollout restart until the old replicas were gone", f"{ended - began:.1f} s")
-    ctx.row(name, f"creates due during the roll (+5 s) at {ctx.rate:g}/s", sum(window.values()))
-    ctx.row(
-        name,
-        "refused / timed out / other during the roll",
-        outcome_summary(window),
-        "0 not created",
-    )
-    for detail in first_details([o for o in outcomes if o.due_s >= began]):
+
+    roll = roll_under_load(ctx, restart)
+    ctx.row(name, "rollout restart until the old replicas were gone",
+            f"{roll.ended - roll.began:.1f} s")  # fmt: skip
+    roll_rows(ctx, name, roll)
+    for detail in first_details([o for o in roll.outcomes if o.due_s >= roll.began]):
         ctx.row(name, "a refusal said", detail)
 
 
