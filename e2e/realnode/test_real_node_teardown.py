@@ -87,7 +87,8 @@ def test_down_from_another_process_after_the_starter_is_gone(e2e_settings: Setti
             timeout_s=120,
             what="the pod left running",
         )
-        assert host.read_sysctls() != before
+        # the kubelet's value; not "changed from before": a host may hold it already
+        assert host.read_sysctls()["vm/overcommit_memory"] == "1"
         assert host.mounts_under(layout.run, layout.root)
         assert host.cgroup_pids(layout)
     finally:
