@@ -8,11 +8,9 @@ nothing prepares its results (the real-node tier has a stand-in that does)."""
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import yaml
@@ -33,6 +31,7 @@ from e2e.nvidia.cluster import (
 )
 from e2e.nvidia.slices import NVIDIA_DRIVER, NvidiaCard, mock_uuid
 from e2e.pods import get_pod, running_pod, unschedulable_condition
+from e2e.upstream_examples import hami_examples
 from e2e.waiting import stays, wait_for
 from e2e.webhook.helpers import create_pod, gpu_pod, serve_namespace
 from e2e.webhook.process import WebhookProcess, running_webhook
@@ -47,10 +46,7 @@ MODES = ["100", "4", "memory", "unlimited"]
 CARD = NvidiaCard(minor=0, uuid=mock_uuid(0))  # the mock's H100: 80Gi
 CARD_MIB = CARD.memory_bytes // MIB
 #: HAMi's own example (../shared/upstream-examples/hami), applied as users apply it
-UPSTREAM_EXAMPLES = Path(
-    os.environ.get("VGPU_BRIDGE_UPSTREAM_EXAMPLES")
-    or Path(__file__).resolve().parents[2] / "shared" / "upstream-examples" / "hami"
-)
+UPSTREAM_EXAMPLES = hami_examples()
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from e2e.upstream_examples import hami_examples
 from tests.cli_runner import run_cli
 
-#: HAMi's own example manifests are not ours to commit: they are read from the reference checkout
-#: beside the repository (`../shared`), or from where VGPU_BRIDGE_UPSTREAM_EXAMPLES points
-EXAMPLES = Path(
-    os.environ.get("VGPU_BRIDGE_UPSTREAM_EXAMPLES")
-    or Path(__file__).resolve().parents[3] / "shared" / "upstream-examples" / "hami"
-)
+#: HAMi's own example manifests are not ours to commit (e2e/upstream_examples.py says where from)
+EXAMPLES = hami_examples()
 INVENTORY = "--inventory {data}/inventory-two-sizes.yaml"
 REFUSED = {"dynamic_mig_example.yaml": "asks for MIG hardware isolation"}
 UNCHANGED = {"mig_example.yaml"}
@@ -28,7 +25,8 @@ def _examples() -> list[Path]:
     found = sorted(EXAMPLES.glob("*.yaml"))
     assert found, (
         f"no upstream examples under {EXAMPLES}: check out the reference dir beside the "
-        "repository (../shared) or set VGPU_BRIDGE_UPSTREAM_EXAMPLES to HAMi's examples"
+        "repository (../shared) or beside the checkout it was cloned from, or set "
+        "VGPU_BRIDGE_UPSTREAM_EXAMPLES to HAMi's examples"
     )
     return found
 

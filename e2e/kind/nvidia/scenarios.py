@@ -11,17 +11,14 @@ the same card gets its own share, and Unprepare leaves no CDI file of either dri
 from __future__ import annotations
 
 import json
-import os
 import secrets
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
 
-from e2e.cluster.settings import REPO_ROOT
 from e2e.kind import cudaimage
 from e2e.kind.nvidia import driverroot, modes, plugin
 from e2e.kind.nvidia.tier import HAMI_EXAMPLE_IMAGE
@@ -39,6 +36,7 @@ from e2e.kind.scenarios import (
     wait_running,
 )
 from e2e.realnode.product import parse
+from e2e.upstream_examples import hami_examples
 from e2e.waiting import wait_for
 from vgpu_bridge.core import DEFAULT, ENFORCER_DRIVER, ENFORCER_REQUEST
 from vgpu_bridge.kube import KubeApi
@@ -52,10 +50,7 @@ ENFORCER_DEVICE = "enforcer"
 LIMITS_MOUNT = "/etc/vgpu-bridge/limits.conf"
 CRICTL = ("crictl", "--runtime-endpoint", "unix:///run/containerd/containerd.sock")
 #: HAMi's own examples, beside the checkout as the team keeps them (or where the variable says)
-UPSTREAM_EXAMPLES = Path(
-    os.environ.get("VGPU_BRIDGE_UPSTREAM_EXAMPLES")
-    or REPO_ROOT.parent / "shared" / "upstream-examples" / "hami"
-)
+UPSTREAM_EXAMPLES = hami_examples()
 
 
 @pytest.fixture(scope="module")
