@@ -33,6 +33,7 @@ from vgpu_bridge.node.driver_root import (
     DRIVER_VERSION,
     DriverRootError,
 )
+from vgpu_bridge.node.files import UnsafeFile, read_regular
 from vgpu_bridge.node.gpus import Gpu
 
 MOCK_DRIVER_DIR = "mock-driver"  # in the vgpu dir: the copy, removed at uninstall
@@ -146,21 +147,15 @@ def _regular_files(source: Path) -> list[str]:
 
 
 def _read(path: Path) -> tuple[bytes, int]:
-    """The file's bytes (never through a link) and the mode its copy gets."""
+    """The file's bytes (never through a link, at most MAX_FILE_BYTES) and its copy's mode."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        data = read_regular(path, max_bytes=MAX_FILE_BYTES)
+        mode = os.lstat(path).st_mode
+    except UnsafeFile as error:  # "<path>: too big (over N bytes)"; an OSError too
+        raise MockDriverError(f"mock driver: {error}") from None
     except OSError as error:
         raise MockDriverError(f"mock driver: {path}: {error.strerror}") from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
-            raise MockDriverError(
-                f"mock driver: {path}: not a regular file of at most {MAX_FILE_BYTES} bytes"
-            )
-        data = handle.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise MockDriverError(f"mock driver: {path}: over {MAX_FILE_BYTES} bytes")
-    return data, 0o755 if info.st_mode & 0o111 else 0o644
+    return data, 0o755 if mode & 0o111 else 0o644
 
 
 def _ensure_dirs(base: Path, directory: Path) -> None:

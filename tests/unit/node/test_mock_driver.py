@@ -144,6 +144,17 @@ def test_a_tree_of_too_many_files_is_refused(source: Path, tmp_path: Path) -> No
         install(source, tmp_path / "vgpu")
 
 
+def test_a_file_over_the_size_bound_is_refused_and_nothing_is_copied(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("vgpu_bridge.node.mock_driver.MAX_FILE_BYTES", 64)
+    big = next(path for path in source.rglob("libcuda.so.*") if path.is_file())
+    big.write_bytes(b"x" * 65)
+    with pytest.raises(MockDriverError, match=f"mock driver: {big}: too big \\(over 64 bytes\\)"):
+        install(source, tmp_path / "vgpu")
+    assert not any((tmp_path / "vgpu").rglob("libcuda*"))
+
+
 def test_the_copy_is_found_as_a_driver_root_with_the_fakes_sonames(
     source: Path, tmp_path: Path
 ) -> None:
