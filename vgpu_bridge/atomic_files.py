@@ -36,9 +36,10 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = 
 
 def holds(path: Path, data: bytes, mode: int) -> bool:
     """Whether `path` is already a regular file with exactly `data` and `mode` (read without
-    following a link): an installer leaves it alone, so running readers keep their inode."""
+    following a link, nor waiting at a FIFO's open): an installer leaves it alone, so running
+    readers keep their inode."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
     info = os.fstat(fd)

@@ -46,17 +46,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vgpu_bridge.atomic_files import write_atomic
+from vgpu_bridge.atomic_files import holds, write_atomic
 from vgpu_bridge.node.allocation import ClaimShares
 from vgpu_bridge.node.driver_root import DriverStack
-from vgpu_bridge.node.files import UnsafeFile, read_regular, remove, remove_tree
+from vgpu_bridge.node.files import remove, remove_tree
 from vgpu_bridge.node.names import UUID
 
 Json = dict[str, Any]
@@ -356,15 +355,6 @@ def _is_dir_of_mode(path: Path, mode: int) -> bool:
     return stat.S_ISDIR(found) and stat.S_IMODE(found) == mode
 
 
-def _limits_are(path: Path, text: str) -> bool:
-    try:
-        data = read_regular(path, max_bytes=LIMITS_MAX_BYTES)
-        mode = os.lstat(path).st_mode
-    except (OSError, UnsafeFile):
-        return False
-    return data == text.encode() and stat.S_IMODE(mode) == LIMITS_FILE_MODE
-
-
 def spec_is_current(text: str, claim_uid: str, layout: CdiLayout) -> bool:
     """The spec file exists with exactly this content, so does the limits file it mounts, and
     the dirs it mounts, each with its mode."""
@@ -383,7 +373,7 @@ def spec_is_current(text: str, claim_uid: str, layout: CdiLayout) -> bool:
         return False
     return (
         on_disk == text
-        and _limits_are(layout.limits_path(claim_uid), limits)
+        and holds(layout.limits_path(claim_uid), limits.encode(), LIMITS_FILE_MODE)
         and all(_is_dir_of_mode(path, mode) for path, mode in dirs)
     )
 

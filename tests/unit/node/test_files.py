@@ -7,12 +7,14 @@ import os
 import resource
 import shutil
 import threading
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
 
-from vgpu_bridge.atomic_files import write_atomic
+from vgpu_bridge.atomic_files import holds, write_atomic
 from vgpu_bridge.node.files import (
     OutsideRoot,
     UnsafeFile,
@@ -72,14 +74,17 @@ def test_the_mode_is_set_on_the_descriptor_never_by_path(
 LIMIT = 4096
 
 
-def _read_in_thread(path: Path) -> tuple[bool, object]:
+def _read_in_thread(
+    path: Path, reader: Callable[[Path], object] | None = None
+) -> tuple[bool, object]:
     """Read `path` in a thread: whether the read finished (a generous 10 s: a read that blocks
     on a FIFO or streams /dev/zero never does) and what it gave or raised."""
     outcome: list[object] = []
+    read_path = reader or partial(read_regular, max_bytes=LIMIT)
 
     def read() -> None:
         try:
-            outcome.append(read_regular(path, max_bytes=LIMIT))
+            outcome.append(read_path(path))
         except OSError as error:
             outcome.append(error)
 
@@ -108,6 +113,25 @@ def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
     assert finished
     assert isinstance(outcome, UnsafeFile)
     assert "not a regular file" in str(outcome)
+
+
+def test_holds_only_a_regular_file_of_the_same_bytes_and_mode(tmp_path: Path) -> None:
+    path = tmp_path / "libvgpu.so"
+    write_atomic(path, b"elf", mode=0o644)
+    assert holds(path, b"elf", 0o644)
+    assert not holds(path, b"elf", 0o755)
+    assert not holds(path, b"elf!", 0o644)
+    assert not holds(tmp_path / "missing", b"elf", 0o644)
+    (tmp_path / "link").symlink_to(path)
+    assert not holds(tmp_path / "link", b"elf", 0o644)  # the link is not followed
+
+
+def test_holds_answers_no_for_a_fifo_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    path = tmp_path / "libvgpu.so"
+    os.mkfifo(path, 0o644)
+    finished, outcome = _read_in_thread(path, lambda p: holds(p, b"", 0o644))
+    assert finished
+    assert outcome is False
 
 
 def test_a_file_over_the_bound_is_refused_and_read_no_further(tmp_path: Path) -> None:
