@@ -170,16 +170,25 @@ class Agent:
         self.state.close()
 
 
-def find_driver_stack(settings: Settings, gpus: Sequence[Gpu]) -> DriverStack | None:
-    """The driver files under --driver-root at the GPUs' driver version, found once at start
-    (DriverRootError when libcuda is not there), or the stand-in driver's copy under the vgpu
-    dir (`mock_driver.py`, copied by `serve` first); None without either."""
-    root, mount = settings.driver_root_path, settings.driver_root_mount_path
+def driver_paths(settings: Settings) -> tuple[Path, Path] | None:
+    """The containers' driver as (its root on the host, where this process reads it): the
+    stand-in driver's copy under the vgpu dir (`mock_driver.py`, the same path in both), or
+    --driver-root; None without either."""
     if settings.mock_driver:
-        root = mount = mock_driver_dir(settings.vgpu_dir)
-    if root is None or mount is None:
+        copy = mock_driver_dir(settings.vgpu_dir)
+        return copy, copy
+    root, mount = settings.driver_root_path, settings.driver_root_mount_path
+    return (root, mount) if root is not None and mount is not None else None
+
+
+def find_driver_stack(settings: Settings, gpus: Sequence[Gpu]) -> DriverStack | None:
+    """The driver files at `driver_paths` at the GPUs' driver version, found once at start
+    (DriverRootError when libcuda is not there; the stand-in's copy is made by `serve` first);
+    None without a driver."""
+    paths = driver_paths(settings)
+    if paths is None:
         return None
-    return discover(root=root, mount=mount, version=driver_version(gpus),
+    return discover(root=paths[0], mount=paths[1], version=driver_version(gpus),
                     machine=os.uname().machine)  # fmt: skip
 
 
@@ -342,8 +351,8 @@ def workers(agent: Agent, stop: threading.Event) -> list[threading.Thread]:
 def driver_watch(agent: Agent, stop: threading.Event) -> Callable[[], None]:
     """A check that sets `stop` once the driver's libcuda is gone (a driver upgrade or removal):
     the agent's restart, the DaemonSet's, then finds the new driver (or waits for it)."""
-    stack = agent.driver_stack
-    mount = agent.settings.driver_root_mount_path or (stack.root if stack else None)
+    stack, paths = agent.driver_stack, driver_paths(agent.settings)
+    mount = paths[1] if paths else None
 
     def check() -> None:
         if stack is None or mount is None or still_installed(stack, mount):

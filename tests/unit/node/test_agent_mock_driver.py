@@ -5,6 +5,7 @@ claim's cards; its flags go only with mock cards, and one source of mock cards a
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from tests.unit.node.claims import NODE, UID, allocated_claim, result
 from tests.unit.node.fake_api import FakeApi
 from tests.unit.node.mock_driver_files import VERSION, lay_out_mock_driver
 from vgpu_bridge.flag_settings import SettingsError
-from vgpu_bridge.node.app import build, mock_driver_gpus
+from vgpu_bridge.node.app import build, driver_watch, find_driver_stack, mock_driver_gpus
 from vgpu_bridge.node.gpus import mock_gpus
 from vgpu_bridge.node.mock_cards import parse_label
 from vgpu_bridge.node.settings import Settings
@@ -79,6 +80,21 @@ def test_a_claim_on_cards_of_two_sizes_gets_the_larger_as_the_fakes_memory(
     assert f"FAKE_CUDA_MEMORY={80 * 2**30}" in env
     assert "FAKE_NVML_NAME=A" in env
     assert not any(entry.startswith("FAKE_CUDA_SM_COUNT=") for entry in env)  # the fake's own
+
+
+def test_the_driver_watch_looks_at_the_stand_in_drivers_copy(tmp_path: Path) -> None:
+    source = lay_out_mock_driver(tmp_path / "image")
+    settings = _settings(tmp_path, mock_gpus_node_label=LABEL, mock_driver=str(source))
+    gpus = mock_driver_gpus(source, settings.vgpu_dir, parse_label("1xl4-24gb", node=NODE,
+                                                                   label=LABEL))  # fmt: skip
+    agent = build(settings, FakeApi(), gpus=gpus, driver_stack=find_driver_stack(settings, gpus))
+    stop = threading.Event()
+    check = driver_watch(agent, stop)
+    check()
+    assert not stop.is_set()
+    (settings.vgpu_dir / "mock-driver/usr/lib/x86_64-linux-gnu" / f"libcuda.so.{VERSION}").unlink()
+    check()
+    assert stop.is_set()
 
 
 def test_mock_cards_without_the_stand_in_driver_get_no_driver_and_no_fake_settings(
