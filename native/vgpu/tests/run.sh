@@ -156,6 +156,8 @@ all_cases() { # every CASE(...) of tests/BINARY.c
 	sed -n 's/^[[:space:]]*CASE(\([a-z0-9_]*\)),$/\1/p' "$HERE/$1.c"
 }
 
+# test_memory's cases but the reordered one (run alone, below), for every run of the whole file
+MEMORY_CASES=$(all_cases test_memory | grep -v reordered)
 VARIANTS="plain san"
 [ "$TEST_ARCH" = host ] || VARIANTS=plain # no ASan runtime for the cross build
 for variant in $VARIANTS; do
@@ -189,12 +191,12 @@ for variant in $VARIANTS; do
 		timeout 60 "$T/test_hooks" missing_real_symbols_report_not_supported
 	run test_memory "${FAKE[@]}" "${LIM[@]}" CUDA_DEVICE_MEMORY_LIMIT_1=256m FAKE_CUDA_DEVICES=2 \
 		CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_memory" \
-		$(sed -n 's/^[[:space:]]*CASE(\([a-z_]*\)),$/\1/p' "$HERE/test_memory.c" | grep -v reordered)
+		$MEMORY_CASES
 	if [ $variant = plain ] && [ -n "$MOCK_LIB" ]; then # the same, over the stand-in driver
 		run "test_memory[mock-driver]" LD_LIBRARY_PATH="$(mock_driver_links)" "LD_PRELOAD=$PRE" \
 			"${LIM[@]}" CUDA_DEVICE_MEMORY_LIMIT_1=256m FAKE_CUDA_DEVICES=2 \
 			CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_memory" \
-			$(sed -n 's/^[[:space:]]*CASE(\([a-z_]*\)),$/\1/p' "$HERE/test_memory.c" | grep -v reordered)
+			$MEMORY_CASES
 		run "test_hooks[mock-driver]" LD_LIBRARY_PATH="$(mock_driver_links)" "LD_PRELOAD=$PRE" \
 			"${LIM[@]}" CUDA_DEVICE_MEMORY_SHARED_CACHE="$(region)" timeout 60 "$T/test_hooks" \
 			direct_calls_are_interposed dlsym_on_driver_handle_gives_our_wrappers \
