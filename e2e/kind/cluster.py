@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -112,14 +112,20 @@ def cluster_config(node_image: str, *, local_image: bool, v1: bool, restrict_oom
     config: Json = yaml.safe_load(CONFIG.read_text())
     for node in config["nodes"]:
         node["image"] = node_image
-    patches = []
-    if v1:  # kubelet >= 1.35 refuses cgroup v1 unless told not to
-        patches.append("kind: KubeletConfiguration\nfailCgroupV1: false\n")
+    return host_additions(config, local_image=local_image, v1=v1, restrict_oom=restrict_oom)
+
+
+def host_additions(config: Json, *, local_image: bool, v1: bool, restrict_oom: bool) -> Json:
+    """`config` (a kind config, changed in place) with what this host and a local node image
+    need: the tier's clusters and the recipe's plainly made one get the same."""
+    patches = list(config.get("kubeadmConfigPatches") or [])
     if local_image:  # no pulls: every control-plane image is pre-imported under this name
         patches.append(f"kind: ClusterConfiguration\nimageRepository: {IMAGE_REPOSITORY}\n")
         config["networking"] = {"disableDefaultCNI": True}
+    if v1:  # kubelet >= 1.35 refuses cgroup v1 unless told not to
+        patches.append("kind: KubeletConfiguration\nfailCgroupV1: false\n")
     if restrict_oom:  # runc in a node cannot lower oom_score_adj without CAP_SYS_RESOURCE
-        config["containerdConfigPatches"].append(
+        config.setdefault("containerdConfigPatches", []).append(
             '[plugins."io.containerd.grpc.v1.cri"]\n  restrict_oom_score_adj = true'
         )
     if patches:
@@ -181,15 +187,18 @@ def _kind(kind: Kind, *args: str) -> str:
     return run([str(kind.kind_binary), *args], env=dockerd.docker_env())
 
 
+def delete_cluster(kind: Kind) -> None:
+    """``kind delete cluster`` when there is one of that name."""
+    if kind.name in _kind(kind, "get", "clusters").split():
+        _kind(kind, "delete", "cluster", "--name", kind.name)
+
+
 def create_cluster(
     kind: Kind, node_image: str, configure: Callable[[Json], None] | None = None
 ) -> None:
-    """``kind create cluster`` (deleting a left-over one first), networking, nodes Ready;
-    ``configure`` may change the kind config first (e.g. another tier's mounts and labels)."""
+    """The tier's cluster (kind-config.yaml, ``cluster_config``); ``configure`` may change the
+    kind config first (e.g. another tier's mounts and labels)."""
     local = STOCK_IMAGE_ENV not in os.environ
-    kind.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
-    if kind.name in _kind(kind, "get", "clusters").split():
-        _kind(kind, "delete", "cluster", "--name", kind.name)
     config = cluster_config(
         node_image,
         local_image=local,
@@ -198,11 +207,22 @@ def create_cluster(
     )
     if configure is not None:
         configure(config)
+    create_from_config(kind, config, local_image=local)
+
+
+def create_from_config(
+    kind: Kind, config: Json, *, local_image: bool, extra_args: Sequence[str] = ()
+) -> None:
+    """``kind create cluster --config <config> [extra_args]`` (deleting a left-over one first);
+    pod networking where the local node image brings no CNI (``network.wire``); nodes Ready."""
+    kind.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+    delete_cluster(kind)
     path = kind.kubeconfig.parent / "kind-config.generated.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
-    _kind(kind, "create", "cluster", "--config", str(path), "--kubeconfig", str(kind.kubeconfig))
+    _kind(kind, "create", "cluster", "--config", str(path), *extra_args,
+          "--kubeconfig", str(kind.kubeconfig))  # fmt: skip
     api = KubeApi.connect(str(kind.kubeconfig), timeout_s=30)
-    if local:
+    if local_image:
         cidrs = partial(_all_nodes_have_pod_cidrs, api, len(config["nodes"]))
         wait_for(cidrs, timeout_s=120, what="every node's podCIDR", interval_s=1)
         network.wire(api)

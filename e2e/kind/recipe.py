@@ -3,8 +3,9 @@ it, on a kind cluster made the plain way; run by ``make e2e-kind`` after the tie
 
 1. ``kind create cluster --config e2e/kind/plain/kind-config.yaml --image <our node image>``,
    where the only additions to that file are what our offline node image and this machine need
-   and the tier's own clusters get too (``plain_config``); then pod networking as kindnetd would
-   set it up (``network.wire``: kindnetd is not a Go module we can build).
+   and the tier's own clusters get too (``plain_config``: ``cluster.host_additions``); then pod
+   networking as kindnetd would set it up (``network.wire``: kindnetd is not a Go module we can
+   build).
 2. ``hack/kind-e2e.sh all`` with the images the tier built (``--images docker --tag kind``),
    each of its three commands timed.
 3. ``examples/kind-e2e/test_gpu_sharing.py`` copied alone into an empty directory and run there
@@ -31,20 +32,24 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 
 from e2e.cluster.settings import REPO_ROOT, Settings
-from e2e.kind import dockerd, network, volcano
+from e2e.kind import dockerd, volcano
 from e2e.kind.build import ensure_tools, tools_dir
-from e2e.kind.cluster import Kind, cgroup_v1, node_image_for
-from e2e.kind.nodeimage import IMAGE_REPOSITORY
+from e2e.kind.cluster import (
+    STOCK_IMAGE_ENV,
+    Kind,
+    cgroup_v1,
+    create_from_config,
+    delete_cluster,
+    host_additions,
+    node_image_for,
+)
 from e2e.kind.steps import StepError, run
-from e2e.waiting import wait_for
-from vgpu_bridge.kube import KubeApi
 
 CONFIG = Path(__file__).resolve().parent / "plain" / "kind-config.yaml"
 SCRIPT = REPO_ROOT / "hack" / "kind-e2e.sh"
@@ -59,19 +64,12 @@ Json = dict[str, Any]
 T = TypeVar("T")
 
 
-def plain_config(*, v1: bool, restrict_oom: bool) -> Json:
+def plain_config(*, local_image: bool, v1: bool, restrict_oom: bool) -> Json:
     """The plain config plus what our offline node image needs (no pulls: kubeadm's images are
-    pre-imported under IMAGE_REPOSITORY; no kindnetd) and what this host needs (as the tier's)."""
-    config: Json = yaml.safe_load(CONFIG.read_text())
-    patches = [f"kind: ClusterConfiguration\nimageRepository: {IMAGE_REPOSITORY}\n"]
-    if v1:  # kubelet >= 1.35 refuses cgroup v1 unless told not to
-        patches.append("kind: KubeletConfiguration\nfailCgroupV1: false\n")
-    config["kubeadmConfigPatches"] = patches
-    config["networking"] = {"disableDefaultCNI": True}
-    if restrict_oom:  # runc in a node cannot lower oom_score_adj without CAP_SYS_RESOURCE
-        patch = '[plugins."io.containerd.grpc.v1.cri"]\n  restrict_oom_score_adj = true'
-        config["containerdConfigPatches"] = [patch]
-    return config
+    pre-imported under IMAGE_REPOSITORY; no kindnetd) and what this host needs, exactly as the
+    tier's own clusters get them (``cluster.host_additions``)."""
+    plain: Json = yaml.safe_load(CONFIG.read_text())
+    return host_additions(plain, local_image=local_image, v1=v1, restrict_oom=restrict_oom)
 
 
 class Recipe:
@@ -110,24 +108,13 @@ class Recipe:
     def create(self) -> None:
         """``kind create cluster --config ... --image ...``, then pod networking, nodes Ready."""
         node_image = node_image_for(self.kind.settings, ensure_tools(self.kind.settings))
-        self.delete()
-        config = plain_config(v1=cgroup_v1(), restrict_oom=dockerd.host_lacks_cap_sys_resource())
-        self.kind.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
-        path = self.kind.kubeconfig.parent / "kind-config.generated.yaml"
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.kind_command("create", "cluster", "--config", str(path), "--image", node_image,
-                          "--kubeconfig", str(self.kind.kubeconfig))  # fmt: skip
-        api = KubeApi.connect(str(self.kind.kubeconfig), timeout_s=30)
-        count = len(config["nodes"])
-        wait_for(partial(_nodes, api, count, ready=False), timeout_s=120,
-                 what="every node's podCIDR", interval_s=1)  # fmt: skip
-        network.wire(api)
-        wait_for(partial(_nodes, api, count, ready=True), timeout_s=300,
-                 what="all nodes Ready", interval_s=1)  # fmt: skip
+        local = STOCK_IMAGE_ENV not in os.environ
+        config = plain_config(local_image=local, v1=cgroup_v1(),
+                              restrict_oom=dockerd.host_lacks_cap_sys_resource())  # fmt: skip
+        create_from_config(self.kind, config, local_image=local, extra_args=("--image", node_image))
 
     def delete(self) -> None:
-        if self.kind.name in self.kind_command("get", "clusters").split():
-            self.kind_command("delete", "cluster", "--name", self.kind.name)
+        delete_cluster(self.kind)
 
     def script(self, *args: str) -> None:
         """``hack/kind-e2e.sh`` against the plain cluster; its own timings recorded."""
@@ -200,18 +187,6 @@ class Recipe:
         return f"| step (plain kind cluster) | time |\n| --- | --- |\n{rows}"
 
 
-def _nodes(api: KubeApi, count: int, *, ready: bool) -> bool:
-    """All ``count`` nodes have a podCIDR (``ready=False``), or are Ready."""
-    nodes: list[Json] = api.list("/api/v1/nodes")["items"]
-    if len(nodes) != count:
-        return False
-    if not ready:
-        return all(n["spec"].get("podCIDR") for n in nodes)
-    conditions = [c for n in nodes for c in n.get("status", {}).get("conditions") or []]
-    ready_count: int = sum(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-    return ready_count == count
-
-
 def stream(command: Sequence[str], *, env: Mapping[str, str], cwd: Path | None = None) -> str:
     """Run ``command``, its output shown as it comes; the output, or StepError."""
     print("+", " ".join(command), flush=True)
@@ -241,9 +216,7 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     recipe = Recipe(Kind.from_settings(Settings.from_env()))
     if argv:
-        tier = recipe.tier
-        run([str(tier.kind_binary), "delete", "cluster", "--name", tier.name],
-            env=dockerd.docker_env())  # fmt: skip
+        delete_cluster(recipe.tier)
     return recipe.run()
 
 

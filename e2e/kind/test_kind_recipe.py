@@ -50,7 +50,7 @@ def test_the_tier_adds_only_what_its_offline_node_image_and_this_host_need(
     v1: bool, restrict_oom: bool
 ) -> None:
     plain = yaml.safe_load(CONFIG.read_text())
-    config = plain_config(v1=v1, restrict_oom=restrict_oom)
+    config = plain_config(local_image=True, v1=v1, restrict_oom=restrict_oom)
     added = {key for key in config if key not in plain}
     assert {key: config[key] for key in plain} == plain
     assert config["networking"] == {"disableDefaultCNI": True}
