@@ -13,7 +13,8 @@
 #
 # Label the GPU nodes first, e.g. in the kind config (nodes[].labels) or with
 #   kubectl label node kind-worker vgpu-bridge.io/mock-gpus=2xh100-80gb
-# (<count>x<profile|memory>: h100-80gb, a100-40gb, a100-80gb, h200-141gb, l4-24gb, or 24Gi).
+# (<count>x<profile|memory>: h100-80gb, h200-141gb, a100-40gb, a100-80gb, l4-24gb, t4-16gb,
+# or a memory size such as 24Gi).
 #
 # Options (each also an environment variable):
 #   --name NAME          kind cluster (KIND_CLUSTER_NAME; default kind)
